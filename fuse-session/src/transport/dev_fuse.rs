@@ -1,0 +1,144 @@
+//! The `/dev/fuse` transport: `read(2)` for requests, one `writev(2)` per
+//! reply, and `FUSE_DEV_IOC_CLONE` for a queue per worker.
+
+use super::Channel;
+use fuse_proto::Reply;
+use fuse_proto::consts::dev_ioc;
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+/// One `/dev/fuse` file descriptor: the session fd or a clone of it.
+#[derive(Debug)]
+pub struct DevFuse {
+    fd: OwnedFd,
+    cloned: bool,
+}
+
+impl DevFuse {
+    /// Opens a fresh `/dev/fuse` (not yet bound to a connection).
+    pub fn open() -> io::Result<Self> {
+        let fd = nix::fcntl::open(
+            "/dev/fuse",
+            nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        Ok(Self { fd, cloned: false })
+    }
+
+    /// Wraps an fd that is already bound to a connection (from `mount(2)`,
+    /// `fusermount3`, or a privileged helper).
+    pub fn from_fd(fd: OwnedFd) -> Self {
+        Self { fd, cloned: false }
+    }
+
+    /// Opens a new `/dev/fuse` and binds it to this fd's connection with
+    /// `FUSE_DEV_IOC_CLONE`; the clone has its own processing queue.
+    pub fn clone_fd(&self) -> io::Result<Self> {
+        let new = Self::open()?;
+        let session_fd: u32 = self.fd.as_raw_fd() as u32;
+        // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the session fd) through the
+        // pointer, which points at a live local for the duration of the call.
+        let r = unsafe {
+            libc::ioctl(
+                new.fd.as_raw_fd(),
+                dev_ioc::CLONE as libc::Ioctl,
+                &session_fd as *const u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            fd: new.fd,
+            cloned: true,
+        })
+    }
+
+    /// Whether this fd was made by [`DevFuse::clone_fd`].
+    pub fn is_clone(&self) -> bool {
+        self.cloned
+    }
+
+    /// Reads one request.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        nix::unistd::read(self.fd.as_fd(), buf).map_err(io::Error::from)
+    }
+
+    /// Writes one message with a single `writev`.
+    pub fn write(&self, msg: &Reply<'_>) -> io::Result<()> {
+        let mut slices = [IoSlice::new(&[]), IoSlice::new(&[]), IoSlice::new(&[])];
+        let mut n = 0;
+        for p in msg.parts() {
+            slices[n] = IoSlice::new(p);
+            n += 1;
+        }
+        let written = nix::sys::uio::writev(self.fd.as_fd(), &slices[..n]).map_err(io::Error::from)?;
+        if written != msg.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write to /dev/fuse: {written} of {} bytes", msg.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Duplicates the descriptor (same open file, same queue).
+    pub fn try_dup(&self) -> io::Result<Self> {
+        Ok(Self {
+            fd: self.fd.try_clone()?,
+            cloned: self.cloned,
+        })
+    }
+
+    /// Takes ownership of a raw fd.
+    ///
+    /// # Safety
+    /// `fd` must be an open `/dev/fuse` descriptor owned by nobody else.
+    pub unsafe fn from_raw_fd(fd: RawFd) -> Self {
+        // SAFETY: the caller guarantees `fd` is open and exclusively ours.
+        Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            cloned: false,
+        }
+    }
+}
+
+impl AsFd for DevFuse {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for DevFuse {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Channel for DevFuse {
+    fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(buf)
+    }
+
+    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
+        self.write(msg)
+    }
+
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Ok(Arc::new(self.clone_fd()?))
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "/dev/fuse fd {}{}",
+            self.fd.as_raw_fd(),
+            if self.cloned { " (clone)" } else { "" }
+        )
+    }
+}
