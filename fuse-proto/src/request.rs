@@ -138,7 +138,7 @@ impl<'a> ForgetList<'a> {
         self.len() == 0
     }
     /// The entries.
-    pub fn iter(&self) -> impl Iterator<Item = ForgetOne> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = ForgetOne> + use<'a> {
         self.0
             .chunks_exact(size_of::<ForgetOne>())
             .filter_map(|c| ForgetOne::read_from_bytes(c).ok())
@@ -159,7 +159,7 @@ impl<'a> RemovemappingList<'a> {
         self.len() == 0
     }
     /// The entries.
-    pub fn iter(&self) -> impl Iterator<Item = RemovemappingOne> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = RemovemappingOne> + use<'a> {
         self.0
             .chunks_exact(size_of::<RemovemappingOne>())
             .filter_map(|c| RemovemappingOne::read_from_bytes(c).ok())
@@ -415,7 +415,7 @@ impl<'a> SecurityContexts<'a> {
         self.count
     }
     /// The contexts; malformed trailing records end the iteration.
-    pub fn iter(&self) -> impl Iterator<Item = SecurityContext<'a>> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = SecurityContext<'a>> + use<'a> {
         let mut rest = self.body;
         let mut left = self.count;
         core::iter::from_fn(move || {
@@ -441,7 +441,7 @@ pub struct SuppGroupList<'a>(&'a [u8]);
 
 impl<'a> SuppGroupList<'a> {
     /// The group ids.
-    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = u32> + use<'a> {
         self.0
             .chunks_exact(4)
             .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
@@ -492,7 +492,7 @@ impl<'a> Extensions<'a> {
     }
 
     /// The extensions in order. Records were bounds-checked by the parser.
-    pub fn iter(&self) -> impl Iterator<Item = Extension<'a>> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = Extension<'a>> + use<'a> {
         let mut rest = self.raw;
         core::iter::from_fn(move || {
             let (h, _) = ExtHeader::read_from_prefix(rest).ok()?;

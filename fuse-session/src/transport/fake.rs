@@ -4,7 +4,7 @@
 //! read the exact bytes the session wrote with [`FakeKernel::recv`].
 
 use super::Channel;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use crossbeam_channel::{Receiver, Sender, unbounded};
 use fuse_proto::Reply;
 use std::io;
 use std::os::fd::RawFd;
@@ -73,10 +73,7 @@ impl FakeKernel {
 
     /// The next message the session wrote, waiting up to `timeout`.
     pub fn recv(&self, timeout: Duration) -> Option<Written> {
-        match self.written.recv_timeout(timeout) {
-            Ok(w) => Some(w),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.written.recv_timeout(timeout).ok()
     }
 
     /// Simulates unmount: once queued requests are consumed, every receive

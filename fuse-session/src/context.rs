@@ -1,0 +1,116 @@
+//! [`RequestContext`]: who sent a request, and what a handler can reach
+//! while serving it (interrupts, notifications, backing files).
+
+use crate::backing::{BackingError, BackingFile};
+use crate::init::Negotiated;
+use crate::interrupt::InterruptCallback;
+use crate::notify::Notifier;
+use crate::worker::{Slot, WorkerCore};
+use fuse_proto::abi::InHeader;
+use fuse_proto::flags::InitFlags;
+use fuse_proto::request::{Extensions, SecurityContext};
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+/// The caller of a request and the session's services.
+pub struct RequestContext<'a> {
+    header: InHeader,
+    umask: Option<u32>,
+    extensions: Extensions<'a>,
+    worker: &'a Arc<WorkerCore>,
+    slot: Slot,
+}
+
+impl<'a> RequestContext<'a> {
+    pub(crate) fn new(
+        header: InHeader,
+        umask: Option<u32>,
+        extensions: Extensions<'a>,
+        worker: &'a Arc<WorkerCore>,
+        slot: Slot,
+    ) -> Self {
+        Self {
+            header,
+            umask,
+            extensions,
+            worker,
+            slot,
+        }
+    }
+
+    /// The request's unique id.
+    pub fn unique(&self) -> u64 {
+        self.header.unique
+    }
+
+    /// The caller's effective uid (`u32::MAX` if unmapped in an idmapped mount).
+    pub fn uid(&self) -> u32 {
+        self.header.uid
+    }
+
+    /// The caller's effective gid.
+    pub fn gid(&self) -> u32 {
+        self.header.gid
+    }
+
+    /// The caller's thread group id (0 for requests the kernel makes itself).
+    pub fn pid(&self) -> u32 {
+        self.header.pid
+    }
+
+    /// The caller's umask, for MKNOD, MKDIR, CREATE and TMPFILE (the kernel
+    /// has applied it unless `DONT_MASK` was negotiated).
+    pub fn umask(&self) -> Option<u32> {
+        self.umask
+    }
+
+    /// Supplementary groups the kernel sent (CREATE_SUPP_GROUP): the parent
+    /// directory's group when the caller is a member of it.
+    pub fn supp_groups(&self) -> impl Iterator<Item = u32> + use<'a> {
+        self.extensions.supp_groups().into_iter().flat_map(|g| g.iter())
+    }
+
+    /// Security contexts the kernel sent for a new inode (SECURITY_CTX).
+    pub fn security_contexts(&self) -> impl Iterator<Item = SecurityContext<'a>> + use<'a> {
+        self.extensions
+            .security_contexts()
+            .into_iter()
+            .flat_map(|s| s.iter())
+    }
+
+    /// The raw request extensions.
+    pub fn extensions(&self) -> &Extensions<'a> {
+        &self.extensions
+    }
+
+    /// Whether the kernel asked to interrupt this request.
+    pub fn is_interrupted(&self) -> bool {
+        self.worker.is_interrupted(&self.slot)
+    }
+
+    /// Runs `cb` once if this request is interrupted while in flight (at once
+    /// if it already was). The callback runs on the thread that reads the
+    /// INTERRUPT: keep it short.
+    pub fn on_interrupt(&self, cb: impl FnOnce() + Send + 'static) {
+        let cb: InterruptCallback = Box::new(cb);
+        self.worker.on_interrupt(&self.slot, cb);
+    }
+
+    /// The session's notifier.
+    pub fn notifier(&self) -> &Notifier {
+        self.worker.notifier()
+    }
+
+    /// What INIT negotiated.
+    pub fn negotiated(&self) -> &Negotiated {
+        self.worker.negotiated()
+    }
+
+    /// Registers `file` as a kernel passthrough backing file.
+    pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
+        if !self.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
+            return Err(BackingError::NotNegotiated);
+        }
+        BackingFile::open(self.worker.channel(), file)
+    }
+}

@@ -1,0 +1,386 @@
+//! Operation → [`Filesystem`] method, in one match.
+//!
+//! `dispatch` parses one received buffer (no copy), handles what the session
+//! itself answers (INTERRUPT, NOTIFY_REPLY, a second INIT, DESTROY, DAX
+//! mappings, CUSE), and calls the filesystem for the rest with a typed reply
+//! handle. A malformed request gets an error reply and a log line; a
+//! panicking handler is caught and its dropped handle answers EIO.
+
+use crate::context::RequestContext;
+use crate::filesystem::Filesystem;
+use crate::reply::*;
+use crate::stats;
+use crate::types::{FileHandle, Inode, LockOwner, PollHandle};
+use crate::worker::WorkerCore;
+use fuse_proto::flags::{
+    FsyncFlags, GetattrFlags, IoctlFlags, LkFlags, PollFlags, ReadFlags, ReleaseFlags, SetxattrFlags,
+    WriteFlags,
+};
+use fuse_proto::request::peek_unique;
+use fuse_proto::{Errno, Opcode, Operation, ParseError, Reply, Request};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Serves one request that arrived on `worker`'s channel.
+pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u8]) {
+    let req = match Request::parse_with(buf, &worker.shared.parse) {
+        Ok(r) => r,
+        Err(e) => return malformed(worker, buf, e),
+    };
+    let unique = req.header.unique;
+    let opcode = req.op.opcode();
+    let all = &worker.shared.stats;
+    match req.op {
+        Operation::Interrupt { arg } => {
+            stats::count_only(all, worker.index, opcode);
+            if !worker.shared.pending.interrupt(&worker.shared.tables, arg.unique) {
+                // Target not (yet) in flight: ask the kernel to send the
+                // INTERRUPT again later.
+                worker.send_reply(opcode, unique, &Reply::error(unique, Errno::EAGAIN));
+            }
+            return;
+        }
+        Operation::NotifyReply { arg, data } => {
+            stats::count_only(all, worker.index, opcode);
+            if !worker.shared.notifier.deliver_retrieve(unique, arg.offset, data) {
+                log::warn!("NOTIFY_REPLY {unique} matches no RETRIEVE in progress");
+            }
+            return;
+        }
+        Operation::Forget { arg } => {
+            stats::count_only(all, worker.index, opcode);
+            let ctx = RequestContext::new(
+                req.header,
+                None,
+                req.extensions,
+                worker,
+                crate::worker::Slot::NONE,
+            );
+            guarded(opcode, unique, || {
+                fs.forget(&ctx, Inode(req.header.nodeid), arg.nlookup)
+            });
+            return;
+        }
+        Operation::BatchForget { forgets, .. } => {
+            stats::count_only(all, worker.index, opcode);
+            let ctx = RequestContext::new(
+                req.header,
+                None,
+                req.extensions,
+                worker,
+                crate::worker::Slot::NONE,
+            );
+            let mut it = forgets.iter().map(|f| (Inode(f.nodeid), f.nlookup));
+            guarded(opcode, unique, || fs.batch_forget(&ctx, &mut it));
+            return;
+        }
+        _ => {}
+    }
+
+    let table = worker.table();
+    let slot = table.register(unique);
+    worker.shared.pending.check_new(table, &slot, unique);
+    stats::start(all, worker.index, opcode);
+    let mut core = ReplyCore::new(unique, opcode, worker.clone(), slot);
+    if req.op.is_atomic_open() {
+        core.set_atomic_open();
+    }
+    let umask = match req.op {
+        Operation::Mknod { arg, .. } => Some(arg.umask),
+        Operation::Mkdir { arg, .. } => Some(arg.umask),
+        Operation::Create { arg, .. }
+        | Operation::Tmpfile { arg, .. }
+        | Operation::AtomicOpen { arg, .. } => Some(arg.umask),
+        _ => None,
+    };
+    let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot);
+    let ino = Inode(req.header.nodeid);
+    guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core));
+}
+
+/// Runs a handler, turning a panic into a log line (its reply handle, dropped
+/// while unwinding, answers EIO).
+fn guarded(opcode: Opcode, unique: u64, f: impl FnOnce()) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic".into());
+        log::error!("{opcode} handler for request {unique} panicked: {what}");
+    }
+}
+
+fn malformed(worker: &WorkerCore, buf: &[u8], e: ParseError) {
+    let opcode = fuse_proto::request::peek_opcode(buf).and_then(|n| Opcode::from_u32(n).ok());
+    log::error!("malformed request ({} bytes): {e}", buf.len());
+    if let Some(op) = opcode {
+        stats::count_error(&worker.shared.stats, worker.index, op);
+        if !op.expects_reply() {
+            return;
+        }
+    }
+    let Some(unique) = peek_unique(buf) else { return };
+    let errno = match e {
+        ParseError::UnknownOpcode { .. } => Errno::ENOSYS,
+        _ => Errno::EIO,
+    };
+    worker.send_reply(
+        opcode.unwrap_or(Opcode::Init),
+        unique,
+        &Reply::error(unique, errno),
+    );
+}
+
+fn owner_if(set: bool, owner: u64) -> Option<LockOwner> {
+    set.then_some(LockOwner(owner))
+}
+
+fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operation<'_>, core: ReplyCore) {
+    use Operation as O;
+    match op {
+        O::Lookup { name } => fs.lookup(ctx, ino, name, ReplyEntry::new(core)),
+        O::Getattr { arg } => {
+            let fh = GetattrFlags::from_bits_retain(arg.getattr_flags)
+                .contains(GetattrFlags::FH)
+                .then_some(FileHandle(arg.fh));
+            fs.getattr(ctx, ino, fh, ReplyAttr::new(core))
+        }
+        O::Setattr { arg } => fs.setattr(ctx, ino, &arg, ReplyAttr::new(core)),
+        O::Readlink => fs.readlink(ctx, ino, ReplyData::new(core)),
+        O::Symlink { name, target } => fs.symlink(ctx, ino, name, target, ReplyEntry::new(core)),
+        O::Mknod { arg, name } => fs.mknod(ctx, ino, name, arg.mode, arg.rdev, ReplyEntry::new(core)),
+        O::Mkdir { arg, name } => fs.mkdir(ctx, ino, name, arg.mode, ReplyEntry::new(core)),
+        O::Unlink { name } => fs.unlink(ctx, ino, name, ReplyEmpty::new(core)),
+        O::Rmdir { name } => fs.rmdir(ctx, ino, name, ReplyEmpty::new(core)),
+        O::Rename { arg, name, newname } => fs.rename(
+            ctx,
+            ino,
+            name,
+            Inode(arg.newdir),
+            newname,
+            0,
+            ReplyEmpty::new(core),
+        ),
+        O::Rename2 { arg, name, newname } => fs.rename(
+            ctx,
+            ino,
+            name,
+            Inode(arg.newdir),
+            newname,
+            arg.flags,
+            ReplyEmpty::new(core),
+        ),
+        O::Link { arg, name } => fs.link(ctx, Inode(arg.oldnodeid), ino, name, ReplyEntry::new(core)),
+        O::Open { arg } => fs.open(ctx, ino, arg.flags as i32, ReplyOpen::new(core)),
+        O::Read { arg } => {
+            let owner = owner_if(
+                ReadFlags::from_bits_retain(arg.read_flags).contains(ReadFlags::LOCKOWNER),
+                arg.lock_owner,
+            );
+            fs.read(
+                ctx,
+                ino,
+                FileHandle(arg.fh),
+                arg.offset,
+                arg.size,
+                arg.flags as i32,
+                owner,
+                ReplyData::new(core),
+            )
+        }
+        O::Write { arg, data } => {
+            let wf = WriteFlags::from_bits_retain(arg.write_flags);
+            let owner = owner_if(wf.contains(WriteFlags::LOCKOWNER), arg.lock_owner);
+            fs.write(
+                ctx,
+                ino,
+                FileHandle(arg.fh),
+                arg.offset,
+                data,
+                wf,
+                arg.flags as i32,
+                owner,
+                ReplyWrite::new(core),
+            )
+        }
+        O::Statfs => fs.statfs(ctx, ino, ReplyStatfs::new(core)),
+        O::Release { arg } => {
+            let rf = ReleaseFlags::from_bits_retain(arg.release_flags);
+            fs.release(
+                ctx,
+                ino,
+                FileHandle(arg.fh),
+                arg.flags as i32,
+                Some(LockOwner(arg.lock_owner)),
+                rf.contains(ReleaseFlags::FLUSH),
+                rf.contains(ReleaseFlags::FLOCK_UNLOCK),
+                ReplyEmpty::new(core),
+            )
+        }
+        O::Fsync { arg } => {
+            let ds = FsyncFlags::from_bits_retain(arg.fsync_flags).contains(FsyncFlags::FDATASYNC);
+            fs.fsync(ctx, ino, FileHandle(arg.fh), ds, ReplyEmpty::new(core))
+        }
+        O::Setxattr { arg, name, value } => fs.setxattr(
+            ctx,
+            ino,
+            name,
+            value,
+            arg.flags as i32,
+            SetxattrFlags::from_bits_retain(arg.setxattr_flags),
+            ReplyEmpty::new(core),
+        ),
+        O::Getxattr { arg, name } => fs.getxattr(ctx, ino, name, arg.size, ReplyXattr::new(core)),
+        O::Listxattr { arg } => fs.listxattr(ctx, ino, arg.size, ReplyXattr::new(core)),
+        O::Removexattr { name } => fs.removexattr(ctx, ino, name, ReplyEmpty::new(core)),
+        O::Flush { arg } => fs.flush(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            LockOwner(arg.lock_owner),
+            ReplyEmpty::new(core),
+        ),
+        O::Opendir { arg } => fs.opendir(ctx, ino, arg.flags as i32, ReplyOpen::new(core)),
+        O::Readdir { arg } => fs.readdir(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            arg.offset,
+            ReplyDirectory::new(core, arg.size),
+        ),
+        O::Readdirplus { arg } => fs.readdirplus(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            arg.offset,
+            ReplyDirectoryPlus::new(core, arg.size),
+        ),
+        O::Releasedir { arg } => fs.releasedir(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            arg.flags as i32,
+            ReplyEmpty::new(core),
+        ),
+        O::Fsyncdir { arg } => {
+            let ds = FsyncFlags::from_bits_retain(arg.fsync_flags).contains(FsyncFlags::FDATASYNC);
+            fs.fsyncdir(ctx, ino, FileHandle(arg.fh), ds, ReplyEmpty::new(core))
+        }
+        O::Getlk { arg } => fs.getlk(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            LockOwner(arg.owner),
+            arg.lk.into(),
+            ReplyLock::new(core),
+        ),
+        O::Setlk { arg } | O::Setlkw { arg } => {
+            let sleep = matches!(op, O::Setlkw { .. });
+            let flock = LkFlags::from_bits_retain(arg.lk_flags).contains(LkFlags::FLOCK);
+            fs.setlk(
+                ctx,
+                ino,
+                FileHandle(arg.fh),
+                LockOwner(arg.owner),
+                arg.lk.into(),
+                sleep,
+                flock,
+                ReplyEmpty::new(core),
+            )
+        }
+        O::Access { arg } => fs.access(ctx, ino, arg.mask as i32, ReplyEmpty::new(core)),
+        O::Create { arg, name } => {
+            fs.create(ctx, ino, name, arg.mode, arg.flags as i32, ReplyCreate::new(core))
+        }
+        O::AtomicOpen { arg, name } => {
+            fs.atomic_open(ctx, ino, name, arg.flags as i32, arg.mode, ReplyCreate::new(core))
+        }
+        O::Tmpfile { arg, .. } => fs.tmpfile(ctx, ino, arg.mode, arg.flags as i32, ReplyCreate::new(core)),
+        O::Bmap { arg } => fs.bmap(ctx, ino, arg.blocksize, arg.block, ReplyBmap::new(core)),
+        O::Ioctl { arg, data } => fs.ioctl(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            IoctlFlags::from_bits_retain(arg.flags),
+            arg.cmd,
+            arg.arg,
+            data,
+            arg.out_size,
+            ReplyIoctl::new(core),
+        ),
+        O::Poll { arg } => {
+            let kh = PollFlags::from_bits_retain(arg.flags)
+                .contains(PollFlags::SCHEDULE_NOTIFY)
+                .then_some(PollHandle(arg.kh));
+            fs.poll(ctx, ino, FileHandle(arg.fh), kh, arg.events, ReplyPoll::new(core))
+        }
+        O::Fallocate { arg } => fs.fallocate(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            arg.offset,
+            arg.length,
+            arg.mode as i32,
+            ReplyEmpty::new(core),
+        ),
+        O::Lseek { arg } => fs.lseek(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            arg.offset,
+            arg.whence as i32,
+            ReplyLseek::new(core),
+        ),
+        O::CopyFileRange { arg } | O::CopyFileRange64 { arg } => fs.copy_file_range(
+            ctx,
+            ino,
+            FileHandle(arg.fh_in),
+            arg.off_in,
+            Inode(arg.nodeid_out),
+            FileHandle(arg.fh_out),
+            arg.off_out,
+            arg.len,
+            arg.flags,
+            ReplyCopy::new(core),
+        ),
+        O::Statx { arg } => {
+            let fh = GetattrFlags::from_bits_retain(arg.getattr_flags)
+                .contains(GetattrFlags::FH)
+                .then_some(FileHandle(arg.fh));
+            fs.statx(ctx, ino, fh, arg.sx_flags, arg.sx_mask, ReplyStatx::new(core))
+        }
+        O::Syncfs { .. } => fs.syncfs(ctx, ino, ReplyEmpty::new(core)),
+        O::Destroy => {
+            let w = core.worker();
+            if !w.shared.destroyed.swap(true, Ordering::AcqRel) {
+                fs.destroy();
+            }
+            w.shared.shutdown.store(true, Ordering::Release);
+            ReplyEmpty::new(core).ok()
+        }
+        O::Init { .. } => {
+            log::error!("INIT received on a session that is already initialised; answering EIO");
+            ReplyEmpty::new(core).error(Errno::EIO)
+        }
+        O::Setupmapping { .. } | O::Removemapping { .. } => {
+            // DAX windows exist only for virtio-fs devices, never on /dev/fuse.
+            ReplyEmpty::new(core).error(Errno::ENOSYS)
+        }
+        O::CuseInit { .. } => {
+            log::error!("CUSE_INIT on a FUSE session; answering ENOSYS");
+            ReplyEmpty::new(core).error(Errno::ENOSYS)
+        }
+        O::Interrupt { .. } | O::NotifyReply { .. } | O::Forget { .. } | O::BatchForget { .. } => {
+            // Handled in `dispatch` before a reply handle exists.
+            unreachable_reply(core)
+        }
+        _ => ReplyEmpty::new(core).error(Errno::ENOSYS),
+    }
+}
+
+fn unreachable_reply(core: ReplyCore) {
+    log::error!("internal: no-reply opcode reached the reply path");
+    ReplyEmpty::new(core).error(Errno::EIO)
+}

@@ -1,0 +1,344 @@
+//! INIT negotiation: what the kernel offers, what the filesystem wants, what
+//! this library can honour, and the explicit result.
+//!
+//! The granted flags are `offered ∩ wanted ∩ supported`, minus combinations the
+//! kernel would reject. Every wanted flag that is not granted is recorded in
+//! [`Negotiated::refused`] with the reason and logged; nothing is granted
+//! silently.
+
+use fuse_proto::abi::{InitIn, InitOut};
+use fuse_proto::consts::{KERNEL_MINOR_VERSION, KERNEL_VERSION, MIN_MINOR_VERSION};
+use fuse_proto::flags::InitFlags;
+
+/// Flags this library implements (what it must do for them is done). Others
+/// are refused even when offered: `FILE_OPS` (never implemented by the
+/// kernel), `INIT_RESERVED`, the splice flags (the device is read with
+/// `read(2)`), DAX and submounts (virtio-fs only), and io_uring (until that
+/// transport is selected).
+pub const SUPPORTED: InitFlags = InitFlags::all()
+    .difference(InitFlags::FILE_OPS)
+    .difference(InitFlags::INIT_RESERVED)
+    .difference(InitFlags::SPLICE_WRITE)
+    .difference(InitFlags::SPLICE_MOVE)
+    .difference(InitFlags::SPLICE_READ)
+    .difference(InitFlags::MAP_ALIGNMENT)
+    .difference(InitFlags::SUBMOUNTS)
+    .difference(InitFlags::HAS_INODE_DAX)
+    .difference(InitFlags::OVER_IO_URING);
+
+/// Flags wanted unless the filesystem says otherwise: safe for any
+/// filesystem served by this library.
+pub const DEFAULT_WANTED: InitFlags = InitFlags::ASYNC_READ
+    .union(InitFlags::BIG_WRITES)
+    .union(InitFlags::ATOMIC_O_TRUNC)
+    .union(InitFlags::AUTO_INVAL_DATA)
+    .union(InitFlags::ASYNC_DIO)
+    .union(InitFlags::PARALLEL_DIROPS)
+    .union(InitFlags::MAX_PAGES)
+    .union(InitFlags::INIT_EXT)
+    .union(InitFlags::SETXATTR_EXT)
+    .union(InitFlags::HAS_EXPIRE_ONLY)
+    .union(InitFlags::HAS_RESEND);
+
+/// Flags that only tell the filesystem what the kernel can do; echoing them
+/// changes nothing, so they are reported as offered, not refused.
+const INFORMATIONAL: InitFlags = InitFlags::HAS_EXPIRE_ONLY.union(InitFlags::HAS_RESEND);
+
+/// Default and largest `max_write`: 1 MiB (256 pages, the kernel's default
+/// `max_pages_limit`).
+pub const DEFAULT_MAX_WRITE: u32 = 1 << 20;
+const PAGE: u32 = 4096;
+
+/// What the filesystem sees and sets during INIT.
+#[derive(Clone, Debug)]
+pub struct InitConfig {
+    kernel_minor: u32,
+    offered: InitFlags,
+    kernel_max_readahead: u32,
+    /// Capabilities the filesystem wants (starts at [`DEFAULT_WANTED`]).
+    pub wanted: InitFlags,
+    /// Largest WRITE payload (at least 4096; at most 1 MiB here).
+    pub max_write: u32,
+    /// Read-ahead limit (at most what the kernel offered).
+    pub max_readahead: u32,
+    /// Background requests the kernel may queue (0: kernel default).
+    pub max_background: u16,
+    /// Background queue length at which the kernel reports congestion (0: default).
+    pub congestion_threshold: u16,
+    /// Timestamp granularity in nanoseconds (1 … 10⁹; 0: kernel default).
+    pub time_gran: u32,
+    /// Stack depth for passthrough (1 or 2; needed for `PASSTHROUGH`).
+    pub max_stack_depth: u32,
+    /// Seconds after which the kernel aborts a request (needs `REQUEST_TIMEOUT`; 0: none).
+    pub request_timeout: u16,
+    /// Whether the mount uses `default_permissions` (needed for `ALLOW_IDMAP`).
+    pub default_permissions: bool,
+}
+
+impl InitConfig {
+    pub(crate) fn new(init: &InitIn) -> Self {
+        let offered = if init.minor >= 36 && init.flags & InitFlags::INIT_EXT.bits() as u32 != 0 {
+            InitFlags::from_halves(init.flags, init.flags2)
+        } else {
+            InitFlags::from_halves(init.flags, 0)
+        };
+        Self {
+            kernel_minor: init.minor,
+            offered,
+            kernel_max_readahead: init.max_readahead,
+            wanted: DEFAULT_WANTED,
+            max_write: DEFAULT_MAX_WRITE,
+            max_readahead: init.max_readahead,
+            max_background: 0,
+            congestion_threshold: 0,
+            time_gran: 1,
+            max_stack_depth: 0,
+            request_timeout: 0,
+            default_permissions: false,
+        }
+    }
+
+    /// The kernel's protocol minor.
+    pub fn kernel_minor(&self) -> u32 {
+        self.kernel_minor
+    }
+
+    /// What the kernel offered.
+    pub fn offered(&self) -> InitFlags {
+        self.offered
+    }
+
+    /// Adds `flags` to the wanted set.
+    pub fn want(&mut self, flags: InitFlags) -> &mut Self {
+        self.wanted |= flags;
+        self
+    }
+
+    /// Removes `flags` from the wanted set.
+    pub fn unwant(&mut self, flags: InitFlags) -> &mut Self {
+        self.wanted -= flags;
+        self
+    }
+}
+
+/// Why a wanted capability was not granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The kernel did not offer it.
+    NotOffered,
+    /// This library does not implement it.
+    Unsupported,
+    /// `PASSTHROUGH` needs `max_stack_depth` 1 or 2.
+    NeedsStackDepth,
+    /// `PASSTHROUGH` and `WRITEBACK_CACHE` exclude each other.
+    WritebackConflict,
+    /// `ALLOW_IDMAP` needs the `default_permissions` mount option.
+    NeedsDefaultPermissions,
+    /// `INIT_EXT` is required for flags above bit 31.
+    NeedsInitExt,
+    /// The atomic-open extension's `FOPEN_FILE_CREATED` is `FOPEN_PASSTHROUGH`'s bit.
+    AtomicOpenConflict,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::NotOffered => "the kernel did not offer it",
+            Refusal::Unsupported => "fuse-wire does not implement it",
+            Refusal::NeedsStackDepth => "passthrough needs max_stack_depth 1 or 2",
+            Refusal::WritebackConflict => "passthrough cannot be combined with the writeback cache",
+            Refusal::NeedsDefaultPermissions => "idmapped mounts need default_permissions",
+            Refusal::NeedsInitExt => "flags above bit 31 need INIT_EXT, which the kernel did not offer",
+            Refusal::AtomicOpenConflict => {
+                "passthrough cannot be used with the atomic-open extension (FOPEN bit 7 means both)"
+            }
+        })
+    }
+}
+
+/// The outcome of INIT, readable for the session's life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The protocol minor in use: min(kernel's, ours).
+    pub minor: u32,
+    /// The kernel's own minor.
+    pub kernel_minor: u32,
+    /// What the kernel offered.
+    pub offered: InitFlags,
+    /// What was granted (and sent in the reply).
+    pub flags: InitFlags,
+    /// Wanted but not granted, with the reason for each flag.
+    pub refused: Vec<(InitFlags, Refusal)>,
+    /// Largest WRITE payload.
+    pub max_write: u32,
+    /// Pages per request (0 when `MAX_PAGES` is not granted).
+    pub max_pages: u16,
+    /// Read-ahead limit.
+    pub max_readahead: u32,
+    /// Background request limit (0: kernel default).
+    pub max_background: u16,
+    /// Congestion threshold (0: kernel default).
+    pub congestion_threshold: u16,
+    /// Timestamp granularity (ns).
+    pub time_gran: u32,
+    /// Passthrough stack depth (0 unless `PASSTHROUGH` is granted).
+    pub max_stack_depth: u32,
+    /// Request timeout in seconds (0 unless `REQUEST_TIMEOUT` is granted).
+    pub request_timeout: u16,
+}
+
+impl Negotiated {
+    /// The receive buffer every worker needs: room for a WRITE of `max_write`
+    /// plus headers, and at least the kernel's minimum.
+    pub fn buffer_size(&self) -> usize {
+        (self.max_write as usize + PAGE as usize).max(fuse_proto::consts::MIN_READ_BUFFER)
+    }
+}
+
+/// What the session does with a kernel's INIT.
+pub(crate) enum InitOutcome {
+    /// The kernel speaks a newer major: answer with our major only and wait
+    /// for another INIT.
+    NewerMajor(InitOut),
+    /// Unsupported (major older than 7, or minor older than 7.12).
+    Reject(String),
+}
+
+/// First step: versions only.
+pub(crate) fn check_version(init: &InitIn) -> Option<InitOutcome> {
+    if init.major > KERNEL_VERSION {
+        let out = InitOut {
+            major: KERNEL_VERSION,
+            minor: KERNEL_MINOR_VERSION,
+            ..Default::default()
+        };
+        return Some(InitOutcome::NewerMajor(out));
+    }
+    if init.major < KERNEL_VERSION || init.minor < MIN_MINOR_VERSION {
+        return Some(InitOutcome::Reject(format!(
+            "kernel protocol {}.{} is older than the oldest supported, 7.{MIN_MINOR_VERSION}",
+            init.major, init.minor
+        )));
+    }
+    None
+}
+
+/// Second step: intersects what the filesystem asked for in `cfg`.
+pub(crate) fn negotiate(cfg: &InitConfig, uring: bool, atomic_open: bool) -> (Negotiated, InitOut) {
+    let minor = cfg.kernel_minor.min(KERNEL_MINOR_VERSION);
+    let supported = if uring {
+        SUPPORTED | InitFlags::OVER_IO_URING
+    } else {
+        SUPPORTED
+    };
+    let mut refused = Vec::new();
+    let mut granted = InitFlags::empty();
+    for f in cfg.wanted.iter() {
+        let why = if !cfg.offered.contains(f) {
+            Some(Refusal::NotOffered)
+        } else if !supported.contains(f) {
+            Some(Refusal::Unsupported)
+        } else {
+            None
+        };
+        match why {
+            Some(r) if !INFORMATIONAL.contains(f) => refused.push((f, r)),
+            Some(_) => {}
+            None => granted |= f,
+        }
+    }
+    if granted.contains(InitFlags::PASSTHROUGH) {
+        let why = if !(1..=2).contains(&cfg.max_stack_depth) {
+            Some(Refusal::NeedsStackDepth)
+        } else if granted.contains(InitFlags::WRITEBACK_CACHE) {
+            Some(Refusal::WritebackConflict)
+        } else if atomic_open {
+            Some(Refusal::AtomicOpenConflict)
+        } else {
+            None
+        };
+        if let Some(r) = why {
+            granted -= InitFlags::PASSTHROUGH;
+            refused.push((InitFlags::PASSTHROUGH, r));
+        }
+    }
+    if granted.contains(InitFlags::ALLOW_IDMAP) && !cfg.default_permissions {
+        granted -= InitFlags::ALLOW_IDMAP;
+        refused.push((InitFlags::ALLOW_IDMAP, Refusal::NeedsDefaultPermissions));
+    }
+    let high = InitFlags::from_bits_retain(granted.bits() & !0xffff_ffff);
+    if !high.is_empty() && !granted.contains(InitFlags::INIT_EXT) {
+        for f in high.iter() {
+            refused.push((f, Refusal::NeedsInitExt));
+        }
+        granted -= high;
+    }
+    if granted.bits() >> 32 == 0 && !cfg.offered.contains(InitFlags::INIT_EXT) {
+        granted -= InitFlags::INIT_EXT;
+    }
+    for (f, r) in &refused {
+        log::warn!("INIT: not granting {f:?}: {r}");
+    }
+
+    let max_pages_on = granted.contains(InitFlags::MAX_PAGES);
+    let limit = if max_pages_on {
+        DEFAULT_MAX_WRITE
+    } else {
+        32 * PAGE
+    };
+    let max_write = cfg.max_write.clamp(PAGE, limit);
+    let max_pages = if max_pages_on {
+        max_write.div_ceil(PAGE) as u16
+    } else {
+        0
+    };
+    let max_readahead = cfg.max_readahead.min(cfg.kernel_max_readahead);
+    let max_stack_depth = if granted.contains(InitFlags::PASSTHROUGH) {
+        cfg.max_stack_depth
+    } else {
+        0
+    };
+    let request_timeout = if granted.contains(InitFlags::REQUEST_TIMEOUT) {
+        cfg.request_timeout
+    } else {
+        0
+    };
+    let time_gran = if (1..=1_000_000_000).contains(&cfg.time_gran) {
+        cfg.time_gran
+    } else {
+        1
+    };
+    let (flags, flags2) = granted.halves();
+    let out = InitOut {
+        major: KERNEL_VERSION,
+        minor: KERNEL_MINOR_VERSION,
+        max_readahead,
+        flags,
+        max_background: cfg.max_background,
+        congestion_threshold: cfg.congestion_threshold,
+        max_write,
+        time_gran,
+        max_pages,
+        map_alignment: 0,
+        flags2,
+        max_stack_depth,
+        request_timeout,
+        unused: [0; 11],
+    };
+    let n = Negotiated {
+        minor,
+        kernel_minor: cfg.kernel_minor,
+        offered: cfg.offered,
+        flags: granted,
+        refused,
+        max_write,
+        max_pages,
+        max_readahead,
+        max_background: cfg.max_background,
+        congestion_threshold: cfg.congestion_threshold,
+        time_gran,
+        max_stack_depth,
+        request_timeout,
+    };
+    (n, out)
+}

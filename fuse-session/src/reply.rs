@@ -1,0 +1,632 @@
+//! Typed reply handles: each request is answered exactly once.
+//!
+//! A handle is `Send`, so a handler may answer later from any thread. It
+//! remembers the channel the request came on and its slot in the in-flight
+//! registry; answering encodes the reply (fuse-proto, no payload copy),
+//! writes it with one `writev`, updates the worker's statistics and frees the
+//! slot. A handle dropped without an answer sends `EIO` and logs it.
+
+use crate::backing::BackingFile;
+use crate::types::{Entry, FileHandle, Lock};
+use crate::worker::{Slot, WorkerCore};
+use fuse_proto::abi::{
+    AttrOut, BmapOut, CopyFileRangeOut, EntryOut, GetxattrOut, IoctlOut, Kstatfs, LkOut, LseekOut, OpenOut,
+    PollOut, StatfsOut, Statx, StatxOut, WriteOut,
+};
+use fuse_proto::ext::atomic_open::FOPEN_FILE_CREATED;
+use fuse_proto::flags::{FopenFlags, IoctlFlags};
+use fuse_proto::reply::{DirentError, DirentWriter};
+use fuse_proto::{Errno, Opcode, Reply};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every handle holds.
+pub(crate) struct ReplyCore {
+    unique: u64,
+    opcode: Opcode,
+    worker: Arc<WorkerCore>,
+    slot: Slot,
+    atomic_open: bool,
+    done: bool,
+}
+
+impl ReplyCore {
+    pub(crate) fn new(unique: u64, opcode: Opcode, worker: Arc<WorkerCore>, slot: Slot) -> Self {
+        Self {
+            unique,
+            opcode,
+            worker,
+            slot,
+            atomic_open: false,
+            done: false,
+        }
+    }
+
+    /// Marks the request as the out-of-tree atomic open (its reply may carry
+    /// `FOPEN_FILE_CREATED`).
+    pub(crate) fn set_atomic_open(&mut self) {
+        self.atomic_open = true;
+    }
+
+    fn minor(&self) -> u32 {
+        self.worker.minor()
+    }
+
+    pub(crate) fn worker(&self) -> Arc<WorkerCore> {
+        self.worker.clone()
+    }
+
+    fn send(mut self, msg: &Reply<'_>) {
+        self.finish(msg);
+    }
+
+    fn finish(&mut self, msg: &Reply<'_>) {
+        self.done = true;
+        let is_error = msg.header().error != 0;
+        self.worker.send_reply(self.opcode, self.unique, msg);
+        self.worker.complete(self.opcode, &self.slot, is_error);
+    }
+
+    fn error(mut self, errno: Errno) {
+        self.finish(&Reply::error(self.unique, errno));
+    }
+
+    fn is_interrupted(&self) -> bool {
+        self.worker.is_interrupted(&self.slot)
+    }
+}
+
+impl Drop for ReplyCore {
+    fn drop(&mut self) {
+        if !self.done {
+            log::error!(
+                "{} request {} was dropped without a reply; answering EIO",
+                self.opcode,
+                self.unique
+            );
+            let msg = Reply::error(self.unique, Errno::EIO);
+            self.finish(&msg);
+        }
+    }
+}
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[must_use = "a request must be answered; dropping the handle answers EIO"]
+        pub struct $name {
+            core: ReplyCore,
+        }
+
+        impl $name {
+            pub(crate) fn new(core: ReplyCore) -> Self {
+                Self { core }
+            }
+
+            /// Answers with an error (`errno` in 1..=511; the kernel rejects others).
+            pub fn error(self, errno: Errno) {
+                self.core.error(errno);
+            }
+
+            /// Answers with an error from an `io::Error` (EIO if it has no errno).
+            pub fn io_error(self, err: &std::io::Error) {
+                self.core.error(Errno::new_or_eio(err.raw_os_error().unwrap_or(libc::EIO)));
+            }
+
+            /// The request's unique id.
+            pub fn unique(&self) -> u64 {
+                self.core.unique
+            }
+
+            /// Whether the kernel asked to interrupt this request.
+            pub fn is_interrupted(&self) -> bool {
+                self.core.is_interrupted()
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("opcode", &self.core.opcode)
+                    .field("unique", &self.core.unique)
+                    .finish()
+            }
+        }
+    };
+}
+
+handle!(
+    /// Reply with nothing but success (UNLINK, RMDIR, RENAME, RELEASE, FSYNC,
+    /// FLUSH, SETXATTR, REMOVEXATTR, ACCESS, SETLK, FALLOCATE, SYNCFS…).
+    ReplyEmpty
+);
+handle!(
+    /// Reply with an entry (LOOKUP, MKNOD, MKDIR, SYMLINK, LINK).
+    ReplyEntry
+);
+handle!(
+    /// Reply with attributes (GETATTR, SETATTR).
+    ReplyAttr
+);
+handle!(
+    /// Reply with bytes (READ, READLINK).
+    ReplyData
+);
+handle!(
+    /// Reply to OPEN and OPENDIR.
+    ReplyOpen
+);
+handle!(
+    /// Reply to CREATE, TMPFILE and atomic open: an entry and an open file.
+    ReplyCreate
+);
+handle!(
+    /// Reply to WRITE.
+    ReplyWrite
+);
+handle!(
+    /// Reply to STATFS.
+    ReplyStatfs
+);
+handle!(
+    /// Reply to GETXATTR and LISTXATTR.
+    ReplyXattr
+);
+handle!(
+    /// Reply to GETLK.
+    ReplyLock
+);
+handle!(
+    /// Reply to BMAP.
+    ReplyBmap
+);
+handle!(
+    /// Reply to IOCTL.
+    ReplyIoctl
+);
+handle!(
+    /// Reply to POLL.
+    ReplyPoll
+);
+handle!(
+    /// Reply to LSEEK.
+    ReplyLseek
+);
+handle!(
+    /// Reply to COPY_FILE_RANGE and COPY_FILE_RANGE_64.
+    ReplyCopy
+);
+handle!(
+    /// Reply to STATX.
+    ReplyStatx
+);
+
+impl ReplyEmpty {
+    /// Success.
+    pub fn ok(self) {
+        let u = self.core.unique;
+        self.core.send(&Reply::empty(u));
+    }
+}
+
+impl ReplyEntry {
+    /// The entry (one more lookup reference on `entry.ino`).
+    pub fn entry(self, entry: &Entry) {
+        let r = Reply::entry(self.core.unique, &entry.to_out(), self.core.minor());
+        self.core.send(&r);
+    }
+
+    /// "No such entry", cacheable for `ttl` (a zero node id with a validity).
+    pub fn negative(self, ttl: Duration) {
+        let out = EntryOut {
+            entry_valid: ttl.as_secs(),
+            entry_valid_nsec: ttl.subsec_nanos(),
+            ..Default::default()
+        };
+        let r = Reply::entry(self.core.unique, &out, self.core.minor());
+        self.core.send(&r);
+    }
+}
+
+impl ReplyAttr {
+    /// The attributes, cacheable for `ttl`.
+    pub fn attr(self, ttl: Duration, attr: &fuse_proto::abi::Attr) {
+        let out = AttrOut {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            dummy: 0,
+            attr: *attr,
+        };
+        let r = Reply::attr(self.core.unique, &out, self.core.minor());
+        self.core.send(&r);
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ReplyData {
+    /// The bytes (sent with the header in one `writev`, not copied here).
+    pub fn data(self, data: &[u8]) {
+        match Reply::data(self.core.unique, data) {
+            Ok(r) => self.core.send(&r),
+            Err(e) => {
+                log::error!("{} reply: {e}", self.core.opcode);
+                self.core.error(Errno::EIO)
+            }
+        }
+    }
+
+    /// Fills a per-thread scratch buffer of `len` bytes with `fill` (which
+    /// returns how many bytes it produced) and sends them. The buffer is
+    /// reused across requests on the same thread, so this allocates only when
+    /// a thread first needs a larger one.
+    pub fn with_buffer(self, len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>) {
+        SCRATCH.with(|s| {
+            let Ok(mut buf) = s.try_borrow_mut() else {
+                // Re-entered from inside `fill`: fall back to a fresh buffer.
+                let mut v = vec![0u8; len];
+                return match fill(&mut v) {
+                    Ok(n) => self.data(&v[..n.min(len)]),
+                    Err(e) => self.io_error(&e),
+                };
+            };
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            match fill(&mut buf[..len]) {
+                Ok(n) => self.data(&buf[..n.min(len)]),
+                Err(e) => self.io_error(&e),
+            }
+        })
+    }
+}
+
+/// How an open reply hands the file to the kernel.
+fn open_out(fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) -> Result<OpenOut, Errno> {
+    let mut flags = flags;
+    let mut backing_id = 0;
+    if let Some(b) = backing {
+        flags |= FopenFlags::PASSTHROUGH;
+        if !FopenFlags::PASSTHROUGH_MASK.contains(flags) {
+            log::error!(
+                "open reply: {:?} cannot be combined with PASSTHROUGH (only DIRECT_IO, \
+                 PARALLEL_DIRECT_WRITES and NOFLUSH can); answering EINVAL",
+                flags.difference(FopenFlags::PASSTHROUGH_MASK)
+            );
+            return Err(Errno::EINVAL);
+        }
+        backing_id = b.id();
+    } else if flags.contains(FopenFlags::PASSTHROUGH) {
+        log::error!("open reply: PASSTHROUGH without a backing file; answering EINVAL");
+        return Err(Errno::EINVAL);
+    }
+    Ok(OpenOut {
+        fh: fh.0,
+        open_flags: flags.bits(),
+        backing_id,
+    })
+}
+
+impl ReplyOpen {
+    /// Opened with handle `fh` and `flags` (e.g. `DIRECT_IO | PARALLEL_DIRECT_WRITES`).
+    pub fn opened(self, fh: FileHandle, flags: FopenFlags) {
+        self.finish(fh, flags, None)
+    }
+
+    /// Opened in kernel passthrough mode: reads and writes go straight to
+    /// `backing` (only `DIRECT_IO`, `PARALLEL_DIRECT_WRITES`, `NOFLUSH` may join).
+    pub fn passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingFile) {
+        self.finish(fh, flags, Some(backing))
+    }
+
+    fn finish(self, fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) {
+        match open_out(fh, flags, backing) {
+            Ok(out) => {
+                let u = self.core.unique;
+                self.core.send(&Reply::open(u, &out))
+            }
+            Err(e) => self.core.error(e),
+        }
+    }
+}
+
+impl ReplyCreate {
+    /// The file was created by this call and opened.
+    pub fn created(self, entry: &Entry, fh: FileHandle, flags: FopenFlags) {
+        self.finish(entry, fh, flags, None, true)
+    }
+
+    /// The file already existed and was opened (atomic open without
+    /// `O_EXCL`); for FUSE_CREATE it is the same as [`ReplyCreate::created`].
+    pub fn opened(self, entry: &Entry, fh: FileHandle, flags: FopenFlags) {
+        self.finish(entry, fh, flags, None, false)
+    }
+
+    /// Like [`ReplyCreate::created`] / [`ReplyCreate::opened`] in passthrough mode.
+    pub fn passthrough(
+        self,
+        entry: &Entry,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing: &BackingFile,
+        created: bool,
+    ) {
+        self.finish(entry, fh, flags, Some(backing), created)
+    }
+
+    fn finish(
+        self,
+        entry: &Entry,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing: Option<&BackingFile>,
+        created: bool,
+    ) {
+        match open_out(fh, flags, backing) {
+            Ok(mut out) => {
+                if created && self.core.atomic_open {
+                    out.open_flags |= FOPEN_FILE_CREATED;
+                }
+                let r = Reply::create(self.core.unique, &entry.to_out(), &out, self.core.minor());
+                self.core.send(&r)
+            }
+            Err(e) => self.core.error(e),
+        }
+    }
+}
+
+impl ReplyWrite {
+    /// `size` bytes were written.
+    pub fn written(self, size: u32) {
+        let u = self.core.unique;
+        self.core
+            .send(&Reply::with_struct(u, &WriteOut { size, padding: 0 }));
+    }
+}
+
+impl ReplyStatfs {
+    /// The statistics.
+    pub fn statfs(self, st: &Kstatfs) {
+        let r = Reply::statfs(self.core.unique, &StatfsOut { st: *st }, self.core.minor());
+        self.core.send(&r);
+    }
+}
+
+impl ReplyXattr {
+    /// The size the value (or name list) needs, for a request with size 0.
+    pub fn size(self, size: u32) {
+        let u = self.core.unique;
+        self.core
+            .send(&Reply::with_struct(u, &GetxattrOut { size, padding: 0 }));
+    }
+
+    /// The value (or NUL-separated name list).
+    pub fn data(self, data: &[u8]) {
+        match Reply::data(self.core.unique, data) {
+            Ok(r) => self.core.send(&r),
+            Err(_) => self.core.error(Errno::ERANGE),
+        }
+    }
+}
+
+impl ReplyLock {
+    /// The conflicting lock, or one of type `F_UNLCK` if none.
+    pub fn lock(self, lock: Lock) {
+        let u = self.core.unique;
+        self.core.send(&Reply::with_struct(u, &LkOut { lk: lock.into() }));
+    }
+}
+
+impl ReplyBmap {
+    /// The device block.
+    pub fn block(self, block: u64) {
+        let u = self.core.unique;
+        self.core.send(&Reply::with_struct(u, &BmapOut { block }));
+    }
+}
+
+impl ReplyIoctl {
+    /// The ioctl's result and output data.
+    pub fn ioctl(self, result: i32, data: &[u8]) {
+        let out = IoctlOut {
+            result,
+            flags: 0,
+            in_iovs: 0,
+            out_iovs: 0,
+        };
+        match Reply::ioctl(self.core.unique, &out, data) {
+            Ok(r) => self.core.send(&r),
+            Err(_) => self.core.error(Errno::EIO),
+        }
+    }
+
+    /// Ask the kernel to retry an unrestricted ioctl with these iovecs
+    /// (`fuse_ioctl_iovec` arrays: input then output).
+    pub fn retry(self, in_iovs: &[fuse_proto::abi::IoctlIovec], out_iovs: &[fuse_proto::abi::IoctlIovec]) {
+        use zerocopy::IntoBytes;
+        let out = IoctlOut {
+            result: 0,
+            flags: IoctlFlags::RETRY.bits(),
+            in_iovs: in_iovs.len() as u32,
+            out_iovs: out_iovs.len() as u32,
+        };
+        let mut iovs = Vec::with_capacity(in_iovs.len() + out_iovs.len());
+        iovs.extend_from_slice(in_iovs);
+        iovs.extend_from_slice(out_iovs);
+        match Reply::ioctl(self.core.unique, &out, iovs.as_bytes()) {
+            Ok(r) => self.core.send(&r),
+            Err(_) => self.core.error(Errno::EIO),
+        }
+    }
+}
+
+impl ReplyPoll {
+    /// The ready events.
+    pub fn revents(self, revents: u32) {
+        let u = self.core.unique;
+        self.core
+            .send(&Reply::with_struct(u, &PollOut { revents, padding: 0 }));
+    }
+}
+
+impl ReplyLseek {
+    /// The resulting offset.
+    pub fn offset(self, offset: u64) {
+        let u = self.core.unique;
+        self.core.send(&Reply::with_struct(u, &LseekOut { offset }));
+    }
+}
+
+impl ReplyCopy {
+    /// `copied` bytes were copied. COPY_FILE_RANGE can only report 32 bits,
+    /// so larger counts are reported as `u32::MAX` rounded down to a page
+    /// (the caller sees a short copy and continues).
+    pub fn copied(self, copied: u64) {
+        let u = self.core.unique;
+        if self.core.opcode == Opcode::CopyFileRange64 {
+            self.core
+                .send(&Reply::with_struct(u, &CopyFileRangeOut { bytes_copied: copied }));
+        } else {
+            let size = u32::try_from(copied).unwrap_or(!4095);
+            self.core
+                .send(&Reply::with_struct(u, &WriteOut { size, padding: 0 }));
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// The statx attributes, cacheable for `ttl`.
+    pub fn statx(self, ttl: Duration, stat: &Statx) {
+        let out = StatxOut {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: *stat,
+        };
+        let u = self.core.unique;
+        self.core.send(&Reply::with_struct(u, &out));
+    }
+}
+
+/// Reply to READDIR: add entries until [`ReplyDirectory::add`] says the
+/// buffer is full, then call [`ReplyDirectory::ok`].
+#[must_use = "a request must be answered; dropping the handle answers EIO"]
+pub struct ReplyDirectory {
+    core: ReplyCore,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl ReplyDirectory {
+    pub(crate) fn new(core: ReplyCore, size: u32) -> Self {
+        Self {
+            core,
+            buf: vec![0; size as usize],
+            len: 0,
+        }
+    }
+
+    /// Adds an entry; `offset` is the cookie of the *next* entry, `typ` the
+    /// `S_IFMT` bits `>> 12` (see [`crate::types::dirent_type`]). Returns
+    /// `true` when the entry did not fit (stop and call [`ReplyDirectory::ok`]).
+    /// Invalid names are logged and skipped.
+    pub fn add(&mut self, ino: u64, offset: u64, typ: u32, name: &[u8]) -> bool {
+        let mut w = DirentWriter::new(&mut self.buf[self.len..]);
+        match w.add(ino, offset, typ, name) {
+            Ok(()) => {
+                self.len += w.len();
+                false
+            }
+            Err(DirentError::Full) => true,
+            Err(DirentError::InvalidName) => {
+                log::warn!(
+                    "readdir: skipping invalid name {:?}",
+                    String::from_utf8_lossy(name)
+                );
+                false
+            }
+        }
+    }
+
+    /// Sends the entries added so far (none means end of directory).
+    pub fn ok(self) {
+        let Self { core, buf, len } = self;
+        match Reply::data(core.unique, &buf[..len]) {
+            Ok(r) => core.send(&r),
+            Err(_) => core.error(Errno::EIO),
+        }
+    }
+
+    /// Answers with an error.
+    pub fn error(self, errno: Errno) {
+        self.core.error(errno);
+    }
+
+    /// Whether the kernel asked to interrupt this request.
+    pub fn is_interrupted(&self) -> bool {
+        self.core.is_interrupted()
+    }
+}
+
+/// Reply to READDIRPLUS: like [`ReplyDirectory`], with an entry per name.
+#[must_use = "a request must be answered; dropping the handle answers EIO"]
+pub struct ReplyDirectoryPlus {
+    core: ReplyCore,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl ReplyDirectoryPlus {
+    pub(crate) fn new(core: ReplyCore, size: u32) -> Self {
+        Self {
+            core,
+            buf: vec![0; size as usize],
+            len: 0,
+        }
+    }
+
+    /// Adds an entry with its attributes (a lookup reference unless
+    /// `entry.ino` is 0 or the name is "." or ".."). Returns `true` when it
+    /// did not fit; then it was not added and no reference was taken.
+    pub fn add(&mut self, entry: &Entry, offset: u64, name: &[u8]) -> bool {
+        let mut w = DirentWriter::new(&mut self.buf[self.len..]);
+        let typ = crate::types::dirent_type(entry.attr.mode);
+        match w.add_plus(&entry.to_out(), offset, typ, name) {
+            Ok(()) => {
+                self.len += w.len();
+                false
+            }
+            Err(DirentError::Full) => true,
+            Err(DirentError::InvalidName) => {
+                log::warn!(
+                    "readdirplus: skipping invalid name {:?}",
+                    String::from_utf8_lossy(name)
+                );
+                false
+            }
+        }
+    }
+
+    /// Sends the entries added so far.
+    pub fn ok(self) {
+        let Self { core, buf, len } = self;
+        match Reply::data(core.unique, &buf[..len]) {
+            Ok(r) => core.send(&r),
+            Err(_) => core.error(Errno::EIO),
+        }
+    }
+
+    /// Answers with an error.
+    pub fn error(self, errno: Errno) {
+        self.core.error(errno);
+    }
+
+    /// Whether the kernel asked to interrupt this request.
+    pub fn is_interrupted(&self) -> bool {
+        self.core.is_interrupted()
+    }
+}

@@ -1,0 +1,552 @@
+//! The session: INIT negotiation, then N workers serving the filesystem
+//! until it is unmounted or stopped.
+//!
+//! `Session::run` blocks; `Session::spawn` runs in the background and returns
+//! a [`RunningSession`]. Both expose a [`SessionHandle`] for statistics, the
+//! negotiated capabilities, the notifier and stopping. Workers start at one
+//! per CPU (configurable), each on its own cloned `/dev/fuse` fd where the
+//! kernel allows, and grow up to a maximum while every worker is stuck in a
+//! slow handler.
+
+use crate::filesystem::Filesystem;
+use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
+use crate::interrupt::{InflightTable, PendingInterrupts};
+use crate::notify::Notifier;
+use crate::stats::{Stats, WorkerStats};
+use crate::transport::Channel;
+use crate::worker::{Activity, Shared, WorkerCore, WorkerEnd};
+use fuse_proto::abi::InitIn;
+use fuse_proto::flags::InitFlags;
+use fuse_proto::request::{ParseConfig, peek_unique};
+use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a session runs.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Workers to start (0: one per CPU).
+    pub workers: usize,
+    /// Most workers to grow to when all are stuck in slow handlers (at least `workers`).
+    pub max_workers: usize,
+    /// Give each worker its own `/dev/fuse` fd (`FUSE_DEV_IOC_CLONE`); on
+    /// failure workers share the session fd.
+    pub clone_fd: bool,
+    /// Decode the out-of-tree atomic-open request (see
+    /// `fuse_proto::ext::atomic_open`); refuses PASSTHROUGH.
+    pub atomic_open: bool,
+    /// How long every worker must be stuck before another is started.
+    pub grow_after: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            workers: 0,
+            max_workers: 0,
+            clone_fd: true,
+            atomic_open: false,
+            grow_after: Duration::from_millis(20),
+        }
+    }
+}
+
+impl SessionConfig {
+    fn resolved(&self) -> (usize, usize) {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let workers = if self.workers == 0 { cpus } else { self.workers };
+        let max = if self.max_workers == 0 {
+            (workers * 4).max(16)
+        } else {
+            self.max_workers.max(workers)
+        };
+        (workers, max)
+    }
+}
+
+/// Why a session failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The connection ended before INIT.
+    #[error("the connection ended before INIT completed")]
+    EndedBeforeInit,
+    /// The kernel's protocol cannot be served.
+    #[error("unsupported kernel protocol: {0}")]
+    Unsupported(String),
+    /// The filesystem's `init` refused.
+    #[error("the filesystem refused INIT: {0}")]
+    FilesystemRefused(Errno),
+    /// An I/O error on the device.
+    #[error("FUSE device error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A worker thread could not be started.
+    #[error("could not start a worker thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// What a finished session reports.
+#[derive(Clone, Debug)]
+pub struct SessionReport {
+    /// What INIT negotiated.
+    pub negotiated: Negotiated,
+    /// Final statistics.
+    pub stats: Stats,
+    /// Workers that ran (including those started on demand).
+    pub workers_started: usize,
+    /// Channels that were cloned fds (the rest shared the session fd).
+    pub cloned_channels: usize,
+}
+
+struct HandleInner {
+    shared: OnceLock<Arc<Shared>>,
+    notifier: Notifier,
+    stop: AtomicBool,
+    threads: Mutex<Vec<libc::pthread_t>>,
+    on_stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+/// A handle to a session, usable from any thread while it runs.
+#[derive(Clone)]
+pub struct SessionHandle(Arc<HandleInner>);
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle").finish_non_exhaustive()
+    }
+}
+
+impl SessionHandle {
+    /// Current statistics (empty before INIT).
+    pub fn stats(&self) -> Stats {
+        self.0
+            .shared
+            .get()
+            .map(|s| Stats::collect(&s.stats))
+            .unwrap_or_default()
+    }
+
+    /// What INIT negotiated, once it has.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.0.shared.get().map(|s| s.negotiated.clone())
+    }
+
+    /// The notifier (its calls fail with `NotReady` before INIT).
+    pub fn notifier(&self) -> Notifier {
+        self.0.notifier.clone()
+    }
+
+    /// Asks the session to end: workers finish the request they are serving
+    /// and exit. A session that owns its mount also unmounts it.
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::Release);
+        if let Some(s) = self.0.shared.get() {
+            s.shutdown.store(true, Ordering::Release);
+        }
+        if let Some(f) = self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            f();
+        }
+        kick(&self.0.threads.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Registers an action run once by [`SessionHandle::stop`] (the mount
+    /// layer uses it to unmount).
+    pub fn set_on_stop(&self, f: impl FnOnce() + Send + 'static) {
+        *self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+}
+
+/// The signal that interrupts a worker blocked in `read(2)` when the session
+/// is stopped. Its handler does nothing; it is installed without
+/// `SA_RESTART` so that the read returns `EINTR`.
+fn wake_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 7
+}
+
+extern "C" fn on_wake(_: libc::c_int) {}
+
+fn install_wake_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sigaction with a zeroed struct, an empty mask and a handler
+        // that does nothing (async-signal-safe); the pointers are to locals.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_wake as *const () as usize;
+            sa.sa_flags = 0;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(wake_signal(), &sa, std::ptr::null_mut()) != 0 {
+                log::warn!(
+                    "cannot install the wake-up signal handler: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    });
+}
+
+fn kick(threads: &[libc::pthread_t]) {
+    for &t in threads {
+        // SAFETY: `t` is a thread of this session that is joined only after
+        // the session's threads list is no longer kicked.
+        unsafe {
+            libc::pthread_kill(t, wake_signal());
+        }
+    }
+}
+
+fn register_thread(h: &HandleInner) {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() };
+    h.threads.lock().unwrap_or_else(|e| e.into_inner()).push(me);
+}
+
+/// A filesystem bound to a FUSE connection, ready to run.
+pub struct Session<F: Filesystem> {
+    fs: Arc<F>,
+    chan: Arc<dyn Channel>,
+    config: SessionConfig,
+    handle: SessionHandle,
+    notify_thread: Option<JoinHandle<()>>,
+    uring: bool,
+}
+
+impl<F: Filesystem> Session<F> {
+    /// Binds `fs` to the connection behind `chan` (a mounted `/dev/fuse` fd,
+    /// or the fake kernel).
+    pub fn new(fs: F, chan: Arc<dyn Channel>, config: SessionConfig) -> std::io::Result<Self> {
+        Self::from_arc(Arc::new(fs), chan, config)
+    }
+
+    /// Like [`Session::new`] for a filesystem the caller keeps a reference to.
+    pub fn from_arc(fs: Arc<F>, chan: Arc<dyn Channel>, config: SessionConfig) -> std::io::Result<Self> {
+        let (notifier, notify_thread) = Notifier::start(chan.clone())?;
+        let handle = SessionHandle(Arc::new(HandleInner {
+            shared: OnceLock::new(),
+            notifier,
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            on_stop: Mutex::new(None),
+        }));
+        Ok(Self {
+            fs,
+            chan,
+            config,
+            handle,
+            notify_thread: Some(notify_thread),
+            uring: false,
+        })
+    }
+
+    /// The handle (statistics, notifier, stop).
+    pub fn handle(&self) -> SessionHandle {
+        self.handle.clone()
+    }
+
+    /// Runs in background threads.
+    pub fn spawn(self) -> Result<RunningSession, SessionError> {
+        let handle = self.handle.clone();
+        let t = std::thread::Builder::new()
+            .name("fuse-session".into())
+            .spawn(move || self.run())
+            .map_err(SessionError::Spawn)?;
+        Ok(RunningSession {
+            handle,
+            thread: Some(t),
+        })
+    }
+
+    /// Serves the filesystem until it is unmounted or the session is stopped.
+    pub fn run(mut self) -> Result<SessionReport, SessionError> {
+        install_wake_handler();
+        register_thread(&self.handle.0);
+        let (workers, max_workers) = self.config.resolved();
+        let mut buf = vec![0u8; crate::init::DEFAULT_MAX_WRITE as usize + 4096];
+        let negotiated = match self.handshake(&mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                self.finish_notifier();
+                return Err(e);
+            }
+        };
+        let negotiated_buf = negotiated.buffer_size();
+        buf.truncate(negotiated_buf);
+        buf.resize(negotiated_buf, 0);
+        let shared = Arc::new(Shared {
+            parse: ParseConfig {
+                minor: negotiated.minor,
+                setxattr_ext: negotiated.flags.contains(InitFlags::SETXATTR_EXT),
+                atomic_open: self.config.atomic_open,
+            },
+            negotiated: negotiated.clone(),
+            tables: (0..max_workers).map(|_| InflightTable::new()).collect(),
+            stats: (0..max_workers).map(|_| WorkerStats::default()).collect(),
+            activity: (0..max_workers).map(|_| Activity::default()).collect(),
+            pending: PendingInterrupts::default(),
+            notifier: self.handle.0.notifier.clone(),
+            shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
+            destroyed: AtomicBool::new(false),
+        });
+        let _ = self.handle.0.shared.set(shared.clone());
+        self.handle.0.notifier.set_negotiated(negotiated.clone());
+
+        let cloned = AtomicUsize::new(0);
+        let mut threads: Vec<JoinHandle<WorkerEnd>> = Vec::new();
+        let mut first_buf = Some(buf);
+        for i in 0..workers {
+            match self.start_worker(&shared, i, first_buf.take(), &cloned) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    shared.shutdown.store(true, Ordering::Release);
+                    self.handle.stop();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    self.finish_notifier();
+                    return Err(SessionError::Spawn(e));
+                }
+            }
+        }
+
+        // Monitor: grow while every worker is stuck; end when all are gone.
+        let mut last_served: Vec<u64> = vec![0; max_workers];
+        let mut stuck_since: Option<std::time::Instant> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(5));
+            if threads.iter().all(|t| t.is_finished()) {
+                break;
+            }
+            if shared.shutdown.load(Ordering::Acquire) || threads.iter().any(|t| t.is_finished()) {
+                // One worker saw the end (ENODEV, DESTROY, stop): the others
+                // get ENODEV too on unmount; kick them in case they sleep.
+                if shared.shutdown.load(Ordering::Acquire) {
+                    kick(&self.handle.0.threads.lock().unwrap_or_else(|e| e.into_inner()));
+                }
+                continue;
+            }
+            let n = threads.len();
+            let all_stuck = (0..n).all(|i| {
+                let a = &shared.activity[i];
+                a.busy.load(Ordering::Relaxed) && a.served.load(Ordering::Relaxed) == last_served[i]
+            });
+            for (i, last) in last_served.iter_mut().enumerate().take(n) {
+                *last = shared.activity[i].served.load(Ordering::Relaxed);
+            }
+            if all_stuck && n < max_workers {
+                let since = *stuck_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= self.config.grow_after {
+                    log::info!(
+                        "all {n} workers are busy in slow handlers; starting worker {}",
+                        n + 1
+                    );
+                    match self.start_worker(&shared, n, None, &cloned) {
+                        Ok(t) => threads.push(t),
+                        Err(e) => log::warn!("could not start another worker: {e}"),
+                    }
+                    stuck_since = None;
+                }
+            } else {
+                stuck_since = None;
+            }
+        }
+        let started = threads.len();
+        for t in threads {
+            match t.join() {
+                Ok(WorkerEnd::Failed(e)) => log::warn!("a worker ended on an error: {e}"),
+                Ok(_) => {}
+                Err(_) => log::error!("a worker thread panicked outside a handler"),
+            }
+        }
+        if !shared.destroyed.swap(true, Ordering::AcqRel) {
+            self.fs.destroy();
+        }
+        self.finish_notifier();
+        Ok(SessionReport {
+            negotiated,
+            stats: Stats::collect(&shared.stats),
+            workers_started: started,
+            cloned_channels: cloned.load(Ordering::Relaxed),
+        })
+    }
+
+    fn finish_notifier(&mut self) {
+        self.handle.0.notifier.close();
+        if let Some(t) = self.notify_thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn start_worker(
+        &self,
+        shared: &Arc<Shared>,
+        index: usize,
+        buf: Option<Vec<u8>>,
+        cloned: &AtomicUsize,
+    ) -> std::io::Result<JoinHandle<WorkerEnd>> {
+        let chan = if index == 0 || !self.config.clone_fd {
+            self.chan.clone()
+        } else {
+            match self.chan.try_clone() {
+                Ok(c) => {
+                    cloned.fetch_add(1, Ordering::Relaxed);
+                    c
+                }
+                Err(e) => {
+                    log::warn!("FUSE_DEV_IOC_CLONE failed ({e}); worker {index} shares the session fd");
+                    self.chan.clone()
+                }
+            }
+        };
+        let core = Arc::new(WorkerCore {
+            index,
+            chan,
+            shared: shared.clone(),
+        });
+        let fs = self.fs.clone();
+        let size = shared.negotiated.buffer_size();
+        let handle = self.handle.0.clone();
+        std::thread::Builder::new()
+            .name(format!("fuse-worker-{index}"))
+            .spawn(move || {
+                register_thread(&handle);
+                let buf = buf.unwrap_or_else(|| vec![0u8; size]);
+                log::debug!("worker {index} serving on {}", core.chan.describe());
+                crate::worker::run(&*fs, core, buf)
+            })
+    }
+
+    /// Reads until INIT, answers it, and returns what was negotiated.
+    fn handshake(&mut self, buf: &mut [u8]) -> Result<Negotiated, SessionError> {
+        loop {
+            if self.handle.0.stop.load(Ordering::Acquire) {
+                return Err(SessionError::EndedBeforeInit);
+            }
+            let n = match self.chan.receive(buf) {
+                Ok(n) => n,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR | libc::EAGAIN) => continue,
+                    Some(libc::ENODEV | libc::ECONNABORTED) => return Err(SessionError::EndedBeforeInit),
+                    _ => return Err(SessionError::Io(e)),
+                },
+            };
+            let msg = &buf[..n];
+            let init = match Request::parse(msg, 0) {
+                Ok(Request {
+                    op: Operation::Init { arg },
+                    header,
+                    ..
+                }) => (header.unique, arg),
+                Ok(req) => {
+                    let op = req.op.opcode();
+                    log::error!("{op} request before INIT; answering EIO");
+                    if op.expects_reply() {
+                        let u = req.header.unique;
+                        self.send(op, &Reply::error(u, Errno::EIO));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    log::error!("malformed request before INIT: {e}");
+                    if let Some(u) = peek_unique(msg) {
+                        self.send(Opcode::Init, &Reply::error(u, Errno::EIO));
+                    }
+                    continue;
+                }
+            };
+            let (unique, arg) = init;
+            match self.init(unique, &arg)? {
+                Some(n) => return Ok(n),
+                None => continue,
+            }
+        }
+    }
+
+    fn send(&self, op: Opcode, msg: &Reply<'_>) {
+        if let Err(e) = self.chan.send(msg) {
+            log::error!("{op} reply: {e}");
+        }
+    }
+
+    fn init(&mut self, unique: u64, arg: &InitIn) -> Result<Option<Negotiated>, SessionError> {
+        match check_version(arg) {
+            Some(InitOutcome::NewerMajor(out)) => {
+                log::info!(
+                    "kernel speaks protocol {}.{}; offering 7.{}",
+                    arg.major,
+                    arg.minor,
+                    out.minor
+                );
+                self.send(
+                    Opcode::Init,
+                    &Reply::init(unique, &out, fuse_proto::consts::KERNEL_MINOR_VERSION),
+                );
+                return Ok(None);
+            }
+            Some(InitOutcome::Reject(why)) => {
+                log::error!("{why}");
+                self.send(
+                    Opcode::Init,
+                    &Reply::error(unique, Errno::new_or_eio(libc::EPROTO)),
+                );
+                return Err(SessionError::Unsupported(why));
+            }
+            None => {}
+        }
+        let mut cfg = InitConfig::new(arg);
+        if let Err(e) = self.fs.init(&mut cfg) {
+            self.send(Opcode::Init, &Reply::error(unique, e));
+            return Err(SessionError::FilesystemRefused(e));
+        }
+        let (n, out) = negotiate(&cfg, self.uring, self.config.atomic_open);
+        log::info!(
+            "INIT: protocol 7.{} (kernel 7.{}), max_write {}, granted {:?}",
+            n.minor,
+            n.kernel_minor,
+            n.max_write,
+            n.flags
+        );
+        self.send(Opcode::Init, &Reply::init(unique, &out, arg.minor));
+        Ok(Some(n))
+    }
+}
+
+/// A session running in the background.
+pub struct RunningSession {
+    handle: SessionHandle,
+    thread: Option<JoinHandle<Result<SessionReport, SessionError>>>,
+}
+
+impl RunningSession {
+    /// The session's handle.
+    pub fn handle(&self) -> &SessionHandle {
+        &self.handle
+    }
+
+    /// Waits for the session to end (unmount, DESTROY or stop).
+    pub fn join(mut self) -> Result<SessionReport, SessionError> {
+        self.join_inner()
+    }
+
+    fn join_inner(&mut self) -> Result<SessionReport, SessionError> {
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or(Err(SessionError::EndedBeforeInit)),
+            None => Err(SessionError::EndedBeforeInit),
+        }
+    }
+
+    /// Stops the session and waits for it.
+    pub fn stop(mut self) -> Result<SessionReport, SessionError> {
+        self.handle.stop();
+        self.join_inner()
+    }
+}
+
+impl Drop for RunningSession {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.handle.stop();
+            let _ = self.join_inner();
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Per-opcode statistics: count, errors and the high-water mark of requests
+//! in flight, kept per worker so that no cache line is shared on the hot path.
+//! [`Stats`] sums the workers' counters while the session runs.
+
+use fuse_proto::Opcode;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub(crate) struct OpCounters {
+    count: AtomicU64,
+    errors: AtomicU64,
+    inflight: AtomicU32,
+    max_inflight: AtomicU32,
+}
+
+/// One worker's counters, aligned so two workers never share a cache line.
+#[repr(align(128))]
+pub(crate) struct WorkerStats {
+    ops: [OpCounters; Opcode::COUNT],
+}
+
+impl Default for WorkerStats {
+    fn default() -> Self {
+        Self {
+            ops: std::array::from_fn(|_| OpCounters::default()),
+        }
+    }
+}
+
+/// Starts a request on worker `me`: counts it and updates the in-flight
+/// high-water mark (the sum over workers, read without writing to theirs).
+pub(crate) fn start(all: &[WorkerStats], me: usize, op: Opcode) {
+    let i = op.index();
+    let mine = &all[me].ops[i];
+    mine.count.fetch_add(1, Relaxed);
+    mine.inflight.fetch_add(1, Relaxed);
+    let total: u32 = all.iter().map(|w| w.ops[i].inflight.load(Relaxed)).sum();
+    mine.max_inflight.fetch_max(total, Relaxed);
+}
+
+/// Ends a request started on worker `me`.
+pub(crate) fn finish(all: &[WorkerStats], me: usize, op: Opcode, is_error: bool) {
+    let c = &all[me].ops[op.index()];
+    c.inflight.fetch_sub(1, Relaxed);
+    if is_error {
+        c.errors.fetch_add(1, Relaxed);
+    }
+}
+
+/// Counts a request that gets no reply (FORGET, BATCH_FORGET, NOTIFY_REPLY, INTERRUPT).
+pub(crate) fn count_only(all: &[WorkerStats], me: usize, op: Opcode) {
+    all[me].ops[op.index()].count.fetch_add(1, Relaxed);
+}
+
+/// Counts a request that could not be parsed.
+pub(crate) fn count_error(all: &[WorkerStats], me: usize, op: Opcode) {
+    let c = &all[me].ops[op.index()];
+    c.count.fetch_add(1, Relaxed);
+    c.errors.fetch_add(1, Relaxed);
+}
+
+/// Statistics of one opcode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Requests received.
+    pub count: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Most requests of this opcode in flight at once.
+    pub max_inflight: u32,
+}
+
+/// A snapshot of the session's statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Per opcode, keyed by the kernel's name without `FUSE_` (e.g. `"WRITE"`);
+    /// opcodes never seen are absent.
+    pub ops: BTreeMap<&'static str, OpStats>,
+}
+
+impl Stats {
+    pub(crate) fn collect(all: &[WorkerStats]) -> Self {
+        let mut ops = BTreeMap::new();
+        for op in Opcode::ALL {
+            let i = op.index();
+            let mut s = OpStats::default();
+            for w in all {
+                let c = &w.ops[i];
+                s.count += c.count.load(Relaxed);
+                s.errors += c.errors.load(Relaxed);
+                s.max_inflight = s.max_inflight.max(c.max_inflight.load(Relaxed));
+            }
+            if s.count > 0 {
+                ops.insert(op.name(), s);
+            }
+        }
+        Stats { ops }
+    }
+
+    /// The statistics of `op` (zero if never seen).
+    pub fn get(&self, op: Opcode) -> OpStats {
+        self.ops.get(op.name()).copied().unwrap_or_default()
+    }
+
+    /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...}}`.
+    pub fn to_json(&self) -> String {
+        let mut s = String::from("{\"ops\": {");
+        for (i, (name, o)) in self.ops.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            s.push_str(&format!(
+                "\"{name}\": {{\"count\": {}, \"errors\": {}, \"max_inflight\": {}}}",
+                o.count, o.errors, o.max_inflight
+            ));
+        }
+        s.push_str("}}");
+        s
+    }
+}

@@ -1,0 +1,136 @@
+//! The loop one worker runs: receive → parse → dispatch → (reply), and the
+//! per-worker state that reply handles point back to.
+//!
+//! Each worker owns its receive buffer (sized once from the negotiated
+//! `max_write`), its channel (a cloned `/dev/fuse` fd where possible), its
+//! in-flight table and its statistics; none of these is shared with other
+//! workers on the hot path.
+
+use crate::filesystem::Filesystem;
+use crate::init::Negotiated;
+use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts};
+use crate::notify::Notifier;
+use crate::stats::WorkerStats;
+use crate::transport::Channel;
+use fuse_proto::request::ParseConfig;
+use fuse_proto::{Opcode, Reply};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub(crate) use crate::interrupt::Slot;
+
+/// Per-worker liveness, read by the session's monitor to decide on growth.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct Activity {
+    pub(crate) busy: AtomicBool,
+    pub(crate) served: AtomicU64,
+}
+
+/// State shared by all workers of a session, fixed after INIT.
+pub(crate) struct Shared {
+    pub(crate) negotiated: Negotiated,
+    pub(crate) parse: ParseConfig,
+    pub(crate) tables: Box<[InflightTable]>,
+    pub(crate) stats: Box<[WorkerStats]>,
+    pub(crate) activity: Box<[Activity]>,
+    pub(crate) pending: PendingInterrupts,
+    pub(crate) notifier: Notifier,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) destroyed: AtomicBool,
+}
+
+/// One worker: its index in the per-worker tables and its channel.
+pub struct WorkerCore {
+    pub(crate) index: usize,
+    pub(crate) chan: Arc<dyn Channel>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl WorkerCore {
+    pub(crate) fn minor(&self) -> u32 {
+        self.shared.negotiated.minor
+    }
+
+    pub(crate) fn negotiated(&self) -> &Negotiated {
+        &self.shared.negotiated
+    }
+
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.shared.notifier
+    }
+
+    pub(crate) fn channel(&self) -> &Arc<dyn Channel> {
+        &self.chan
+    }
+
+    pub(crate) fn table(&self) -> &InflightTable {
+        &self.shared.tables[self.index]
+    }
+
+    /// Writes a reply; a request the kernel no longer waits for (ENOENT) is
+    /// not an error.
+    pub(crate) fn send_reply(&self, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
+        if let Err(e) = self.chan.send(msg) {
+            match e.raw_os_error() {
+                Some(libc::ENOENT) => {
+                    log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it")
+                }
+                _ => log::error!("{opcode} reply to {unique} on {}: {e}", self.chan.describe()),
+            }
+        }
+    }
+
+    pub(crate) fn complete(&self, opcode: Opcode, slot: &Slot, is_error: bool) {
+        crate::stats::finish(&self.shared.stats, self.index, opcode, is_error);
+        self.table().release(slot);
+    }
+
+    pub(crate) fn is_interrupted(&self, slot: &Slot) -> bool {
+        self.table().is_interrupted(slot)
+    }
+
+    pub(crate) fn on_interrupt(&self, slot: &Slot, cb: InterruptCallback) {
+        self.table().on_interrupt(slot, cb)
+    }
+}
+
+/// What ended a worker.
+#[derive(Debug)]
+pub(crate) enum WorkerEnd {
+    /// ENODEV / ECONNABORTED: the filesystem is gone.
+    Unmounted,
+    /// The session was asked to stop.
+    Stopped,
+    /// An unexpected receive error.
+    Failed(std::io::Error),
+}
+
+/// Runs one worker until the connection ends or the session stops.
+pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Vec<u8>) -> WorkerEnd {
+    let activity = &core.shared.activity[core.index];
+    loop {
+        if core.shared.shutdown.load(Ordering::Acquire) {
+            return WorkerEnd::Stopped;
+        }
+        match core.chan.receive(&mut buf) {
+            Ok(n) => {
+                activity.busy.store(true, Ordering::Relaxed);
+                crate::dispatch::dispatch(fs, &core, &buf[..n]);
+                activity.served.fetch_add(1, Ordering::Relaxed);
+                activity.busy.store(false, Ordering::Relaxed);
+            }
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN) => continue,
+                Some(libc::ENODEV | libc::ECONNABORTED) => return WorkerEnd::Unmounted,
+                _ => {
+                    if core.shared.shutdown.load(Ordering::Acquire) {
+                        return WorkerEnd::Stopped;
+                    }
+                    log::error!("worker {} receiving on {}: {e}", core.index, core.chan.describe());
+                    return WorkerEnd::Failed(e);
+                }
+            },
+        }
+    }
+}
