@@ -81,7 +81,8 @@ pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u
     let table = worker.table();
     let slot = table.register(unique);
     worker.shared.pending.check_new(table, &slot, unique);
-    stats::start(all, worker.index, opcode);
+    let active = worker.shared.active.load(Ordering::Relaxed).clamp(worker.index + 1, all.len());
+    stats::start(&all[..active], worker.index, opcode);
     let mut core = ReplyCore::new(unique, opcode, worker.clone(), slot);
     if req.op.is_atomic_open() {
         core.set_atomic_open();

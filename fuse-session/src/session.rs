@@ -287,6 +287,7 @@ impl<F: Filesystem> Session<F> {
             notifier: self.handle.0.notifier.clone(),
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
         });
         let _ = self.handle.0.shared.set(shared.clone());
         self.handle.0.notifier.set_negotiated(negotiated.clone());

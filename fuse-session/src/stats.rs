@@ -29,7 +29,8 @@ impl Default for WorkerStats {
 }
 
 /// Starts a request on worker `me`: counts it and updates the in-flight
-/// high-water mark (the sum over workers, read without writing to theirs).
+/// high-water mark (the sum over the started workers `all`, read without
+/// writing to theirs).
 pub(crate) fn start(all: &[WorkerStats], me: usize, op: Opcode) {
     let i = op.index();
     let mine = &all[me].ops[i];

@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) tables: Box<[InflightTable]>,
     pub(crate) stats: Box<[WorkerStats]>,
     pub(crate) activity: Box<[Activity]>,
+    /// Workers started so far; per-worker tables beyond it are unused.
+    pub(crate) active: std::sync::atomic::AtomicUsize,
     pub(crate) pending: PendingInterrupts,
     pub(crate) notifier: Notifier,
     pub(crate) shutdown: AtomicBool,
