@@ -486,21 +486,16 @@ fn unprivileged_fusermount3_failure_reports_its_stderr() {
     if !require_fusermount_capability() {
         return;
     }
-    let allowed = fs::read_to_string("/etc/fuse.conf")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.trim() == "user_allow_other");
-    if allowed {
-        eprintln!("SKIPPED: /etc/fuse.conf has user_allow_other, so allow_other cannot fail");
-        return;
-    }
     let _s = serial();
     let _open = DevFuseOpenToAll::new().expect("make /dev/fuse 0666 for the test");
     let tm = TempMountpoint::new("fail");
-    let mut c = Unprivileged::spawn("allow_other", &tm, NOBODY);
+    // A mountpoint the child may not write to (fusermount3 refuses it).
+    fs::create_dir(tm.root().join("rootowned")).unwrap();
+    let mut c = Unprivileged::spawn("failures", &tm, NOBODY);
     c.expect_line("OK");
     c.expect_success();
     assert!(!fuse_mounted_at(tm.path()));
+    assert!(!fuse_mounted_at(&tm.root().join("rootowned")));
 }
 
 /// The child side of the unprivileged tests (a no-op in a normal run).
@@ -546,21 +541,33 @@ fn unprivileged_child() {
             std::thread::sleep(STEP_TIMEOUT * 2);
             std::process::exit(3);
         }
-        "allow_other" => {
-            let o = MountOptions {
-                allow_other: true,
-                ..opts("fwfail")
-            };
-            let e = Mount::new(&mnt, &o).unwrap_err();
-            match &e {
-                MountError::FusermountFailed { stderr, status, .. } => {
-                    assert!(!status.success());
-                    assert!(stderr.contains("user_allow_other"), "stderr: {stderr}");
+        "failures" => {
+            let expect_failure = |mnt: &Path, o: &MountOptions, needle: &str| {
+                let e = Mount::new(mnt, o).unwrap_err();
+                match &e {
+                    MountError::FusermountFailed { stderr, status, .. } => {
+                        assert!(!status.success());
+                        assert!(stderr.contains(needle), "stderr: {stderr}");
+                        assert!(e.to_string().contains(needle), "{e}");
+                    }
+                    other => panic!("expected FusermountFailed, got {other:?}"),
                 }
-                other => panic!("expected FusermountFailed, got {other:?}"),
+                assert!(!fuse_mounted_at(mnt));
+            };
+            let rootowned = mnt.parent().unwrap().join("rootowned");
+            expect_failure(&rootowned, &opts("fwfail"), "write access");
+            let allowed = fs::read_to_string("/etc/fuse.conf")
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.trim() == "user_allow_other");
+            if !allowed {
+                let o = MountOptions {
+                    allow_other: true,
+                    ..opts("fwfail")
+                };
+                expect_failure(&mnt, &o, "user_allow_other");
             }
-            assert!(!fuse_mounted_at(&mnt));
-            println!("CHILD:OK {e}");
+            println!("CHILD:OK");
         }
         other => panic!("unknown child mode {other}"),
     }

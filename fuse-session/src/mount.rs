@@ -617,7 +617,8 @@ impl Mount {
     ///
     /// If `mountpoint` is `/dev/fd/N`, fd N (an already mounted `/dev/fuse`
     /// fd from a privileged helper) becomes the session fd, ownership of it
-    /// passes to the returned `Mount`, and nothing is mounted or unmounted.
+    /// passes to the returned `Mount`, and nothing is mounted or unmounted;
+    /// of `opts` only `allow_root` matters then (the helper chose the rest).
     ///
     /// Otherwise, as root and without `auto_unmount`, this calls `mount(2)`;
     /// when not root, when `mount(2)` says `EPERM`, or with `auto_unmount`, it

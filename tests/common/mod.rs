@@ -29,7 +29,9 @@ pub fn skip(reason: &str) -> bool {
     if in_ci() {
         panic!("CI=true but this test cannot run: {reason}");
     }
-    eprintln!("SKIPPED: {reason}");
+    // Written to the real stderr, past libtest's capture, so it shows in every run.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
     false
 }
 
@@ -115,7 +117,9 @@ fn unescape(s: &str) -> String {
     while i < b.len() {
         if b[i] == b'\\'
             && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 4])
+                .ok()
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
         {
             out.push(v);
             i += 4;
