@@ -2,7 +2,10 @@
 //!
 //! A [`BackingFile`] is a refcounted backing id: clone it for every open
 //! file that uses the same backing file; the id is closed in the kernel when
-//! the last clone is dropped. Files already opened with it keep working.
+//! the last clone is dropped. Files whose open completed keep working, but an
+//! open whose reply named the id is only complete once the kernel has looked
+//! the id up, after the reply was written: hold a clone until that file's
+//! RELEASE (for example in the inode, as long as it has open files).
 
 use crate::transport::Channel;
 use fuse_proto::abi::BackingMap;

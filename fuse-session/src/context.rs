@@ -96,6 +96,17 @@ impl<'a> RequestContext<'a> {
         self.worker.on_interrupt(&self.slot, cb);
     }
 
+    /// The index of the worker serving this request (0 = the session fd).
+    pub fn worker(&self) -> usize {
+        self.worker.index
+    }
+
+    /// The device fd this request arrived on and its reply will go to
+    /// (`None` for transports without one).
+    pub fn channel_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.worker.chan.raw_fd()
+    }
+
     /// The session's notifier.
     pub fn notifier(&self) -> &Notifier {
         self.worker.notifier()

@@ -78,10 +78,23 @@ pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u
         _ => {}
     }
 
+    if let Some(owner) = worker.shared.deny_others {
+        let uid = req.header.uid;
+        if uid != owner && uid != 0 && !open_file_op(opcode) {
+            count_refused(worker, opcode);
+            worker.send_reply(opcode, unique, &Reply::error(unique, Errno::EACCES));
+            return;
+        }
+    }
+
     let table = worker.table();
     let slot = table.register(unique);
     worker.shared.pending.check_new(table, &slot, unique);
-    let active = worker.shared.active.load(Ordering::Relaxed).clamp(worker.index + 1, all.len());
+    let active = worker
+        .shared
+        .active
+        .load(Ordering::Relaxed)
+        .clamp(worker.index + 1, all.len());
     stats::start(&all[..active], worker.index, opcode);
     let mut core = ReplyCore::new(unique, opcode, worker.clone(), slot);
     if req.op.is_atomic_open() {
@@ -98,6 +111,33 @@ pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u
     let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot);
     let ino = Inode(req.header.nodeid);
     guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core));
+}
+
+/// Operations on files the caller already holds open, which `allow_root`
+/// does not restrict (the open itself was checked).
+fn open_file_op(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Read
+            | Opcode::Write
+            | Opcode::Fsync
+            | Opcode::Release
+            | Opcode::Readdir
+            | Opcode::Readdirplus
+            | Opcode::Fsyncdir
+            | Opcode::Releasedir
+            | Opcode::Getlk
+            | Opcode::Setlk
+            | Opcode::Setlkw
+            | Opcode::Ioctl
+            | Opcode::Poll
+            | Opcode::Flush
+            | Opcode::Destroy
+    )
+}
+
+fn count_refused(worker: &WorkerCore, op: Opcode) {
+    stats::count_error(&worker.shared.stats, worker.index, op);
 }
 
 /// Runs a handler, turning a panic into a log line (its reply handle, dropped

@@ -28,6 +28,7 @@ pub use context::RequestContext;
 pub use filesystem::Filesystem;
 pub use fuse_proto::Errno;
 pub use init::{InitConfig, Negotiated};
+pub use mount::{Mount, MountError, MountOptions};
 pub use notify::Notifier;
 pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
 pub use stats::{OpStats, Stats};

@@ -64,8 +64,11 @@ impl ReplyCore {
     fn finish(&mut self, msg: &Reply<'_>) {
         self.done = true;
         let is_error = msg.header().error != 0;
+        // Count first, so that statistics read after the caller's syscall
+        // returned include this request; free the slot only once answered.
+        self.worker.count_done(self.opcode, is_error);
         self.worker.send_reply(self.opcode, self.unique, msg);
-        self.worker.complete(self.opcode, &self.slot, is_error);
+        self.worker.release(&self.slot);
     }
 
     fn error(mut self, errno: Errno) {
@@ -318,6 +321,10 @@ impl ReplyOpen {
 
     /// Opened in kernel passthrough mode: reads and writes go straight to
     /// `backing` (only `DIRECT_IO`, `PARALLEL_DIRECT_WRITES`, `NOFLUSH` may join).
+    ///
+    /// Keep a clone of `backing` until this file's RELEASE: the kernel looks
+    /// the backing id up after it reads this reply, so dropping the last
+    /// clone right after answering races with the open and fails it (EIO).
     pub fn passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingFile) {
         self.finish(fh, flags, Some(backing))
     }

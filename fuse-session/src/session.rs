@@ -11,6 +11,7 @@
 use crate::filesystem::Filesystem;
 use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
 use crate::interrupt::{InflightTable, PendingInterrupts};
+use crate::mount::{Mount, MountError, MountGuard, MountOptions};
 use crate::notify::Notifier;
 use crate::stats::{Stats, WorkerStats};
 use crate::transport::Channel;
@@ -39,6 +40,10 @@ pub struct SessionConfig {
     pub atomic_open: bool,
     /// How long every worker must be stuck before another is started.
     pub grow_after: Duration,
+    /// Serve only this uid and root (the `allow_root` mount option: the kernel
+    /// lets everyone in, so the session refuses others with `EACCES`, except
+    /// for operations on files they already hold open).
+    pub deny_others: Option<u32>,
 }
 
 impl Default for SessionConfig {
@@ -49,6 +54,7 @@ impl Default for SessionConfig {
             clone_fd: true,
             atomic_open: false,
             grow_after: Duration::from_millis(20),
+            deny_others: None,
         }
     }
 }
@@ -84,6 +90,9 @@ pub enum SessionError {
     /// A worker thread could not be started.
     #[error("could not start a worker thread: {0}")]
     Spawn(std::io::Error),
+    /// Mounting failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 /// What a finished session reports.
@@ -210,6 +219,7 @@ pub struct Session<F: Filesystem> {
     handle: SessionHandle,
     notify_thread: Option<JoinHandle<()>>,
     uring: bool,
+    mount: Option<Arc<Mutex<Option<MountGuard>>>>,
 }
 
 impl<F: Filesystem> Session<F> {
@@ -236,7 +246,41 @@ impl<F: Filesystem> Session<F> {
             handle,
             notify_thread: Some(notify_thread),
             uring: false,
+            mount: None,
         })
+    }
+
+    /// Mounts `fs` at `mountpoint` with `opts` (privileged `mount(2)` as
+    /// root, else through `fusermount3`; a mountpoint `/dev/fd/N` serves an
+    /// fd handed over by a privileged helper) and binds a session to it. The
+    /// session unmounts when it ends or is stopped.
+    pub fn mount(
+        fs: F,
+        mountpoint: impl AsRef<std::path::Path>,
+        opts: &MountOptions,
+        config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        Self::mount_arc(Arc::new(fs), mountpoint, opts, config)
+    }
+
+    /// Like [`Session::mount`] for a filesystem the caller keeps a reference to.
+    pub fn mount_arc(
+        fs: Arc<F>,
+        mountpoint: impl AsRef<std::path::Path>,
+        opts: &MountOptions,
+        mut config: SessionConfig,
+    ) -> Result<Self, SessionError> {
+        let m = Mount::new(mountpoint, opts)?;
+        if m.allow_root() && config.deny_others.is_none() {
+            config.deny_others = Some(nix::unistd::getuid().as_raw());
+        }
+        let (dev, guard) = m.into_parts();
+        let mut s = Self::from_arc(fs, Arc::new(dev), config)?;
+        let guard = Arc::new(Mutex::new(Some(guard)));
+        let on_stop = guard.clone();
+        s.handle.set_on_stop(move || unmount_guard(&on_stop));
+        s.mount = Some(guard);
+        Ok(s)
     }
 
     /// The handle (statistics, notifier, stop).
@@ -267,6 +311,9 @@ impl<F: Filesystem> Session<F> {
             Ok(n) => n,
             Err(e) => {
                 self.finish_notifier();
+                if let Some(g) = &self.mount {
+                    unmount_guard(g);
+                }
                 return Err(e);
             }
         };
@@ -288,6 +335,7 @@ impl<F: Filesystem> Session<F> {
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
+            deny_others: self.config.deny_others,
         });
         let _ = self.handle.0.shared.set(shared.clone());
         self.handle.0.notifier.set_negotiated(negotiated.clone());
@@ -363,6 +411,9 @@ impl<F: Filesystem> Session<F> {
             self.fs.destroy();
         }
         self.finish_notifier();
+        if let Some(g) = &self.mount {
+            unmount_guard(g);
+        }
         Ok(SessionReport {
             negotiated,
             stats: Stats::collect(&shared.stats),
@@ -509,6 +560,16 @@ impl<F: Filesystem> Session<F> {
         );
         self.send(Opcode::Init, &Reply::init(unique, &out, arg.minor));
         Ok(Some(n))
+    }
+}
+
+/// Unmounts (once) the mount a session owns; an already-gone mount is fine.
+fn unmount_guard(g: &Mutex<Option<MountGuard>>) {
+    let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(guard) = guard
+        && let Err(e) = guard.unmount()
+    {
+        log::debug!("unmount at session end: {e}");
     }
 }
 

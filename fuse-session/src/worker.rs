@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) tables: Box<[InflightTable]>,
     pub(crate) stats: Box<[WorkerStats]>,
     pub(crate) activity: Box<[Activity]>,
+    /// `allow_root`: the only non-root uid served.
+    pub(crate) deny_others: Option<u32>,
     /// Workers started so far; per-worker tables beyond it are unused.
     pub(crate) active: std::sync::atomic::AtomicUsize,
     pub(crate) pending: PendingInterrupts,
@@ -83,8 +85,11 @@ impl WorkerCore {
         }
     }
 
-    pub(crate) fn complete(&self, opcode: Opcode, slot: &Slot, is_error: bool) {
+    pub(crate) fn count_done(&self, opcode: Opcode, is_error: bool) {
         crate::stats::finish(&self.shared.stats, self.index, opcode, is_error);
+    }
+
+    pub(crate) fn release(&self, slot: &Slot) {
         self.table().release(slot);
     }
 
