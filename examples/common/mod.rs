@@ -4,11 +4,10 @@
 //! Shared by `hello` and `memfs` (`mod common;`); not an example itself.
 #![allow(dead_code)]
 
-use fuse_wire::session::mount::{Mount, MountGuard, MountOptions};
+use fuse_wire::session::mount::MountOptions;
 use fuse_wire::session::{Filesystem, Session, SessionConfig, SessionReport};
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 /// Logs to stderr at the level named by `RUST_LOG` (`error` … `trace`;
 /// default `info`). A module filter is not supported: this is ten lines,
@@ -49,22 +48,11 @@ pub fn mount_and_serve<F: Filesystem>(
     // only our waiter below ever sees the two signals.
     let signals = block_termination_signals()?;
 
-    let (dev, guard) = Mount::new(mountpoint, opts)?.into_parts();
-    let mounted_at = guard.mountpoint().map(Path::to_path_buf);
+    // The session owns the mount: stopping it (on a signal) unmounts, and
+    // when it ends it unmounts only if the mount is still its own.
+    let session = Session::mount(fs, mountpoint, opts, config)?;
     log::info!("mounted on {}", mountpoint.display());
-
-    let session = Session::new(fs, Arc::new(dev), config)?;
     let handle = session.handle();
-    // Stopping the session (on a signal) unmounts; the guard lives in a slot
-    // so that we can still decide its fate after an external unmount.
-    let slot: Arc<Mutex<Option<MountGuard>>> = Arc::new(Mutex::new(Some(guard)));
-    let for_stop = slot.clone();
-    handle.set_on_stop(move || {
-        let guard = for_stop.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(Err(e)) = guard.map(MountGuard::unmount) {
-            log::error!("unmount: {e}");
-        }
-    });
     let running = session.spawn()?;
 
     let stopper = handle.clone();
@@ -78,42 +66,8 @@ pub fn mount_and_serve<F: Filesystem>(
         })?;
 
     let report = running.join()?;
-    // Unmounted from outside: the guard has nothing left to do, unless the
-    // connection ended some other way (aborted) and the mount is still there.
-    if let Some(guard) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        match mounted_at {
-            Some(p) if is_fuse_mount(&p) => drop(guard),
-            _ => std::mem::forget(guard),
-        }
-    }
     log::info!("session ended; {} workers served it", report.workers_started);
     Ok(report)
-}
-
-/// Whether a FUSE filesystem is mounted exactly at `path` (per
-/// `/proc/self/mountinfo`, whose paths escape space, tab, newline and `\`).
-pub fn is_fuse_mount(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = escape_mountinfo(path);
-    info.lines().any(|line| {
-        let mut fields = line.split(' ');
-        let mount_point = fields.nth(4);
-        let fstype = line.split(" - ").nth(1).and_then(|rest| rest.split(' ').next());
-        mount_point == Some(want.as_str()) && fstype.is_some_and(|t| t == "fuse" || t.starts_with("fuse."))
-    })
-}
-
-fn escape_mountinfo(path: &Path) -> String {
-    let mut out = String::new();
-    for c in path.to_string_lossy().chars() {
-        match c {
-            ' ' | '\t' | '\n' | '\\' => out.push_str(&format!("\\{:03o}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The mountpoint argument of a command line `PROG [-o OPTS] MOUNTPOINT`,

@@ -598,6 +598,9 @@ pub struct MountGuard {
     /// For `auto_unmount`: the thread logging the helper's stderr.
     stderr_logger: Option<JoinHandle<()>>,
     armed: bool,
+    /// The kernel's id of our mount (from `/proc/self/mountinfo`), to tell it
+    /// from a later mount on the same directory.
+    mount_id: Option<u64>,
 }
 
 impl fmt::Debug for MountGuard {
@@ -726,7 +729,29 @@ impl MountGuard {
             helper: None,
             stderr_logger: None,
             armed: method != MountMethod::HandedOver,
+            mount_id: None,
         }
+    }
+
+    /// Remembers which mount is ours; called right after mounting.
+    fn record_mount_id(&mut self) {
+        self.mount_id = self.mountpoint.as_deref().and_then(fuse_mount_id);
+    }
+
+    /// Unmounts only if our mount is still there (the same mount id at the
+    /// mountpoint); after an unmount from outside, or if someone mounted
+    /// something else there since, only the helper is released.
+    pub fn unmount_if_still_mounted(mut self) -> Result<(), MountError> {
+        let ours = match (self.mountpoint.as_deref(), self.mount_id) {
+            (Some(p), Some(id)) => fuse_mount_id(p) == Some(id),
+            _ => true,
+        };
+        if !ours {
+            self.armed = false;
+            self.release_helper();
+            return Ok(());
+        }
+        self.do_unmount(false)
     }
 
     /// The canonical mountpoint; `None` for handed-over fds.
@@ -932,6 +957,45 @@ fn take_handover_fd(n: RawFd) -> Result<OwnedFd, MountError> {
     Ok(fd)
 }
 
+/// The id of the FUSE mount at `path` per `/proc/self/mountinfo` (the topmost
+/// one if several are stacked), or `None`.
+fn fuse_mount_id(path: &Path) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.to_str()?;
+    let mut found = None;
+    for line in info.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let fstype = fields.get(sep + 1).copied().unwrap_or("");
+        if fields.len() > 4
+            && unescape_mountinfo(fields[4]) == want
+            && (fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk")
+        {
+            found = fields[0].parse().ok();
+        }
+    }
+    found
+}
+
+/// Undoes the octal escapes (`\040` for space, …) of mountinfo paths.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Checks the mountpoint; returns its canonical path and the root mode to
 /// announce (`S_IFDIR | permission bits`).
 fn check_mountpoint(mountpoint: &Path, opts: &MountOptions) -> Result<(PathBuf, u32), MountError> {
@@ -992,10 +1056,9 @@ fn mount_privileged(path: &Path, rootmode: u32, opts: &MountOptions) -> Result<M
         fstype,
         source: errno_io(e),
     })?;
-    Ok(Mount {
-        dev,
-        guard: MountGuard::new(Some(path.to_path_buf()), MountMethod::Privileged),
-    })
+    let mut guard = MountGuard::new(Some(path.to_path_buf()), MountMethod::Privileged);
+    guard.record_mount_id();
+    Ok(Mount { dev, guard })
 }
 
 /// Finds `fusermount3` in `PATH`, then `/usr/bin` and `/bin`.
@@ -1155,6 +1218,7 @@ fn mount_fusermount(program: &Path, path: &Path, opts: &MountOptions) -> Result<
             Err(e) => log::warn!("waiting for {FUSERMOUNT}: {e}"),
         }
     }
+    guard.record_mount_id();
     Ok(Mount {
         dev: DevFuse::from_fd(fd),
         guard,
@@ -1220,6 +1284,18 @@ fn receive_fd(sock: &OwnedFd) -> Result<OwnedFd, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mountinfo("/tmp/a\\040b\\011c\\134d"), "/tmp/a b\tc\\d");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
+    }
+
+    #[test]
+    fn no_fuse_mount_id_for_a_plain_directory() {
+        assert_eq!(fuse_mount_id(Path::new("/")), None);
+    }
+
     use super::*;
 
     #[test]

@@ -412,7 +412,12 @@ impl<F: Filesystem> Session<F> {
         }
         self.finish_notifier();
         if let Some(g) = &self.mount {
-            unmount_guard(g);
+            // Unmounted from outside is the common end; unmount only if our
+            // mount is still there (e.g. the connection was aborted).
+            let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(Err(e)) = guard.map(MountGuard::unmount_if_still_mounted) {
+                log::warn!("unmount at session end: {e}");
+            }
         }
         Ok(SessionReport {
             negotiated,
