@@ -317,6 +317,22 @@ impl Queue {
     }
 }
 
+/// Sets `sqe->len`, which the crate's `UringCmd80` builder does not expose.
+fn set_sqe_len(sqe: &mut squeue::Entry128, len: u32) {
+    const LEN_OFFSET: usize = 24; // offsetof(struct io_uring_sqe, len), fixed by the ABI
+    const { assert!(size_of::<squeue::Entry128>() == 128) };
+    // SAFETY: `Entry128` is `#[repr(C)]` and starts with the kernel's 64-byte
+    // `struct io_uring_sqe`, whose `__u32 len` is at byte 24; the write stays
+    // inside the value we borrow mutably.
+    unsafe {
+        (sqe as *mut squeue::Entry128)
+            .cast::<u8>()
+            .add(LEN_OFFSET)
+            .cast::<u32>()
+            .write_unaligned(len)
+    };
+}
+
 /// One ring entry: a reply [`Channel`] for the request in its buffers.
 pub(crate) struct RingEntry {
     queue: Arc<Queue>,
@@ -383,20 +399,8 @@ impl RingEntry {
             .build()
             .user_data(kind | u64::from(self.index));
         if op == uring_cmd::REGISTER {
-            // REGISTER passes `struct iovec[2]` and wants `sqe->len == 2`,
-            // which the crate's UringCmd80 builder does not expose.
-            const LEN_OFFSET: usize = 24; // offsetof(struct io_uring_sqe, len), fixed by the ABI
-            const { assert!(size_of::<squeue::Entry128>() == 128) };
-            // SAFETY: `Entry128` is `#[repr(C)]` and starts with the kernel's
-            // 64-byte `struct io_uring_sqe`, whose `__u32 len` is at byte 24;
-            // the write stays inside the value we own.
-            unsafe {
-                (&mut sqe as *mut squeue::Entry128)
-                    .cast::<u8>()
-                    .add(LEN_OFFSET)
-                    .cast::<u32>()
-                    .write_unaligned(2)
-            };
+            // REGISTER passes `struct iovec[2]` and wants `sqe->len == 2`.
+            set_sqe_len(&mut sqe, 2);
         }
         sqe
     }
@@ -697,9 +701,18 @@ pub(crate) fn start<F: Filesystem>(
             .spawn(move || {
                 on_start();
                 queue_thread(&*fs, &shared, &queue, &entries, tx)
-            })
-            .map_err(|e| setup("starting a queue thread", e))?;
-        threads.push(t);
+            });
+        match t {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                stop_queues(Rings {
+                    queues,
+                    threads,
+                    depth,
+                });
+                return Err(setup("starting a queue thread", e));
+            }
+        }
     }
     drop(tx);
     let rings = Rings {
@@ -729,9 +742,6 @@ pub(crate) fn start<F: Filesystem>(
         Some(e) => {
             // Without every queue registered the kernel keeps using
             // /dev/fuse; end the threads (their commands are cancelled).
-            for q in &rings.queues {
-                q.closed.store(true, Ordering::Release);
-            }
             stop_queues(rings);
             Err(e)
         }
@@ -921,9 +931,11 @@ mod tests {
     #[test]
     fn sqe_len_offset_matches_the_abi() {
         // Build a REGISTER-like SQE and check the bytes the kernel reads.
-        let sqe = opcode::UringCmd80::new(types::Fd(5), uring_cmd::REGISTER)
+        let mut sqe = opcode::UringCmd80::new(types::Fd(5), uring_cmd::REGISTER)
             .addr(Some(0x1234))
-            .build();
+            .build()
+            .user_data(0x77);
+        set_sqe_len(&mut sqe, 2);
         // SAFETY: reading the 128 bytes of a plain-data `#[repr(C)]` value.
         let bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         assert_eq!(bytes[0], 46, "IORING_OP_URING_CMD");
@@ -934,6 +946,11 @@ mod tests {
             0x1234,
             "addr"
         );
-        assert_eq!(u32::from_ne_bytes(bytes[24..28].try_into().unwrap()), 0, "len");
+        assert_eq!(u32::from_ne_bytes(bytes[24..28].try_into().unwrap()), 2, "len");
+        assert_eq!(
+            u64::from_ne_bytes(bytes[32..40].try_into().unwrap()),
+            0x77,
+            "user_data"
+        );
     }
 }
