@@ -80,6 +80,17 @@ pub enum ParseError {
         /// Bytes after the header.
         available: usize,
     },
+    /// A request delivered in two parts (FUSE over io_uring) whose first part
+    /// (`op_in`) is not exactly the opcode's first argument.
+    #[error("{opcode}: the first-argument area holds {got} bytes but the opcode takes {expected} there")]
+    FirstArgMismatch {
+        /// The opcode.
+        opcode: Opcode,
+        /// Bytes of the first argument the opcode reads.
+        expected: usize,
+        /// Bytes the kernel put there.
+        got: usize,
+    },
     /// An extension record is malformed.
     #[error("malformed request extension at byte {offset}: {reason}")]
     BadExtension {
@@ -536,12 +547,27 @@ impl<'a> Extensions<'a> {
 }
 
 /// A cursor over a request body.
+///
+/// A body read from `/dev/fuse` is one contiguous segment (`rest`). Over
+/// io_uring the kernel delivers the opcode's first argument (its fixed
+/// struct, if any) in a separate area; then `head` holds it, fixed structs
+/// are read from `head` and names and payloads from `rest`. Everything else,
+/// the per-opcode logic included, is shared.
 struct Body<'a> {
     op: Opcode,
+    head: Option<&'a [u8]>,
     rest: &'a [u8],
 }
 
 impl<'a> Body<'a> {
+    /// Where fixed argument structs come from.
+    fn fixed_src(&mut self) -> &mut &'a [u8] {
+        match &mut self.head {
+            Some(h) => h,
+            None => &mut self.rest,
+        }
+    }
+
     /// Reads a fixed struct of which only the first `wire` bytes are on the wire
     /// (compat sizes); the rest is zero.
     fn sized<T: FromBytes + zerocopy::IntoBytes>(
@@ -551,18 +577,33 @@ impl<'a> Body<'a> {
     ) -> Result<T, ParseError> {
         let full = size_of::<T>();
         let wire = wire.min(full);
-        let Some(bytes) = self.rest.get(..wire) else {
+        let op = self.op;
+        let src = self.fixed_src();
+        let Some(bytes) = src.get(..wire) else {
             return Err(ParseError::ShortBody {
-                opcode: self.op,
+                opcode: op,
                 what,
                 expected: wire,
-                got: self.rest.len(),
+                got: src.len(),
             });
         };
         let mut v = T::new_zeroed();
         v.as_mut_bytes()[..wire].copy_from_slice(bytes);
-        self.rest = &self.rest[wire..];
+        *src = &src[wire..];
         Ok(v)
+    }
+
+    /// After the opcode's arguments were read: a first-argument area must
+    /// have been consumed exactly.
+    fn finish_head(&self, head_len: usize) -> Result<(), ParseError> {
+        match self.head {
+            Some(h) if !h.is_empty() => Err(ParseError::FirstArgMismatch {
+                opcode: self.op,
+                expected: head_len - h.len(),
+                got: head_len,
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn arg<T: FromBytes + zerocopy::IntoBytes>(&mut self, what: &'static str) -> Result<T, ParseError> {
@@ -625,6 +666,49 @@ impl<'a> Request<'a> {
                 buffer_len: buf.len(),
             });
         }
+        Self::parse_parts(header, None, after, cfg)
+    }
+
+    /// Parses a request delivered in three parts, as FUSE over io_uring does
+    /// (since 7.42): `header` holds the `fuse_in_header` (the ring entry's
+    /// `in_out` area; only its first 40 bytes are read), `op_in` the opcode's
+    /// first argument (the entry's `op_in` area, 128 bytes; how much of it is
+    /// used follows from the header), and `payload` the remaining arguments
+    /// and extensions (the first `payload_sz` bytes of the entry's payload
+    /// buffer). Names, data and extensions are borrowed from `payload`.
+    ///
+    /// The size of the first argument is `len - 40 - payload.len()`; it must
+    /// fit in `op_in` and be exactly what the opcode reads there for the
+    /// negotiated minor, or the request is refused with
+    /// [`ParseError::FirstArgMismatch`].
+    pub fn parse_split(
+        header: &[u8],
+        op_in: &'a [u8],
+        payload: &'a [u8],
+        cfg: &ParseConfig,
+    ) -> Result<Self, ParseError> {
+        let (header, _) =
+            InHeader::read_from_prefix(header).map_err(|_| ParseError::ShortHeader { got: header.len() })?;
+        let fixed = size_of::<InHeader>() + payload.len();
+        let arg0 = (header.len as usize).checked_sub(fixed);
+        let Some(head) = arg0.and_then(|n| op_in.get(..n)) else {
+            return Err(ParseError::LengthMismatch {
+                header_len: header.len,
+                buffer_len: fixed + arg0.map_or(0, |_| op_in.len()),
+            });
+        };
+        Self::parse_parts(header, Some(head), payload, cfg)
+    }
+
+    /// The per-opcode part of [`Request::parse_with`] and
+    /// [`Request::parse_split`]: `head` is the separately delivered first
+    /// argument (io_uring) and `after` everything else that follows the header.
+    fn parse_parts(
+        header: InHeader,
+        head: Option<&'a [u8]>,
+        after: &'a [u8],
+        cfg: &ParseConfig,
+    ) -> Result<Self, ParseError> {
         let (body, extensions) = if version::has_request_extensions(cfg.minor) && header.total_extlen != 0 {
             let ext = header.total_extlen as usize * 8;
             if ext > after.len() {
@@ -649,8 +733,10 @@ impl<'a> Request<'a> {
                 });
             }
         };
+        let head_len = head.map_or(0, <[u8]>::len);
         let mut b = Body {
             op: opcode,
+            head,
             rest: body,
         };
         let m = cfg.minor;
@@ -767,7 +853,7 @@ impl<'a> Request<'a> {
                 Opcode::Init => {
                     // INIT is parsed before a minor is known: the body says how
                     // much the kernel sent (16 bytes before 7.36, 64 since).
-                    let wire = b.rest.len().min(size_of::<InitIn>());
+                    let wire = b.fixed_src().len().min(size_of::<InitIn>());
                     let arg = b.sized(wire.max(version::COMPAT_INIT_IN_SIZE), "fuse_init_in")?;
                     O::Init { arg }
                 }
@@ -885,6 +971,7 @@ impl<'a> Request<'a> {
                 },
             }
         };
+        b.finish_head(head_len)?;
         Ok(Request {
             header,
             op,

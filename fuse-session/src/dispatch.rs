@@ -22,12 +22,24 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Serves one request that arrived on `worker`'s channel.
+/// Serves one request that arrived in one piece on `worker`'s channel
+/// (a `/dev/fuse` read).
 pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u8]) {
-    let req = match Request::parse_with(buf, &worker.shared.parse) {
-        Ok(r) => r,
-        Err(e) => return malformed(worker, buf, e),
-    };
+    match Request::parse_with(buf, &worker.shared.parse) {
+        Ok(req) => serve(fs, worker, req),
+        Err(e) => malformed(
+            worker,
+            fuse_proto::request::peek_opcode(buf),
+            peek_unique(buf),
+            buf.len(),
+            e,
+        ),
+    }
+}
+
+/// Serves one parsed request, whichever transport delivered it; the reply
+/// goes back on `worker`'s channel.
+pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Request<'_>) {
     let unique = req.header.unique;
     let opcode = req.op.opcode();
     let all = &worker.shared.stats;
@@ -153,16 +165,24 @@ fn guarded(opcode: Opcode, unique: u64, f: impl FnOnce()) {
     }
 }
 
-fn malformed(worker: &WorkerCore, buf: &[u8], e: ParseError) {
-    let opcode = fuse_proto::request::peek_opcode(buf).and_then(|n| Opcode::from_u32(n).ok());
-    log::error!("malformed request ({} bytes): {e}", buf.len());
+/// Answers a request that could not be parsed (`len` bytes; its opcode
+/// number and unique as far as they could be read).
+pub(crate) fn malformed(
+    worker: &WorkerCore,
+    opcode: Option<u32>,
+    unique: Option<u64>,
+    len: usize,
+    e: ParseError,
+) {
+    let opcode = opcode.and_then(|n| Opcode::from_u32(n).ok());
+    log::error!("malformed request ({len} bytes): {e}");
     if let Some(op) = opcode {
         stats::count_error(&worker.shared.stats, worker.index, op);
         if !op.expects_reply() {
             return;
         }
     }
-    let Some(unique) = peek_unique(buf) else { return };
+    let Some(unique) = unique else { return };
     let errno = match e {
         ParseError::UnknownOpcode { .. } => Errno::ENOSYS,
         _ => Errno::EIO,

@@ -13,8 +13,8 @@ use fuse_proto::flags::InitFlags;
 /// Flags this library implements (what it must do for them is done). Others
 /// are refused even when offered: `FILE_OPS` (never implemented by the
 /// kernel), `INIT_RESERVED`, the splice flags (the device is read with
-/// `read(2)`), DAX and submounts (virtio-fs only), and io_uring (until that
-/// transport is selected).
+/// `read(2)`), DAX and submounts (virtio-fs only), and io_uring unless the
+/// session selected the io_uring transport (`negotiate` is told so).
 pub const SUPPORTED: InitFlags = InitFlags::all()
     .difference(InitFlags::FILE_OPS)
     .difference(InitFlags::INIT_RESERVED)

@@ -31,6 +31,7 @@ pub use init::{InitConfig, Negotiated};
 pub use mount::{Mount, MountError, MountOptions};
 pub use notify::Notifier;
 pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
-pub use stats::{OpStats, Stats};
+pub use stats::{OpStats, Stats, TransportStats};
+pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};
 pub use worker::WorkerCore;

@@ -7,6 +7,12 @@
 //! per CPU (configurable), each on its own cloned `/dev/fuse` fd where the
 //! kernel allows, and grow up to a maximum while every worker is stuck in a
 //! slow handler.
+//!
+//! With [`Transport::Uring`] (or `Auto`) the session also asks for
+//! `FUSE_OVER_IO_URING` and, once INIT granted it, starts one io_uring queue
+//! per possible CPU ([`crate::transport::uring`]); the `/dev/fuse` workers
+//! keep serving what the kernel still sends there. When io_uring cannot be
+//! used the session says why and serves everything over `/dev/fuse`.
 
 use crate::filesystem::Filesystem;
 use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
@@ -14,7 +20,8 @@ use crate::interrupt::{InflightTable, PendingInterrupts};
 use crate::mount::{Mount, MountError, MountGuard, MountOptions};
 use crate::notify::Notifier;
 use crate::stats::{Stats, WorkerStats};
-use crate::transport::Channel;
+use crate::transport::uring::{self, Unavailable};
+use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::{Activity, Shared, WorkerCore, WorkerEnd};
 use fuse_proto::abi::InitIn;
 use fuse_proto::flags::InitFlags;
@@ -44,6 +51,10 @@ pub struct SessionConfig {
     /// lets everyone in, so the session refuses others with `EACCES`, except
     /// for operations on files they already hold open).
     pub deny_others: Option<u32>,
+    /// `/dev/fuse` only, io_uring, or io_uring when available.
+    pub transport: Transport,
+    /// Ring entries per io_uring queue (0: [`uring::DEFAULT_QUEUE_DEPTH`]).
+    pub uring_queue_depth: usize,
 }
 
 impl Default for SessionConfig {
@@ -55,6 +66,8 @@ impl Default for SessionConfig {
             atomic_open: false,
             grow_after: Duration::from_millis(20),
             deny_others: None,
+            transport: Transport::DevFuse,
+            uring_queue_depth: 0,
         }
     }
 }
@@ -106,10 +119,14 @@ pub struct SessionReport {
     pub workers_started: usize,
     /// Channels that were cloned fds (the rest shared the session fd).
     pub cloned_channels: usize,
+    /// The transport that served requests, and why io_uring was not used
+    /// if it was asked for and is not.
+    pub transport: TransportInfo,
 }
 
 struct HandleInner {
     shared: OnceLock<Arc<Shared>>,
+    transport: OnceLock<TransportInfo>,
     notifier: Notifier,
     stop: AtomicBool,
     threads: Mutex<Vec<libc::pthread_t>>,
@@ -132,8 +149,13 @@ impl SessionHandle {
         self.0
             .shared
             .get()
-            .map(|s| Stats::collect(&s.stats))
+            .map(|s| Stats::collect(&s.stats, s.uring_base))
             .unwrap_or_default()
+    }
+
+    /// The transport in use, once the session has set it up after INIT.
+    pub fn transport(&self) -> Option<TransportInfo> {
+        self.0.transport.get().cloned()
     }
 
     /// What INIT negotiated, once it has.
@@ -234,6 +256,7 @@ impl<F: Filesystem> Session<F> {
         let (notifier, notify_thread) = Notifier::start(chan.clone())?;
         let handle = SessionHandle(Arc::new(HandleInner {
             shared: OnceLock::new(),
+            transport: OnceLock::new(),
             notifier,
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
@@ -306,6 +329,17 @@ impl<F: Filesystem> Session<F> {
         install_wake_handler();
         register_thread(&self.handle.0);
         let (workers, max_workers) = self.config.resolved();
+        // io_uring: check what can be checked before INIT, so that the flag is
+        // only asked for when the rings can be built.
+        let mut fallback: Option<Unavailable> = None;
+        let mut nr_queues = 0;
+        if self.config.transport != Transport::DevFuse {
+            match uring::probe() {
+                Ok(n) => nr_queues = n,
+                Err(why) => fallback = Some(why),
+            }
+        }
+        self.uring = self.config.transport != Transport::DevFuse && fallback.is_none();
         let mut buf = vec![0u8; crate::init::DEFAULT_MAX_WRITE as usize + 4096];
         let negotiated = match self.handshake(&mut buf) {
             Ok(n) => n,
@@ -317,6 +351,12 @@ impl<F: Filesystem> Session<F> {
                 return Err(e);
             }
         };
+        if self.uring && !negotiated.flags.contains(InitFlags::OVER_IO_URING) {
+            fallback = Some(uring::why_not_granted(&negotiated));
+        }
+        if fallback.is_some() || !self.uring {
+            nr_queues = 0;
+        }
         let negotiated_buf = negotiated.buffer_size();
         buf.truncate(negotiated_buf);
         buf.resize(negotiated_buf, 0);
@@ -327,15 +367,22 @@ impl<F: Filesystem> Session<F> {
                 atomic_open: self.config.atomic_open,
             },
             negotiated: negotiated.clone(),
-            tables: (0..max_workers).map(|_| InflightTable::new()).collect(),
-            stats: (0..max_workers).map(|_| WorkerStats::default()).collect(),
-            activity: (0..max_workers).map(|_| Activity::default()).collect(),
+            tables: (0..max_workers + nr_queues)
+                .map(|_| InflightTable::new())
+                .collect(),
+            stats: (0..max_workers + nr_queues)
+                .map(|_| WorkerStats::default())
+                .collect(),
+            activity: (0..max_workers + nr_queues)
+                .map(|_| Activity::default())
+                .collect(),
             pending: PendingInterrupts::default(),
             notifier: self.handle.0.notifier.clone(),
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             deny_others: self.config.deny_others,
+            uring_base: max_workers,
         });
         let _ = self.handle.0.shared.set(shared.clone());
         self.handle.0.notifier.set_negotiated(negotiated.clone());
@@ -358,6 +405,33 @@ impl<F: Filesystem> Session<F> {
             }
         }
 
+        // The rings, once the /dev/fuse workers run (requests go there until
+        // every queue has registered its entries).
+        let mut rings = None;
+        if nr_queues > 0 {
+            rings = self.start_rings(&shared, nr_queues, &mut fallback);
+        }
+        let info = match &rings {
+            Some(r) => TransportInfo::Uring {
+                queues: r.len(),
+                depth: r.depth,
+                payload_size: uring::payload_size(&negotiated),
+            },
+            None => TransportInfo::DevFuse {
+                fallback: fallback.clone(),
+            },
+        };
+        match (&info, self.config.transport) {
+            (TransportInfo::DevFuse { fallback: Some(why) }, Transport::Uring) => {
+                log::warn!("io_uring transport requested but not used, serving over /dev/fuse: {why}")
+            }
+            (TransportInfo::DevFuse { fallback: Some(why) }, _) => {
+                log::info!("io_uring not available, serving over /dev/fuse: {why}")
+            }
+            _ => log::info!("transport: {info}"),
+        }
+        let _ = self.handle.0.transport.set(info.clone());
+
         // Monitor: grow while every worker is stuck; end when all are gone.
         let mut last_served: Vec<u64> = vec![0; max_workers];
         let mut stuck_since: Option<std::time::Instant> = None;
@@ -371,6 +445,9 @@ impl<F: Filesystem> Session<F> {
                 // get ENODEV too on unmount; kick them in case they sleep.
                 if shared.shutdown.load(Ordering::Acquire) {
                     kick(&self.handle.0.threads.lock().unwrap_or_else(|e| e.into_inner()));
+                    if let Some(r) = &rings {
+                        r.wake_all();
+                    }
                 }
                 continue;
             }
@@ -407,6 +484,11 @@ impl<F: Filesystem> Session<F> {
                 Err(_) => log::error!("a worker thread panicked outside a handler"),
             }
         }
+        if let Some(r) = rings {
+            // On unmount every parked command completes with ENOTCONN and the
+            // queue threads end by themselves; on stop they were woken.
+            r.join(&shared, Duration::from_secs(5));
+        }
         if !shared.destroyed.swap(true, Ordering::AcqRel) {
             self.fs.destroy();
         }
@@ -421,10 +503,39 @@ impl<F: Filesystem> Session<F> {
         }
         Ok(SessionReport {
             negotiated,
-            stats: Stats::collect(&shared.stats),
+            stats: Stats::collect(&shared.stats, shared.uring_base),
             workers_started: started,
             cloned_channels: cloned.load(Ordering::Relaxed),
+            transport: info,
         })
+    }
+
+    fn start_rings(
+        &self,
+        shared: &Arc<Shared>,
+        nr_queues: usize,
+        fallback: &mut Option<Unavailable>,
+    ) -> Option<uring::Rings> {
+        let Some(fd) = self.chan.raw_fd() else {
+            *fallback = Some(Unavailable::Setup {
+                what: "finding the /dev/fuse fd of the session channel".into(),
+                errno: libc::EBADF,
+            });
+            return None;
+        };
+        let depth = match self.config.uring_queue_depth {
+            0 => uring::DEFAULT_QUEUE_DEPTH,
+            n => n,
+        };
+        let handle = self.handle.0.clone();
+        let on_start: Arc<dyn Fn() + Send + Sync> = Arc::new(move || register_thread(&handle));
+        match uring::start(&self.fs, shared, fd, nr_queues, depth, on_start) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                *fallback = Some(why);
+                None
+            }
+        }
     }
 
     fn finish_notifier(&mut self) {
@@ -551,6 +662,9 @@ impl<F: Filesystem> Session<F> {
             None => {}
         }
         let mut cfg = InitConfig::new(arg);
+        if self.uring {
+            cfg.want(InitFlags::OVER_IO_URING);
+        }
         if let Err(e) = self.fs.init(&mut cfg) {
             self.send(Opcode::Init, &Reply::error(unique, e));
             return Err(SessionError::FilesystemRefused(e));

@@ -1,6 +1,10 @@
 //! Per-opcode statistics: count, errors and the high-water mark of requests
 //! in flight, kept per worker so that no cache line is shared on the hot path.
 //! [`Stats`] sums the workers' counters while the session runs.
+//!
+//! The counters of `/dev/fuse` workers come first; with the io_uring
+//! transport each ring queue has its own set after them, so the statistics
+//! also say how many requests each transport (and each queue) delivered.
 
 use fuse_proto::Opcode;
 use std::collections::BTreeMap;
@@ -72,16 +76,41 @@ pub struct OpStats {
     pub max_inflight: u32,
 }
 
+/// Requests received per transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Requests read from `/dev/fuse` (INIT, FORGET, INTERRUPT and
+    /// NOTIFY_REPLY always come this way; everything does without rings).
+    pub dev_fuse: u64,
+    /// Requests delivered by the io_uring rings.
+    pub uring: u64,
+    /// Requests per ring queue, indexed by queue id (empty without rings).
+    pub queues: Vec<u64>,
+}
+
 /// A snapshot of the session's statistics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Per opcode, keyed by the kernel's name without `FUSE_` (e.g. `"WRITE"`);
     /// opcodes never seen are absent.
     pub ops: BTreeMap<&'static str, OpStats>,
+    /// Requests received per transport.
+    pub transport: TransportStats,
 }
 
 impl Stats {
-    pub(crate) fn collect(all: &[WorkerStats]) -> Self {
+    /// Sums `all`; entries from `uring_base` on are ring queues.
+    pub(crate) fn collect(all: &[WorkerStats], uring_base: usize) -> Self {
+        let mut transport = TransportStats::default();
+        for (i, w) in all.iter().enumerate() {
+            let n: u64 = w.ops.iter().map(|c| c.count.load(Relaxed)).sum();
+            if i < uring_base {
+                transport.dev_fuse += n;
+            } else {
+                transport.uring += n;
+                transport.queues.push(n);
+            }
+        }
         let mut ops = BTreeMap::new();
         for op in Opcode::ALL {
             let i = op.index();
@@ -96,7 +125,7 @@ impl Stats {
                 ops.insert(op.name(), s);
             }
         }
-        Stats { ops }
+        Stats { ops, transport }
     }
 
     /// The statistics of `op` (zero if never seen).
@@ -104,7 +133,8 @@ impl Stats {
         self.ops.get(op.name()).copied().unwrap_or_default()
     }
 
-    /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...}}`.
+    /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...},
+    /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...]}}`.
     pub fn to_json(&self) -> String {
         let mut s = String::from("{\"ops\": {");
         for (i, (name, o)) in self.ops.iter().enumerate() {
@@ -116,7 +146,14 @@ impl Stats {
                 o.count, o.errors, o.max_inflight
             ));
         }
-        s.push_str("}}");
+        let t = &self.transport;
+        let queues: Vec<String> = t.queues.iter().map(|n| n.to_string()).collect();
+        s.push_str(&format!(
+            "}}, \"transport\": {{\"dev_fuse\": {}, \"uring\": {}, \"queues\": [{}]}}}}",
+            t.dev_fuse,
+            t.uring,
+            queues.join(", ")
+        ));
         s
     }
 }

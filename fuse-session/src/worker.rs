@@ -31,6 +31,8 @@ pub(crate) struct Activity {
 pub(crate) struct Shared {
     pub(crate) negotiated: Negotiated,
     pub(crate) parse: ParseConfig,
+    /// Per-worker tables; indices from `uring_base` on belong to io_uring
+    /// queues (one each), the others to `/dev/fuse` workers.
     pub(crate) tables: Box<[InflightTable]>,
     pub(crate) stats: Box<[WorkerStats]>,
     pub(crate) activity: Box<[Activity]>,
@@ -42,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) notifier: Notifier,
     pub(crate) shutdown: AtomicBool,
     pub(crate) destroyed: AtomicBool,
+    /// The first per-worker index that belongs to an io_uring queue.
+    pub(crate) uring_base: usize,
 }
 
 /// One worker: its index in the per-worker tables and its channel.

@@ -2,7 +2,7 @@
 //!
 //! A [`Channel`] is one queue of the kernel connection: a `/dev/fuse` fd (the
 //! session fd or a clone made with `FUSE_DEV_IOC_CLONE`), an in-memory fake
-//! kernel for tests, or (its own issue) an io_uring ring entry. Workers own
+//! kernel for tests, or an io_uring ring entry ([`uring`]). Workers own
 //! one channel each and answer every request on the channel it came from.
 
 use fuse_proto::Reply;
@@ -12,6 +12,76 @@ use std::sync::Arc;
 
 pub mod dev_fuse;
 pub mod fake;
+pub mod uring;
+
+/// Which transport a session should use for requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// `read(2)`/`writev(2)` on `/dev/fuse` only.
+    #[default]
+    DevFuse,
+    /// FUSE over io_uring; falls back to `/dev/fuse`, with a warning that
+    /// says why, when the kernel or the system does not allow it.
+    Uring,
+    /// io_uring when available, quietly `/dev/fuse` otherwise (the reason
+    /// is logged at info level and reported all the same).
+    Auto,
+}
+
+/// The transport a session ended up using.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportInfo {
+    /// Everything over `/dev/fuse`; `fallback` says why io_uring is not used
+    /// when it was asked for.
+    DevFuse {
+        /// Why io_uring was not used (`None` if it was not asked for).
+        fallback: Option<uring::Unavailable>,
+    },
+    /// Requests over io_uring rings (INIT, FORGET, INTERRUPT, NOTIFY_REPLY
+    /// and notifications still use `/dev/fuse`).
+    Uring {
+        /// Number of queues (one per possible CPU).
+        queues: usize,
+        /// Ring entries per queue.
+        depth: usize,
+        /// Bytes of each entry's payload buffer.
+        payload_size: usize,
+    },
+}
+
+impl TransportInfo {
+    /// Whether the rings are in use.
+    pub fn is_uring(&self) -> bool {
+        matches!(self, TransportInfo::Uring { .. })
+    }
+
+    /// Why io_uring was asked for but not used.
+    pub fn fallback_reason(&self) -> Option<&uring::Unavailable> {
+        match self {
+            TransportInfo::DevFuse { fallback } => fallback.as_ref(),
+            TransportInfo::Uring { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TransportInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransportInfo::DevFuse { fallback: None } => f.write_str("/dev/fuse"),
+            TransportInfo::DevFuse { fallback: Some(why) } => {
+                write!(f, "/dev/fuse (io_uring not used: {why})")
+            }
+            TransportInfo::Uring {
+                queues,
+                depth,
+                payload_size,
+            } => write!(
+                f,
+                "io_uring: {queues} queues x {depth} entries, {payload_size}-byte payload buffers"
+            ),
+        }
+    }
+}
 
 /// One receive/send queue of a FUSE connection.
 pub trait Channel: Send + Sync + 'static {

@@ -1,0 +1,557 @@
+//! Real mounts served over FUSE-over-io_uring, and the fallback to
+//! `/dev/fuse` when the kernel's `enable_uring` switch is off.
+//!
+//! Needs root, `/dev/fuse` and a kernel with `CONFIG_FUSE_IO_URING`; without
+//! them the tests say so and pass, except under `CI=true`, where they fail.
+//! They flip `/sys/module/fuse/parameters/enable_uring` and always put back
+//! the value they found (a guard restores it on drop, panics included); the
+//! two tests hold a lock so that they never flip it at the same time.
+
+use fuse_wire::proto::abi::Attr;
+use fuse_wire::proto::flags::FopenFlags;
+use fuse_wire::proto::{Errno, Opcode};
+use fuse_wire::session::mount::{Mount, MountOptions};
+use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyOpen, ReplyWrite};
+use fuse_wire::session::transport::uring::{ENABLE_KNOB, Unavailable};
+use fuse_wire::session::{
+    Entry, FileHandle, Filesystem, Inode, LockOwner, RequestContext, Session, SessionConfig, Transport,
+    TransportInfo,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CStr;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- helpers
+
+/// Serialises the tests of this file: they share one kernel switch.
+fn knob_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sets `enable_uring` and restores the previous value when dropped.
+struct KnobGuard {
+    previous: String,
+}
+
+impl KnobGuard {
+    fn set(on: bool) -> KnobGuard {
+        let previous = std::fs::read_to_string(ENABLE_KNOB).expect("read enable_uring");
+        std::fs::write(ENABLE_KNOB, if on { "Y" } else { "N" }).expect("write enable_uring");
+        KnobGuard {
+            previous: previous.trim().to_string(),
+        }
+    }
+}
+
+impl Drop for KnobGuard {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(ENABLE_KNOB, &self.previous) {
+            eprintln!("could not restore {ENABLE_KNOB} to {}: {e}", self.previous);
+        }
+    }
+}
+
+/// Whether this machine can run the tests; under CI it must.
+fn require_uring_mount_capability() -> bool {
+    let why = if effective_uid() != 0 {
+        Some("not root".to_string())
+    } else if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Some(format!("cannot open /dev/fuse: {e}"))
+    } else if !Path::new(ENABLE_KNOB).exists() {
+        Some(format!(
+            "{ENABLE_KNOB} is missing (kernel without CONFIG_FUSE_IO_URING)"
+        ))
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but the io_uring mount tests cannot run: {why}")
+        }
+        Some(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+fn effective_uid() -> u32 {
+    // /proc/self/status has "Uid: real effective saved fs".
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+fn mountpoint(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("fuse-wire-uring-{tag}-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&p);
+    p
+}
+
+/// Collects log lines so that a test can check what the session said.
+struct Capture;
+static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+impl log::Log for Capture {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Info
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            let line = format!("{} {}", r.level(), r.args());
+            eprintln!("{line}");
+            LINES.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn capture_logs() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = log::set_logger(&Capture);
+        log::set_max_level(log::LevelFilter::Info);
+    });
+}
+
+// ---------------------------------------------------------------- the filesystem
+
+#[derive(Default)]
+struct Files {
+    names: HashMap<Vec<u8>, u64>,
+    data: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+/// A flat in-memory directory that also records which threads served which
+/// opcodes, to tell ring queue threads from `/dev/fuse` workers. READ is
+/// answered later from a thread of its own.
+#[derive(Default)]
+struct TinyFs {
+    files: Mutex<Files>,
+    served_by: Mutex<HashMap<(&'static str, String), u64>>,
+}
+
+const TTL: Duration = Duration::from_secs(1);
+
+impl TinyFs {
+    fn note(&self, op: &'static str) {
+        let name = std::thread::current().name().unwrap_or("?").to_string();
+        let kind = if name.starts_with("fuse-uring-") {
+            "uring"
+        } else if name.starts_with("fuse-worker-") || name == "fuse-session" {
+            "dev"
+        } else {
+            "other"
+        };
+        *self
+            .served_by
+            .lock()
+            .unwrap()
+            .entry((op, kind.to_string()))
+            .or_default() += 1;
+    }
+
+    fn served(&self, op: &'static str, kind: &str) -> u64 {
+        self.served_by
+            .lock()
+            .unwrap()
+            .get(&(op, kind.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn attr(ino: u64, size: usize) -> Attr {
+        let dir = ino == 1;
+        Attr {
+            ino,
+            size: size as u64,
+            blocks: (size as u64).div_ceil(512),
+            mode: if dir {
+                libc::S_IFDIR | 0o755
+            } else {
+                libc::S_IFREG | 0o644
+            },
+            nlink: if dir { 2 } else { 1 },
+            blksize: 4096,
+            ..Default::default()
+        }
+    }
+
+    fn entry(ino: u64, size: usize) -> Entry {
+        Entry {
+            ino: Inode(ino),
+            generation: 1,
+            attr: Self::attr(ino, size),
+            entry_ttl: TTL,
+            attr_ttl: TTL,
+        }
+    }
+}
+
+impl Filesystem for TinyFs {
+    fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        self.note("lookup");
+        let f = self.files.lock().unwrap();
+        match f.names.get(name.to_bytes()) {
+            Some(&ino) if parent == Inode::ROOT => reply.entry(&Self::entry(ino, f.data[&ino].len())),
+            _ => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _: &RequestContext<'_>, ino: Inode, _: Option<FileHandle>, reply: ReplyAttr) {
+        self.note("getattr");
+        let f = self.files.lock().unwrap();
+        if ino == Inode::ROOT {
+            return reply.attr(TTL, &Self::attr(1, 0));
+        }
+        match f.data.get(&ino.0) {
+            Some(d) => reply.attr(TTL, &Self::attr(ino.0, d.len())),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        self.note("open");
+        if flags & libc::O_TRUNC != 0
+            && let Some(d) = self.files.lock().unwrap().data.get_mut(&ino.0)
+        {
+            d.clear();
+        }
+        reply.opened(FileHandle(ino.0), FopenFlags::empty());
+    }
+
+    fn create(
+        &self,
+        _: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        _mode: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.note("create");
+        if parent != Inode::ROOT {
+            return reply.error(Errno::ENOENT);
+        }
+        let mut f = self.files.lock().unwrap();
+        f.next += 1;
+        let ino = f.next + 1;
+        f.names.insert(name.to_bytes().to_vec(), ino);
+        f.data.insert(ino, Vec::new());
+        reply.created(&Self::entry(ino, 0), FileHandle(ino), FopenFlags::empty());
+    }
+
+    fn read(
+        &self,
+        _: &RequestContext<'_>,
+        ino: Inode,
+        _: FileHandle,
+        offset: u64,
+        size: u32,
+        _: i32,
+        _: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.note("read");
+        let f = self.files.lock().unwrap();
+        let Some(d) = f.data.get(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let start = (offset as usize).min(d.len());
+        let end = (start + size as usize).min(d.len());
+        // Answer from another thread, later: the reply travels back to the
+        // ring from outside its queue thread.
+        let chunk = d[start..end].to_vec();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1));
+            reply.data(&chunk)
+        });
+    }
+
+    fn write(
+        &self,
+        _: &RequestContext<'_>,
+        ino: Inode,
+        _: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _: fuse_wire::proto::flags::WriteFlags,
+        _: i32,
+        _: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.note("write");
+        let mut f = self.files.lock().unwrap();
+        let Some(d) = f.data.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let end = offset as usize + data.len();
+        if d.len() < end {
+            d.resize(end, 0);
+        }
+        d[offset as usize..end].copy_from_slice(data);
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(
+        &self,
+        _: &RequestContext<'_>,
+        _: Inode,
+        _: FileHandle,
+        _: LockOwner,
+        reply: fuse_wire::session::reply::ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+}
+
+fn wait_for_transport(handle: &fuse_wire::session::SessionHandle) -> TransportInfo {
+    let t0 = Instant::now();
+    loop {
+        if let Some(t) = handle.transport() {
+            return t;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the session never reported its transport"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `f` on `cpu` (so that its requests land on that CPU's queue).
+fn on_cpu<T: Send>(cpu: usize, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: sched_setaffinity on the calling thread with a cpu_set_t
+            // that lives on the stack for the duration of the call.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+            }
+            f()
+        })
+        .join()
+        .expect("file operations panicked")
+    })
+}
+
+fn join_with_timeout(
+    running: fuse_wire::session::RunningSession,
+) -> Result<fuse_wire::session::SessionReport, fuse_wire::session::SessionError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(running.join());
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the session did not end within 30 s of the unmount")
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn requests_are_served_over_the_rings() {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(true);
+    let mp = mountpoint("on");
+    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
+        .expect("mount")
+        .into_parts();
+    let fs = std::sync::Arc::new(TinyFs::default());
+    let config = SessionConfig {
+        workers: 1,
+        transport: Transport::Uring,
+        ..Default::default()
+    };
+    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
+    let running = session.spawn().expect("spawn");
+    let info = wait_for_transport(running.handle());
+    let TransportInfo::Uring {
+        queues,
+        depth,
+        payload_size,
+    } = info
+    else {
+        panic!("expected the io_uring transport, got {info}");
+    };
+    assert_eq!(
+        queues,
+        fuse_wire::session::transport::uring::possible_cpus().unwrap()
+    );
+    assert_eq!(depth, 8);
+    assert!(payload_size >= 1 << 20, "payload buffers of {payload_size} bytes");
+
+    // Real file operations, from every CPU so that every queue is used.
+    let mut expected_bytes = 0;
+    for cpu in 0..queues {
+        let path = mp.join(format!("file-{cpu}"));
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + cpu as u32) as u8).collect();
+        let back = on_cpu(cpu, || {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .expect("create");
+            f.write_all(b"hello over io_uring\n").unwrap();
+            f.write_all(&big).unwrap();
+            f.sync_all().ok();
+            drop(f);
+            let meta = std::fs::metadata(&path).expect("stat");
+            let mut f = std::fs::File::open(&path).expect("open");
+            let mut s = Vec::new();
+            f.read_to_end(&mut s).unwrap();
+            f.seek(SeekFrom::Start(6)).unwrap();
+            let mut word = [0u8; 4];
+            f.read_exact(&mut word).unwrap();
+            assert_eq!(&word, b"over");
+            assert!(std::fs::metadata(mp.join("missing")).is_err());
+            (meta.len(), s)
+        });
+        expected_bytes += 20 + big.len();
+        assert_eq!(back.0 as usize, 20 + big.len());
+        assert_eq!(&back.1[..20], b"hello over io_uring\n");
+        assert_eq!(&back.1[20..], &big[..]);
+    }
+
+    let stats = running.handle().stats();
+    eprintln!("stats while mounted: {}", stats.to_json());
+    // Every request of these kinds went through a ring queue thread.
+    for op in ["lookup", "create", "write", "read", "getattr"] {
+        assert!(fs.served(op, "uring") > 0, "no {op} served over io_uring");
+        assert_eq!(fs.served(op, "dev"), 0, "{op} served over /dev/fuse");
+    }
+    let t = &stats.transport;
+    // INIT is answered by the session itself and not counted; FORGET or
+    // INTERRUPT could still arrive on /dev/fuse, nothing else does.
+    assert!(t.uring >= 10 && t.dev_fuse <= 2, "{t:?}");
+    assert_eq!(t.queues.len(), queues);
+    assert!(t.queues.iter().all(|&n| n > 0), "a queue served nothing: {t:?}");
+    assert_eq!(stats.get(Opcode::Write).errors, 0);
+    let written: usize = fs.files.lock().unwrap().data.values().map(Vec::len).sum();
+    assert_eq!(written, expected_bytes);
+
+    // Unmount: the parked ring commands complete with ENOTCONN, the queue
+    // threads end, the session ends.
+    guard.unmount().expect("unmount");
+    let report = join_with_timeout(running).expect("session result");
+    assert!(report.transport.is_uring());
+    assert!(report.stats.transport.uring >= t.uring);
+    let _ = std::fs::remove_dir(&mp);
+}
+
+#[test]
+fn knob_off_falls_back_to_dev_fuse_and_says_why() {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(false);
+    let mp = mountpoint("off");
+    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
+        .expect("mount")
+        .into_parts();
+    let fs = std::sync::Arc::new(TinyFs::default());
+    let config = SessionConfig {
+        workers: 1,
+        transport: Transport::Uring,
+        ..Default::default()
+    };
+    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
+    let running = session.spawn().expect("spawn");
+    let info = wait_for_transport(running.handle());
+    assert_eq!(
+        info,
+        TransportInfo::DevFuse {
+            fallback: Some(Unavailable::KnobOff)
+        }
+    );
+    let why = info.fallback_reason().unwrap().to_string();
+    assert!(why.contains("enable_uring is N"), "{why}");
+    let logged = LINES
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.starts_with("WARN") && l.contains("enable_uring is N"));
+    assert!(logged, "the fallback reason was not logged as a warning");
+
+    std::fs::write(mp.join("plain"), b"over /dev/fuse").expect("write");
+    assert_eq!(std::fs::read(mp.join("plain")).expect("read"), b"over /dev/fuse");
+    assert!(fs.served("write", "dev") > 0);
+    assert_eq!(fs.served("write", "uring"), 0);
+    let stats = running.handle().stats();
+    assert_eq!(stats.transport.uring, 0);
+    assert!(stats.transport.queues.is_empty());
+
+    guard.unmount().expect("unmount");
+    let report = join_with_timeout(running).expect("session result");
+    assert!(!report.transport.is_uring());
+    let _ = std::fs::remove_dir(&mp);
+}
+
+#[test]
+fn stop_ends_the_queue_threads_while_mounted() {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(true);
+    let mp = mountpoint("stop");
+    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
+        .expect("mount")
+        .into_parts();
+    let fs = std::sync::Arc::new(TinyFs::default());
+    let config = SessionConfig {
+        workers: 1,
+        transport: Transport::Auto,
+        uring_queue_depth: 2,
+        ..Default::default()
+    };
+    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
+    let running = session.spawn().expect("spawn");
+    let info = wait_for_transport(running.handle());
+    assert!(matches!(info, TransportInfo::Uring { depth: 2, .. }), "{info}");
+    std::fs::write(mp.join("x"), b"x").expect("write");
+    assert!(fs.served("write", "uring") > 0);
+
+    // Stop without unmounting: the queue threads leave their loops, their
+    // parked commands are cancelled, the session ends.
+    let handle = running.handle().clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(running.stop());
+    });
+    let report = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("stop() did not end the session within 30 s")
+        .expect("session result");
+    assert!(report.transport.is_uring());
+    assert!(report.stats.transport.uring > 0);
+    assert!(handle.transport().unwrap().is_uring());
+    guard.unmount().expect("unmount after stop");
+    let _ = std::fs::remove_dir(&mp);
+}
