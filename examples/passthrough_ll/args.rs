@@ -19,6 +19,7 @@ pub struct Args {
     pub threads: usize,
     pub clone_fd: bool,
     pub atomic_open: bool,
+    pub uring: bool,
     pub stats: Option<PathBuf>,
     pub debug: bool,
 }
@@ -61,8 +62,10 @@ filesystem options (-o):
                        not with writeback)
     parallel_direct_writes    open files with DIRECT_IO | PARALLEL_DIRECT_WRITES
     atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
+    uring, no_uring    serve requests over FUSE-over-io_uring when the kernel allows it
+                       (enable_uring=Y); otherwise /dev/fuse, with the reason logged
 
-mount options: fsname=, subtype=, allow_other, default_permissions,
+mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
     ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
     dirsync, max_read=, auto_unmount
 ";
@@ -115,6 +118,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut threads = if single { 1 } else { 0 };
     let mut clone_fd = true;
     let mut atomic_open = false;
+    let mut uring = false;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -159,6 +163,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "passthrough" => fs.passthrough = flag(true)?,
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
             "atomic_open" => atomic_open = flag(true)?,
+            "uring" => uring = flag(true)?,
+            "no_uring" => uring = flag(false)?,
             "clone_fd" => clone_fd = flag(true)?,
             "no_clone_fd" => clone_fd = flag(false)?,
             "threads" => {
@@ -194,13 +200,6 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
-    if mount.allow_root {
-        return Err(
-            "`allow_root` is not supported by this example (it would need a uid check on every \
-                    request); use `allow_other`, perhaps with `default_permissions`"
-                .into(),
-        );
-    }
     let mut mount = mount;
     if mount.subtype.is_none() {
         mount.subtype = Some("passthrough_ll".into());
@@ -220,6 +219,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         threads,
         clone_fd,
         atomic_open,
+        uring,
         stats,
         debug,
     })))
@@ -289,7 +289,7 @@ mod tests {
         assert!(run(&[]).is_err());
         assert!(run(&["a", "b", "c"]).is_err());
         assert!(run(&["-x", "/m"]).is_err());
-        assert!(run(&["-o", "allow_root", "/m"]).is_err());
+        assert!(run(&["-o", "uring=1", "/m"]).is_err());
     }
 
     #[test]

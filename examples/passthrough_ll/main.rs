@@ -18,13 +18,12 @@ mod inodes;
 mod sys;
 
 use fs::PassthroughFs;
-use fuse_wire::session::mount::{Mount, MountGuard};
-use fuse_wire::session::{Session, SessionConfig, SessionHandle};
+
+use fuse_wire::session::{Session, SessionConfig, SessionHandle, Transport};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+
+use std::sync::Arc;
 
 const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -121,51 +120,36 @@ fn run() -> i32 {
         }
     };
 
-    let mount = match Mount::new(&args.mountpoint, &args.mount) {
-        Ok(m) => m,
+    let config = SessionConfig {
+        workers: args.threads,
+        clone_fd: args.clone_fd,
+        atomic_open: args.atomic_open,
+        transport: if args.uring {
+            Transport::Uring
+        } else {
+            Transport::DevFuse
+        },
+        ..Default::default()
+    };
+    // The session owns the mount: stop() unmounts it, and at the end it
+    // unmounts only if the mount is still its own (not after an outside
+    // umount). With allow_root it refuses other users' requests itself.
+    let session = match Session::mount_arc(fs.clone(), &args.mountpoint, &args.mount, config) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("passthrough_ll: {e}");
             return 1;
         }
     };
-    let mountpoint = mount
-        .mountpoint()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| args.mountpoint.clone());
-    let (dev, guard) = mount.into_parts();
-    let config = SessionConfig {
-        workers: args.threads,
-        clone_fd: args.clone_fd,
-        atomic_open: args.atomic_open,
-        ..Default::default()
-    };
-    let session = match Session::from_arc(fs.clone(), Arc::new(dev), config) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("passthrough_ll: cannot start the session: {e}");
-            return 1;
-        }
-    };
     let handle = session.handle();
-    let guard = Arc::new(Mutex::new(Some(guard)));
-    let stopped_by_signal = Arc::new(AtomicBool::new(false));
-    spawn_signal_thread(handle.clone(), guard.clone(), stopped_by_signal.clone());
-    log::info!("serving {} on {}", args.source.display(), mountpoint.display());
+    spawn_signal_thread(handle.clone());
+    log::info!(
+        "serving {} on {}",
+        args.source.display(),
+        args.mountpoint.display()
+    );
 
     let result = session.run();
-
-    let leftover = guard.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(g) = leftover {
-        if stopped_by_signal.load(Ordering::Acquire) || is_fuse_mounted(&mountpoint) {
-            if let Err(e) = g.unmount() {
-                log::warn!("unmounting {}: {e}", mountpoint.display());
-            }
-        } else {
-            // Someone else unmounted it: there is nothing left to undo, and
-            // a lazy unmount of the path could hit whatever is there now.
-            std::mem::forget(g);
-        }
-    }
 
     let live = fs.live_inodes();
     log::info!(
@@ -196,62 +180,19 @@ fn run() -> i32 {
     }
 }
 
-/// Waits for SIGINT/SIGTERM/SIGHUP; then unmounts and stops the session.
-fn spawn_signal_thread(handle: SessionHandle, guard: Arc<Mutex<Option<MountGuard>>>, flag: Arc<AtomicBool>) {
+/// Waits for SIGINT/SIGTERM/SIGHUP; then stops the session, which unmounts.
+fn spawn_signal_thread(handle: SessionHandle) {
     let r = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let sig = match sys::wait_signal(&STOP_SIGNALS) {
-            Ok(s) => s,
+        match sys::wait_signal(&STOP_SIGNALS) {
+            Ok(sig) => log::info!("signal {sig}: unmounting"),
             Err(e) => {
                 log::error!("waiting for signals: {e}");
                 return;
             }
-        };
-        log::info!("signal {sig}: unmounting");
-        flag.store(true, Ordering::Release);
-        let g = guard.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(g) = g
-            && let Err(e) = g.unmount()
-        {
-            log::warn!("unmounting: {e}");
         }
         handle.stop();
     });
     if let Err(e) = r {
         log::error!("cannot start the signal thread: {e}");
     }
-}
-
-/// Whether a FUSE filesystem is mounted at `path` (from /proc/self/mountinfo).
-fn is_fuse_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return true;
-    };
-    let want: PathBuf = path.to_path_buf();
-    info.lines().any(|line| {
-        let mut halves = line.splitn(2, " - ");
-        let (Some(pre), Some(post)) = (halves.next(), halves.next()) else {
-            return false;
-        };
-        let mp = pre.split(' ').nth(4).map(unescape_mountinfo);
-        mp.as_deref() == Some(want.as_os_str().as_bytes())
-            && post.split(' ').next().is_some_and(|t| t.starts_with("fuse"))
-    })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, …).
-fn unescape_mountinfo(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
