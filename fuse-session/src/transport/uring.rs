@@ -31,7 +31,7 @@ use crate::worker::{Shared, WorkerCore};
 use fuse_proto::abi::{OutHeader, UringCmdReq, UringEntInOut, UringReqHeader};
 use fuse_proto::consts::{URING_IN_OUT_HEADER_SZ, uring_cmd};
 use fuse_proto::flags::InitFlags;
-use fuse_proto::{Errno, Reply, Request};
+use fuse_proto::{Errno, Opcode, Reply, Request};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::cell::{Cell, UnsafeCell};
 use std::io;
@@ -888,7 +888,9 @@ fn serve_entry<F: Filesystem>(fs: &F, entry: &RingEntry, core: &Arc<WorkerCore>)
     // SAFETY: the entry is SERVING: the kernel wrote these buffers before it
     // posted the completion and does not touch them until we commit. The
     // slices live for this dispatch; a reply sent during it that would
-    // overwrite them is stashed (fixed-size replies) until it returns.
+    // overwrite them is stashed (fixed-size replies) until it returns, and
+    // requests whose data replies could overwrite borrowed arguments are
+    // parsed from a private copy.
     let (in_out, op_in, payload) = unsafe {
         (
             std::slice::from_raw_parts(hdr, URING_IN_OUT_HEADER_SZ),
@@ -900,18 +902,48 @@ fn serve_entry<F: Filesystem>(fs: &F, entry: &RingEntry, core: &Arc<WorkerCore>)
         )
     };
     DISPATCHING.with(|d| d.set(entry as *const RingEntry));
+    let opcode = fuse_proto::request::peek_opcode(in_out).and_then(|n| Opcode::from_u32(n).ok());
+    if payload_sz > 0 && matches!(opcode, Some(Opcode::Getxattr | Opcode::Ioctl)) {
+        // These requests borrow arguments from the payload buffer (the xattr
+        // name, the ioctl input) and their replies carry data, which a
+        // handler may send before it returns: the reply would overwrite what
+        // the handler still borrows. Parse them from a private copy (small:
+        // a name, or an ioctl's input), kept per queue thread.
+        SIDE.with(|side| {
+            let mut side = side.borrow_mut();
+            side.clear();
+            side.extend_from_slice(payload);
+            parse_and_serve(fs, core, in_out, op_in, &side);
+        });
+    } else {
+        parse_and_serve(fs, core, in_out, op_in, payload);
+    }
+    DISPATCHING.with(|d| d.set(std::ptr::null()));
+    entry.flush_stash();
+}
+
+thread_local! {
+    /// Private copy of a request payload for [`serve_entry`]; grows once.
+    static SIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn parse_and_serve<F: Filesystem>(
+    fs: &F,
+    core: &Arc<WorkerCore>,
+    in_out: &[u8],
+    op_in: &[u8],
+    payload: &[u8],
+) {
     match Request::parse_split(in_out, op_in, payload, &core.shared.parse) {
         Ok(req) => crate::dispatch::serve(fs, core, req),
         Err(e) => crate::dispatch::malformed(
             core,
             fuse_proto::request::peek_opcode(in_out),
             fuse_proto::request::peek_unique(in_out),
-            payload_sz + 40,
+            payload.len() + 40,
             e,
         ),
     }
-    DISPATCHING.with(|d| d.set(std::ptr::null()));
-    entry.flush_stash();
 }
 
 #[cfg(test)]
