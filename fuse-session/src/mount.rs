@@ -260,6 +260,11 @@ pub struct MountOptions {
     /// alive, watching the socket it sent the fd over, and unmounts when that
     /// socket closes. The [`MountGuard`] keeps the socket open for the mount's
     /// lifetime.
+    ///
+    /// Before libfuse 3.15, `fusermount3` checks the dead mount as root, which
+    /// a FUSE mount without `allow_other` refuses, so for non-root users it
+    /// only unmounts with `allow_other` or `allow_root` (libfuse issue #586);
+    /// [`Mount::new`] logs a warning in that case.
     pub auto_unmount: bool,
     /// Refuse to mount over a non-empty directory. Off by default (FUSE and
     /// libfuse 3 allow it); not an `-o` option.
@@ -612,7 +617,8 @@ impl Mount {
     ///
     /// If `mountpoint` is `/dev/fd/N`, fd N (an already mounted `/dev/fuse`
     /// fd from a privileged helper) becomes the session fd, ownership of it
-    /// passes to the returned `Mount`, and nothing is mounted or unmounted.
+    /// passes to the returned `Mount`, and nothing is mounted or unmounted;
+    /// of `opts` only `allow_root` matters then (the helper chose the rest).
     ///
     /// Otherwise, as root and without `auto_unmount`, this calls `mount(2)`;
     /// when not root, when `mount(2)` says `EPERM`, or with `auto_unmount`, it
@@ -638,6 +644,7 @@ impl Mount {
         let mut m = match use_fusermount {
             Some(why) => {
                 let program = find_fusermount().ok_or(MountError::FusermountMissing { why })?;
+                warn_if_auto_unmount_is_broken(&program, opts);
                 mount_fusermount(&program, &path, opts)?
             }
             None => match mount_privileged(&path, rootmode, opts) {
@@ -649,6 +656,7 @@ impl Mount {
                         path.display(),
                         program.display()
                     );
+                    warn_if_auto_unmount_is_broken(&program, opts);
                     mount_fusermount(&program, &path, opts)?
                 }
                 other => other?,
@@ -1002,6 +1010,36 @@ pub fn find_fusermount() -> Option<PathBuf> {
                 .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false)
         })
+}
+
+/// The version `fusermount3 -V` reports (`fusermount3 version: 3.14.0`).
+fn fusermount_version(program: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(program)
+        .arg("-V")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let v = text.split("version:").nth(1)?.split_whitespace().next()?;
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
+fn warn_if_auto_unmount_is_broken(program: &Path, opts: &MountOptions) {
+    if !opts.auto_unmount || opts.allow_other || opts.allow_root || nix::unistd::getuid().is_root() {
+        return;
+    }
+    if let Some(v) = fusermount_version(program)
+        && v < (3, 15)
+    {
+        log::warn!(
+            "{} is version {}.{}: its auto_unmount cannot unmount for a non-root user without \
+             allow_other or allow_root (fixed in libfuse 3.15); unmount explicitly",
+            program.display(),
+            v.0,
+            v.1
+        );
+    }
 }
 
 fn mount_fusermount(program: &Path, path: &Path, opts: &MountOptions) -> Result<Mount, MountError> {
