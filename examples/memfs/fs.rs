@@ -1,0 +1,1331 @@
+//! memfs: an in-memory filesystem with per-inode locking.
+//!
+//! # Locking
+//!
+//! - The inode table is split into [`SHARDS`] maps, each behind its own
+//!   `RwLock`, keyed by inode number. A shard lock is held only to find,
+//!   insert or remove an `Arc<Node>`, and nothing else is locked meanwhile.
+//! - Every inode has its own `RwLock` over its metadata and contents. Link
+//!   count, lookup count, open count and (for directories) the parent live
+//!   in atomics beside it, so that freeing an inode or walking up the tree
+//!   never needs an inode lock.
+//! - When an operation holds several inode locks it takes a directory
+//!   before anything in it. A rename between two directories first takes
+//!   `rename_lock` (renames only, like the VFS), which keeps the tree's
+//!   shape still while it checks for loops and orders the two directories
+//!   (an ancestor before its descendants).
+//!
+//! # Limits of the model
+//!
+//! - Without `-o default_permissions` the kernel leaves permission checks to
+//!   the filesystem; memfs answers ACCESS and checks ownership for chmod and
+//!   chown, but does not check modes on open, create or unlink. Mount with
+//!   `default_permissions` for full POSIX permission checks.
+//! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
+//!   so zeros inside a written chunk count as data.
+//! - atime changes only through SETATTR (as if mounted `noatime`).
+
+use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn};
+use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::session::reply::{
+    ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+};
+use fuse_wire::session::types::dirent_type;
+use fuse_wire::session::{
+    Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, LockOwner, RequestContext,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[path = "data.rs"]
+mod data;
+use data::{DOTDOT_COOKIE, DirData, FileData};
+
+/// Number of inode-table shards.
+pub const SHARDS: usize = 64;
+const MAX_NAME: usize = 255;
+/// Largest extended attribute value (the kernel's `XATTR_SIZE_MAX`).
+const MAX_XATTR: usize = 64 * 1024;
+/// Largest file size: what a signed 64-bit offset can address.
+const MAX_SIZE: u64 = i64::MAX as u64;
+/// Largest amount one COPY_FILE_RANGE copies (callers loop on short copies).
+const COPY_MAX: u64 = 16 << 20;
+
+const ENXIO: Errno = Errno::new_or_eio(libc::ENXIO);
+const EFBIG: Errno = Errno::new_or_eio(libc::EFBIG);
+const ENOSPC: Errno = Errno::new_or_eio(libc::ENOSPC);
+const ENAMETOOLONG: Errno = Errno::new_or_eio(libc::ENAMETOOLONG);
+const E2BIG: Errno = Errno::new_or_eio(libc::E2BIG);
+const ENODEV: Errno = Errno::new_or_eio(libc::ENODEV);
+
+/// A point in time as the kernel stores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Time {
+    sec: i64,
+    nsec: u32,
+}
+
+impl Time {
+    fn now() -> Time {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => Time { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Err(_) => Time::default(),
+        }
+    }
+}
+
+enum Content {
+    File(FileData),
+    Dir(DirData),
+    Symlink(Vec<u8>),
+    /// FIFOs, sockets and device nodes: only attributes.
+    Special,
+}
+
+/// What an inode's lock protects.
+struct Data {
+    /// Type and permission bits.
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    atime: Time,
+    mtime: Time,
+    ctime: Time,
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    content: Content,
+}
+
+impl Data {
+    fn dir(&self) -> Result<&DirData, Errno> {
+        match &self.content {
+            Content::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    fn dir_mut(&mut self) -> Result<&mut DirData, Errno> {
+        match &mut self.content {
+            Content::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    fn file(&self) -> Result<&FileData, Errno> {
+        match &self.content {
+            Content::File(f) => Ok(f),
+            Content::Dir(_) => Err(Errno::EISDIR),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn file_mut(&mut self) -> Result<&mut FileData, Errno> {
+        match &mut self.content {
+            Content::File(f) => Ok(f),
+            Content::Dir(_) => Err(Errno::EISDIR),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Something about the inode changed (ctime), and its contents (mtime).
+    fn touch_modified(&mut self) {
+        let now = Time::now();
+        self.mtime = now;
+        self.ctime = now;
+    }
+
+    /// What a write or truncate by an unprivileged caller clears.
+    fn kill_suid_sgid(&mut self) {
+        self.mode &= !libc::S_ISUID;
+        if self.mode & libc::S_IXGRP != 0 {
+            self.mode &= !libc::S_ISGID;
+        }
+    }
+}
+
+struct Node {
+    ino: u64,
+    /// Hard links (directories: 2 + subdirectories; 0 once removed).
+    nlink: AtomicU32,
+    /// References the kernel holds (each entry reply adds one, FORGET drops).
+    lookups: AtomicU64,
+    /// Open files (OPEN/CREATE add one, RELEASE drops).
+    opens: AtomicU32,
+    /// For directories, the directory containing it (changed only by a
+    /// rename, under `rename_lock`).
+    parent: AtomicU64,
+    data: RwLock<Data>,
+}
+
+impl Node {
+    fn read(&self) -> RwLockReadGuard<'_, Data> {
+        self.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Data> {
+        self.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attr(&self, d: &Data) -> Attr {
+        let (size, blocks) = match &d.content {
+            Content::File(f) => (f.size(), f.allocated().div_ceil(512)),
+            Content::Dir(dir) => (dir.len() as u64 * 32, 0),
+            Content::Symlink(t) => (t.len() as u64, 0),
+            Content::Special => (0, 0),
+        };
+        Attr {
+            ino: self.ino,
+            size,
+            blocks,
+            atime: d.atime.sec as u64,
+            mtime: d.mtime.sec as u64,
+            ctime: d.ctime.sec as u64,
+            atimensec: d.atime.nsec,
+            mtimensec: d.mtime.nsec,
+            ctimensec: d.ctime.nsec,
+            mode: d.mode,
+            nlink: self.nlink.load(Relaxed),
+            uid: d.uid,
+            gid: d.gid,
+            rdev: d.rdev,
+            blksize: data::CHUNK as u32,
+            flags: 0,
+        }
+    }
+}
+
+/// Tunables of a [`MemFs`].
+#[derive(Clone, Debug)]
+pub struct MemFsConfig {
+    /// How long the kernel may cache names and attributes. Every change goes
+    /// through the kernel, so caching is safe; 1 s keeps `ls -l` honest if
+    /// you inspect the process with a debugger.
+    pub ttl: Duration,
+    /// Whether the mount uses `default_permissions` (told to INIT).
+    pub default_permissions: bool,
+}
+
+impl Default for MemFsConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(1),
+            default_permissions: false,
+        }
+    }
+}
+
+/// The filesystem.
+pub struct MemFs {
+    shards: Vec<RwLock<HashMap<u64, Arc<Node>>>>,
+    next_ino: AtomicU64,
+    rename_lock: Mutex<()>,
+    config: MemFsConfig,
+}
+
+/// A caller's identity, as permission checks need it.
+struct Caller {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+impl Caller {
+    fn of(ctx: &RequestContext<'_>) -> Caller {
+        Caller {
+            uid: ctx.uid(),
+            gid: ctx.gid(),
+            groups: ctx.supp_groups().collect(),
+        }
+    }
+
+    fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// Flags of RENAME2.
+const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+
+fn check_name(name: &CStr) -> Result<&[u8], Errno> {
+    let n = name.to_bytes();
+    if n.len() > MAX_NAME {
+        Err(ENAMETOOLONG)
+    } else if n.is_empty() || n == b"." || n == b".." || n.contains(&b'/') {
+        Err(Errno::EINVAL)
+    } else {
+        Ok(n)
+    }
+}
+
+/// Two directory locks, or one when both names are in the same directory.
+enum Dirs<'a> {
+    Same(RwLockWriteGuard<'a, Data>),
+    Two {
+        src: RwLockWriteGuard<'a, Data>,
+        dst: RwLockWriteGuard<'a, Data>,
+    },
+}
+
+impl Dirs<'_> {
+    fn src(&mut self) -> &mut Data {
+        match self {
+            Dirs::Same(d) => d,
+            Dirs::Two { src, .. } => src,
+        }
+    }
+
+    fn dst(&mut self) -> &mut Data {
+        match self {
+            Dirs::Same(d) => d,
+            Dirs::Two { dst, .. } => dst,
+        }
+    }
+}
+
+impl Default for MemFs {
+    fn default() -> Self {
+        Self::new(MemFsConfig::default())
+    }
+}
+
+impl MemFs {
+    /// An empty filesystem: a root directory owned by this process's user.
+    pub fn new(config: MemFsConfig) -> MemFs {
+        use std::os::unix::fs::MetadataExt;
+        let (uid, gid) = std::fs::metadata("/proc/self")
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((0, 0));
+        let fs = MemFs {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
+            rename_lock: Mutex::new(()),
+            config,
+        };
+        let now = Time::now();
+        let root = Node {
+            ino: Inode::ROOT.0,
+            nlink: AtomicU32::new(2),
+            // The kernel never forgets the root.
+            lookups: AtomicU64::new(1),
+            opens: AtomicU32::new(0),
+            parent: AtomicU64::new(Inode::ROOT.0),
+            data: RwLock::new(Data {
+                mode: libc::S_IFDIR | 0o755,
+                uid,
+                gid,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                xattrs: BTreeMap::new(),
+                content: Content::Dir(DirData::default()),
+            }),
+        };
+        fs.insert(Arc::new(root));
+        fs
+    }
+
+    fn shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Node>>> {
+        &self.shards[(ino % SHARDS as u64) as usize]
+    }
+
+    fn get(&self, ino: Inode) -> Result<Arc<Node>, Errno> {
+        let shard = self.shard(ino.0).read().unwrap_or_else(|e| e.into_inner());
+        shard.get(&ino.0).cloned().ok_or(Errno::ENOENT)
+    }
+
+    fn insert(&self, node: Arc<Node>) {
+        let mut shard = self.shard(node.ino).write().unwrap_or_else(|e| e.into_inner());
+        shard.insert(node.ino, node);
+    }
+
+    /// Frees `node` once nothing refers to it: no name, no kernel
+    /// reference, no open file. (None of the three can come back once all
+    /// are zero: a name needs LINK, which needs a kernel reference.)
+    fn maybe_free(&self, node: &Node) {
+        let unused =
+            |n: &Node| n.nlink.load(Acquire) == 0 && n.lookups.load(Acquire) == 0 && n.opens.load(Acquire) == 0;
+        if node.ino == Inode::ROOT.0 || !unused(node) {
+            return;
+        }
+        let mut shard = self.shard(node.ino).write().unwrap_or_else(|e| e.into_inner());
+        if unused(node) && shard.remove(&node.ino).is_some() {
+            log::trace!("inode {} freed", node.ino);
+        }
+    }
+
+    fn entry(&self, node: &Node, d: &Data) -> Entry {
+        Entry {
+            ino: Inode(node.ino),
+            generation: 0, // inode numbers are never reused
+            attr: node.attr(d),
+            entry_ttl: self.config.ttl,
+            attr_ttl: self.config.ttl,
+        }
+    }
+
+    /// Whether directory `ancestor` is `ino` or above it (walks the parent
+    /// atomics; stable while `rename_lock` is held).
+    fn is_ancestor(&self, ancestor: u64, mut ino: u64) -> bool {
+        for _ in 0..100_000 {
+            if ino == ancestor {
+                return true;
+            }
+            if ino == Inode::ROOT.0 {
+                return false;
+            }
+            match self.get(Inode(ino)) {
+                Ok(n) => ino = n.parent.load(Acquire),
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Creates `name` in `parent`: the common part of MKNOD, MKDIR, SYMLINK
+    /// and CREATE. The new inode starts with one lookup reference (for the
+    /// reply) and `opens` open files.
+    fn create_node(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: &Node,
+        pd: &mut Data,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        content: Content,
+        opens: u32,
+    ) -> Result<(Arc<Node>, Entry), Errno> {
+        if parent.nlink.load(Acquire) == 0 {
+            return Err(Errno::ENOENT); // the directory was removed
+        }
+        if pd.dir()?.get(name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let caller = Caller::of(ctx);
+        let kind = mode & libc::S_IFMT;
+        let is_dir = kind == libc::S_IFDIR;
+        let mut perm = mode & 0o7777;
+        if kind != libc::S_IFLNK {
+            perm &= !(ctx.umask().unwrap_or(0) & 0o777);
+        }
+        // Group ownership: a set-group-ID directory passes its group (and,
+        // to subdirectories, the bit itself) on to what is created in it.
+        let gid = if pd.mode & libc::S_ISGID != 0 {
+            if is_dir {
+                perm |= libc::S_ISGID;
+            }
+            pd.gid
+        } else {
+            caller.gid
+        };
+        if !is_dir && perm & libc::S_ISGID != 0 && caller.uid != 0 && !caller.in_group(gid) {
+            perm &= !libc::S_ISGID;
+        }
+        let now = Time::now();
+        let ino = self.next_ino.fetch_add(1, Relaxed);
+        let node = Arc::new(Node {
+            ino,
+            nlink: AtomicU32::new(if is_dir { 2 } else { 1 }),
+            lookups: AtomicU64::new(1),
+            opens: AtomicU32::new(opens),
+            parent: AtomicU64::new(parent.ino),
+            data: RwLock::new(Data {
+                mode: kind | perm,
+                uid: caller.uid,
+                gid,
+                rdev,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                xattrs: BTreeMap::new(),
+                content,
+            }),
+        });
+        let entry = self.entry(&node, &node.read());
+        self.insert(node.clone());
+        pd.dir_mut()?.insert(name, ino, kind);
+        if is_dir {
+            parent.nlink.fetch_add(1, AcqRel);
+        }
+        pd.mtime = now;
+        pd.ctime = now;
+        Ok((node, entry))
+    }
+
+    fn make(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        content: Content,
+    ) -> Result<Entry, Errno> {
+        let name = check_name(name)?;
+        let p = self.get(parent)?;
+        let mut pd = p.write();
+        self.create_node(ctx, &p, &mut pd, name, mode, rdev, content, 0)
+            .map(|(_, e)| e)
+    }
+
+    fn do_lookup(&self, parent: Inode, name: &CStr) -> Result<Option<Entry>, Errno> {
+        let p = self.get(parent)?;
+        let pd = p.read();
+        let Some(e) = pd.dir()?.get(name.to_bytes()) else {
+            return Ok(None);
+        };
+        let node = self.get(Inode(e.ino))?;
+        let entry = self.entry(&node, &node.read());
+        node.lookups.fetch_add(1, AcqRel);
+        Ok(Some(entry))
+    }
+
+    fn do_setattr(&self, ctx: &RequestContext<'_>, ino: Inode, a: &SetattrIn) -> Result<Attr, Errno> {
+        let valid = SetattrValid::from_bits_retain(a.valid);
+        let node = self.get(ino)?;
+        let mut d = node.write();
+        let caller = Caller::of(ctx);
+        let privileged = caller.uid == 0;
+        let owner = privileged || caller.uid == d.uid;
+        let now = Time::now();
+        if valid.contains(SetattrValid::MODE) {
+            if !owner {
+                return Err(Errno::EPERM);
+            }
+            let mut perm = a.mode & 0o7777;
+            if !privileged && !caller.in_group(d.gid) {
+                perm &= !libc::S_ISGID;
+            }
+            d.mode = (d.mode & libc::S_IFMT) | perm;
+        }
+        if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
+            let uid = if valid.contains(SetattrValid::UID) { a.uid } else { d.uid };
+            let gid = if valid.contains(SetattrValid::GID) { a.gid } else { d.gid };
+            if !privileged && (uid != d.uid || (gid != d.gid && (caller.uid != d.uid || !caller.in_group(gid)))) {
+                return Err(Errno::EPERM);
+            }
+            if d.mode & libc::S_IFMT == libc::S_IFREG && (uid != d.uid || gid != d.gid) {
+                d.kill_suid_sgid();
+            }
+            d.uid = uid;
+            d.gid = gid;
+        }
+        if valid.contains(SetattrValid::SIZE) {
+            if a.size > MAX_SIZE {
+                return Err(EFBIG);
+            }
+            d.file_mut()?.truncate(a.size);
+            d.touch_modified();
+        }
+        if valid.contains(SetattrValid::KILL_SUIDGID) {
+            d.kill_suid_sgid();
+        }
+        if valid.contains(SetattrValid::ATIME) {
+            d.atime = if valid.contains(SetattrValid::ATIME_NOW) {
+                now
+            } else {
+                Time { sec: a.atime as i64, nsec: a.atimensec.min(999_999_999) }
+            };
+        }
+        if valid.contains(SetattrValid::MTIME) {
+            d.mtime = if valid.contains(SetattrValid::MTIME_NOW) {
+                now
+            } else {
+                Time { sec: a.mtime as i64, nsec: a.mtimensec.min(999_999_999) }
+            };
+        }
+        d.ctime = if valid.contains(SetattrValid::CTIME) {
+            Time { sec: a.ctime as i64, nsec: a.ctimensec.min(999_999_999) }
+        } else {
+            now
+        };
+        Ok(node.attr(&d))
+    }
+
+    fn do_unlink(&self, parent: Inode, name: &CStr, want_dir: bool) -> Result<(), Errno> {
+        let p = self.get(parent)?;
+        let mut pd = p.write();
+        let name = name.to_bytes();
+        if name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        let e = pd.dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
+        let is_dir = e.kind == libc::S_IFDIR;
+        if want_dir && !is_dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if !want_dir && is_dir {
+            return Err(Errno::EISDIR);
+        }
+        let child = self.get(Inode(e.ino))?;
+        {
+            // Directory before what is in it: the parent is already held.
+            let mut cd = child.write();
+            if is_dir {
+                if !cd.dir()?.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                child.nlink.store(0, Release);
+                p.nlink.fetch_sub(1, AcqRel);
+            } else {
+                child.nlink.fetch_sub(1, AcqRel);
+            }
+            cd.ctime = Time::now();
+        }
+        pd.dir_mut()?.remove(name);
+        pd.touch_modified();
+        drop(pd);
+        self.maybe_free(&child);
+        Ok(())
+    }
+
+    fn do_rename(
+        &self,
+        parent: Inode,
+        name: &CStr,
+        newparent: Inode,
+        newname: &CStr,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
+        {
+            return Err(Errno::EINVAL); // RENAME_WHITEOUT is for overlay filesystems
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let (name, newname) = (name.to_bytes(), check_name(newname)?);
+        let cross = parent != newparent;
+        let _tree = cross.then(|| self.rename_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        let p = self.get(parent)?;
+        let np = self.get(newparent)?;
+        let mut dirs = if !cross {
+            Dirs::Same(p.write())
+        } else if self.is_ancestor(p.ino, np.ino) || (!self.is_ancestor(np.ino, p.ino) && p.ino < np.ino) {
+            let src = p.write();
+            Dirs::Two { src, dst: np.write() }
+        } else {
+            let dst = np.write();
+            Dirs::Two { src: p.write(), dst }
+        };
+        if np.nlink.load(Acquire) == 0 {
+            return Err(Errno::ENOENT);
+        }
+        let src = dirs.src().dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
+        let dst = dirs.dst().dir()?.get(newname).cloned();
+        match &dst {
+            Some(_) if flags & RENAME_NOREPLACE != 0 => return Err(Errno::EEXIST),
+            None if exchange => return Err(Errno::ENOENT),
+            Some(d) if d.ino == src.ino => return Ok(()), // two names of one file
+            _ => {}
+        }
+        let src_is_dir = src.kind == libc::S_IFDIR;
+        let dst_is_dir = dst.as_ref().is_some_and(|d| d.kind == libc::S_IFDIR);
+        // No directory may move below itself.
+        if cross && src_is_dir && self.is_ancestor(src.ino, np.ino) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(d) = dst.as_ref().filter(|_| exchange)
+            && cross
+            && dst_is_dir
+            && self.is_ancestor(d.ino, p.ino)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let now = Time::now();
+        let src_node = self.get(Inode(src.ino))?;
+        let mut replaced = None;
+        if exchange {
+            let Some(d) = dst else { return Err(Errno::ENOENT) };
+            let dst_node = self.get(Inode(d.ino))?;
+            dirs.src().dir_mut()?.replace(name, d.ino, d.kind);
+            dirs.dst().dir_mut()?.replace(newname, src.ino, src.kind);
+            if cross {
+                if src_is_dir {
+                    src_node.parent.store(np.ino, Release);
+                }
+                if dst_is_dir {
+                    dst_node.parent.store(p.ino, Release);
+                }
+                if src_is_dir != dst_is_dir {
+                    let (from, to) = if src_is_dir { (&p, &np) } else { (&np, &p) };
+                    from.nlink.fetch_sub(1, AcqRel);
+                    to.nlink.fetch_add(1, AcqRel);
+                }
+            }
+            dst_node.write().ctime = now;
+        } else {
+            if let Some(d) = &dst {
+                if src_is_dir && !dst_is_dir {
+                    return Err(Errno::ENOTDIR);
+                }
+                if !src_is_dir && dst_is_dir {
+                    return Err(Errno::EISDIR);
+                }
+                if d.ino == p.ino {
+                    return Err(Errno::ENOTEMPTY); // it contains the source
+                }
+                let dst_node = self.get(Inode(d.ino))?;
+                {
+                    let mut dd = dst_node.write();
+                    if dst_is_dir {
+                        if !dd.dir()?.is_empty() {
+                            return Err(Errno::ENOTEMPTY);
+                        }
+                        dst_node.nlink.store(0, Release);
+                        np.nlink.fetch_sub(1, AcqRel);
+                    } else {
+                        dst_node.nlink.fetch_sub(1, AcqRel);
+                    }
+                    dd.ctime = now;
+                }
+                dirs.dst().dir_mut()?.remove(newname);
+                replaced = Some(dst_node);
+            }
+            dirs.src().dir_mut()?.remove(name);
+            dirs.dst().dir_mut()?.insert(newname, src.ino, src.kind);
+            if cross && src_is_dir {
+                src_node.parent.store(np.ino, Release);
+                p.nlink.fetch_sub(1, AcqRel);
+                np.nlink.fetch_add(1, AcqRel);
+            }
+        }
+        dirs.src().touch_modified();
+        dirs.dst().touch_modified();
+        src_node.write().ctime = now;
+        drop(dirs);
+        if let Some(n) = replaced {
+            self.maybe_free(&n);
+        }
+        Ok(())
+    }
+
+    fn do_link(&self, ino: Inode, newparent: Inode, newname: &CStr) -> Result<Entry, Errno> {
+        let newname = check_name(newname)?;
+        let node = self.get(ino)?;
+        // Checked before taking the directory's lock: a directory could be
+        // an ancestor of `newparent`, and ancestors are locked first.
+        if node.read().mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(Errno::EPERM);
+        }
+        let np = self.get(newparent)?;
+        let mut pd = np.write();
+        if np.nlink.load(Acquire) == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if pd.dir()?.get(newname).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let mut d = node.write();
+        if node.nlink.load(Acquire) == 0 {
+            return Err(Errno::ENOENT);
+        }
+        node.nlink.fetch_add(1, AcqRel);
+        d.ctime = Time::now();
+        pd.dir_mut()?.insert(newname, node.ino, d.mode & libc::S_IFMT);
+        pd.touch_modified();
+        node.lookups.fetch_add(1, AcqRel);
+        Ok(self.entry(&node, &d))
+    }
+
+    fn do_atomic_open(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+    ) -> Result<(Entry, bool), Errno> {
+        let name = check_name(name)?;
+        let p = self.get(parent)?;
+        let mut pd = p.write();
+        if let Some(e) = pd.dir()?.get(name).cloned() {
+            if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
+                return Err(Errno::EEXIST);
+            }
+            let node = self.get(Inode(e.ino))?;
+            let entry = self.open_node(&node, flags)?;
+            node.lookups.fetch_add(1, AcqRel);
+            return Ok((entry, false));
+        }
+        if flags & libc::O_CREAT == 0 {
+            return Err(Errno::ENOENT);
+        }
+        let mode = libc::S_IFREG | (mode & 0o7777);
+        let content = Content::File(FileData::default());
+        let (_, entry) = self.create_node(ctx, &p, &mut pd, name, mode, 0, content, 1)?;
+        Ok((entry, true))
+    }
+
+    /// Opens an existing inode: O_TRUNC truncates a regular file opened for
+    /// writing (the session asks for ATOMIC_O_TRUNC, so the kernel does not
+    /// send a separate SETATTR).
+    fn open_node(&self, node: &Node, flags: i32) -> Result<Entry, Errno> {
+        let mut d = node.write();
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && d.mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(Errno::EISDIR);
+        }
+        if writing
+            && flags & libc::O_TRUNC != 0
+            && let Content::File(f) = &mut d.content
+        {
+            if f.size() != 0 {
+                f.truncate(0);
+                d.touch_modified();
+            }
+        }
+        node.opens.fetch_add(1, AcqRel);
+        Ok(self.entry(node, &d))
+    }
+
+    fn do_write(&self, ino: Inode, offset: u64, data: &[u8], kill_priv: bool) -> Result<u32, Errno> {
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_SIZE)
+            .ok_or(EFBIG)?;
+        let node = self.get(ino)?;
+        let mut d = node.write();
+        d.file_mut()?.write(offset, data);
+        d.touch_modified();
+        if kill_priv {
+            d.kill_suid_sgid();
+        }
+        Ok(data.len() as u32)
+    }
+
+    fn do_fallocate(&self, ino: Inode, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        let end = offset.checked_add(length).filter(|&e| e <= MAX_SIZE).ok_or(EFBIG)?;
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let node = self.get(ino)?;
+        let mut d = node.write();
+        let f = match d.file_mut() {
+            Ok(f) => f,
+            Err(Errno::EISDIR) => return Err(Errno::EISDIR),
+            Err(_) => return Err(ENODEV),
+        };
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => {
+                // Memory is the backing store: refuse what cannot fit now
+                // rather than let a later write abort the process.
+                let new = end.min(if keep_size { f.size() } else { end });
+                if new.saturating_sub(f.allocated()) > available_memory() {
+                    return Err(ENOSPC);
+                }
+                f.allocate(offset, new.saturating_sub(offset), !keep_size);
+            }
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
+            _ => return Err(Errno::EOPNOTSUPP),
+        }
+        d.touch_modified();
+        Ok(())
+    }
+
+    fn do_copy(&self, ino_in: Inode, off_in: u64, ino_out: Inode, off_out: u64, len: u64) -> Result<u64, Errno> {
+        let src = self.get(ino_in)?;
+        let dst = self.get(ino_out)?;
+        // Copy through a buffer so that the two inode locks are never held
+        // together (same inode included).
+        let mut buf;
+        {
+            let d = src.read();
+            let f = d.file()?;
+            let n = f.size().saturating_sub(off_in).min(len).min(COPY_MAX);
+            buf = vec![0u8; n as usize];
+            let got = f.read(off_in, &mut buf);
+            buf.truncate(got);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        off_out
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= MAX_SIZE)
+            .ok_or(EFBIG)?;
+        let mut d = dst.write();
+        d.file_mut()?.write(off_out, &buf);
+        d.touch_modified();
+        Ok(buf.len() as u64)
+    }
+
+    fn do_setxattr(&self, ino: Inode, name: &CStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+        if value.len() > MAX_XATTR {
+            return Err(E2BIG);
+        }
+        let name = name.to_bytes();
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(Errno::ERANGE);
+        }
+        let node = self.get(ino)?;
+        let mut d = node.write();
+        let exists = d.xattrs.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && exists {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !exists {
+            return Err(Errno::ENODATA);
+        }
+        d.xattrs.insert(name.to_vec(), value.to_vec());
+        d.ctime = Time::now();
+        Ok(())
+    }
+
+    fn statfs_now(&self) -> Kstatfs {
+        const BSIZE: u64 = 4096;
+        let nodes: Vec<Arc<Node>> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect::<Vec<_>>())
+            .collect();
+        let used: u64 = nodes
+            .iter()
+            .map(|n| match &n.read().content {
+                Content::File(f) => f.allocated().div_ceil(BSIZE),
+                _ => 0,
+            })
+            .sum();
+        let free = available_memory() / BSIZE;
+        let files_free = free.max(1 << 20);
+        Kstatfs {
+            blocks: used + free,
+            bfree: free,
+            bavail: free,
+            files: nodes.len() as u64 + files_free,
+            ffree: files_free,
+            bsize: BSIZE as u32,
+            namelen: MAX_NAME as u32,
+            frsize: BSIZE as u32,
+            ..Kstatfs::default()
+        }
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes (1 GiB if unknown).
+fn available_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(1 << 30)
+}
+
+/// Whether `caller` may access an inode of `mode`/`uid`/`gid` for `mask`.
+fn permitted(caller: &Caller, d: &Data, mask: i32) -> bool {
+    let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+    if caller.uid == 0 {
+        // root may read and write anything, and execute what anyone may.
+        return mask & libc::X_OK as u32 == 0
+            || d.mode & libc::S_IFMT == libc::S_IFDIR
+            || d.mode & 0o111 != 0;
+    }
+    let bits = if caller.uid == d.uid {
+        (d.mode >> 6) & 7
+    } else if caller.in_group(d.gid) {
+        (d.mode >> 3) & 7
+    } else {
+        d.mode & 7
+    };
+    bits & mask == mask
+}
+
+/// `answer!(result, reply, |value| success)`: the success arm, or the error.
+macro_rules! answer {
+    ($r:expr, $reply:ident, |$v:pat_param| $ok:expr) => {
+        match $r {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for MemFs {
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        // DONT_MASK: we apply the umask ourselves (create_node); the rest:
+        // `ls -l` gets names and attributes in one round trip.
+        config.want(InitFlags::DONT_MASK | InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        config.default_permissions = self.config.default_permissions;
+        Ok(())
+    }
+
+    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        match self.do_lookup(parent, name) {
+            Ok(Some(e)) => reply.entry(&e),
+            // Every change passes through the kernel, so it may remember
+            // that the name does not exist.
+            Ok(None) => reply.negative(self.config.ttl),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _ctx: &RequestContext<'_>, ino: Inode, nlookup: u64) {
+        if let Ok(node) = self.get(ino) {
+            let _ = node
+                .lookups
+                .fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(nlookup)));
+            self.maybe_free(&node);
+        }
+    }
+
+    fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.get(ino) {
+            Ok(node) => {
+                let attr = node.attr(&node.read());
+                reply.attr(self.config.ttl, &attr)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+        let ttl = self.config.ttl;
+        answer!(self.do_setattr(ctx, ino, attr), reply, |a| reply.attr(ttl, &a));
+    }
+
+    fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        match self.get(ino) {
+            Ok(node) => match &node.read().content {
+                Content::Symlink(t) => reply.data(t),
+                _ => reply.error(Errno::EINVAL),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, target: &CStr, reply: ReplyEntry) {
+        let content = Content::Symlink(target.to_bytes().to_vec());
+        let r = self.make(ctx, parent, name, libc::S_IFLNK | 0o777, 0, content);
+        answer!(r, reply, |e| reply.entry(&e));
+    }
+
+    fn mknod(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, rdev: u32, reply: ReplyEntry) {
+        let content = match mode & libc::S_IFMT {
+            libc::S_IFREG => Content::File(FileData::default()),
+            libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => Content::Special,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let r = self.make(ctx, parent, name, mode, rdev, content);
+        answer!(r, reply, |e| reply.entry(&e));
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        let content = Content::Dir(DirData::default());
+        let r = self.make(ctx, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, content);
+        answer!(r, reply, |e| reply.entry(&e));
+    }
+
+    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        answer!(self.do_unlink(parent, name, false), reply, |()| reply.ok());
+    }
+
+    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        answer!(self.do_unlink(parent, name, true), reply, |()| reply.ok());
+    }
+
+    fn rename(
+        &self,
+        _ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        newparent: Inode,
+        newname: &CStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_rename(parent, name, newparent, newname, flags);
+        answer!(r, reply, |()| reply.ok());
+    }
+
+    fn link(&self, _ctx: &RequestContext<'_>, ino: Inode, newparent: Inode, newname: &CStr, reply: ReplyEntry) {
+        answer!(self.do_link(ino, newparent, newname), reply, |e| reply.entry(&e));
+    }
+
+    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        let r = self.get(ino).and_then(|n| self.open_node(&n, flags));
+        answer!(r, reply, |_| reply.opened(FileHandle(0), FopenFlags::empty()));
+    }
+
+    fn read(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let d = node.read();
+        match d.file() {
+            // The session's per-thread buffer: no allocation per read.
+            Ok(f) => reply.with_buffer(size as usize, |buf| Ok(f.read(offset, buf))),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let kill = write_flags.contains(WriteFlags::KILL_SUIDGID);
+        answer!(self.do_write(ino, offset, data, kill), reply, |n| reply.written(n));
+    }
+
+    fn flush(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        _flock_release: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Ok(node) = self.get(ino) {
+            let _ = node.opens.fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(1)));
+            self.maybe_free(&node);
+        }
+        reply.ok();
+    }
+
+    fn fsync(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok(); // memory is as durable as it gets
+    }
+
+    fn readdir(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let d = node.read();
+        let dir = match d.dir() {
+            Ok(dir) => dir,
+            Err(e) => return reply.error(e),
+        };
+        let dirtype = dirent_type(libc::S_IFDIR);
+        if offset < 1 && reply.add(node.ino, 1, dirtype, b".") {
+            return reply.ok();
+        }
+        if offset < DOTDOT_COOKIE && reply.add(node.parent.load(Acquire), DOTDOT_COOKIE, dirtype, b"..") {
+            return reply.ok();
+        }
+        for (cookie, e) in dir.after(offset.max(DOTDOT_COOKIE)) {
+            if reply.add(e.ino, cookie, dirent_type(e.kind), &e.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let d = node.read();
+        let dir = match d.dir() {
+            Ok(dir) => dir,
+            Err(e) => return reply.error(e),
+        };
+        // "." and "..": the kernel takes no reference and caches nothing.
+        let dot = |ino: u64| Entry {
+            ino: Inode(ino),
+            attr: Attr { ino, mode: libc::S_IFDIR, ..Attr::default() },
+            ..Entry::default()
+        };
+        if offset < 1 && reply.add(&dot(node.ino), 1, b".") {
+            return reply.ok();
+        }
+        if offset < DOTDOT_COOKIE && reply.add(&dot(node.parent.load(Acquire)), DOTDOT_COOKIE, b"..") {
+            return reply.ok();
+        }
+        for (cookie, e) in dir.after(offset.max(DOTDOT_COOKIE)) {
+            let Ok(child) = self.get(Inode(e.ino)) else { continue };
+            let entry = self.entry(&child, &child.read());
+            if reply.add(&entry, cookie, &e.name) {
+                break;
+            }
+            // The kernel counts an entry it receives as a lookup.
+            child.lookups.fetch_add(1, AcqRel);
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _ctx: &RequestContext<'_>, _ino: Inode, reply: ReplyStatfs) {
+        reply.statfs(&self.statfs_now());
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+        _setxattr_flags: SetxattrFlags,
+        reply: ReplyEmpty,
+    ) {
+        answer!(self.do_setxattr(ino, name, value, flags), reply, |()| reply.ok());
+    }
+
+    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let d = node.read();
+        match d.xattrs.get(name.to_bytes()) {
+            None => reply.error(Errno::ENODATA),
+            Some(v) if size == 0 => reply.size(v.len() as u32),
+            Some(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Some(v) => reply.data(v),
+        }
+    }
+
+    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let mut names = Vec::new();
+        for name in node.read().xattrs.keys() {
+            names.extend_from_slice(name);
+            names.push(0);
+        }
+        if size == 0 {
+            reply.size(names.len() as u32)
+        } else if names.len() > size as usize {
+            reply.error(Errno::ERANGE)
+        } else {
+            reply.data(&names)
+        }
+    }
+
+    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let mut d = node.write();
+        if d.xattrs.remove(name.to_bytes()).is_some() {
+            d.ctime = Time::now();
+            reply.ok()
+        } else {
+            reply.error(Errno::ENODATA)
+        }
+    }
+
+    fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
+        match self.get(ino) {
+            Ok(node) if permitted(&Caller::of(ctx), &node.read(), mask) => reply.ok(),
+            Ok(_) => reply.error(Errno::EACCES),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn atomic_open(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+        reply: ReplyCreate,
+    ) {
+        match self.do_atomic_open(ctx, parent, name, flags, mode) {
+            Ok((e, true)) => reply.created(&e, FileHandle(0), FopenFlags::empty()),
+            Ok((e, false)) => reply.opened(&e, FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        answer!(self.do_fallocate(ino, offset, length, mode), reply, |()| reply.ok());
+    }
+
+    fn lseek(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: FileHandle, offset: u64, whence: i32, reply: ReplyLseek) {
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let d = node.read();
+        let f = match d.file() {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let found = match whence {
+            libc::SEEK_DATA => f.seek_data(offset),
+            libc::SEEK_HOLE => f.seek_hole(offset),
+            _ => return reply.error(Errno::EINVAL), // the kernel handles SET/CUR/END
+        };
+        match found {
+            Some(off) => reply.offset(off),
+            None => reply.error(ENXIO),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino_in: Inode,
+        _fh_in: FileHandle,
+        off_in: u64,
+        ino_out: Inode,
+        _fh_out: FileHandle,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+        reply: ReplyCopy,
+    ) {
+        if flags != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        answer!(self.do_copy(ino_in, off_in, ino_out, off_out, len), reply, |n| reply.copied(n));
+    }
+}
