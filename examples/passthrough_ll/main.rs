@@ -54,7 +54,7 @@ fn run() -> i32 {
             return 0;
         }
         Err(e) => {
-            eprintln!("passthrough_ll: {e}\n\n{}", args::USAGE);
+            eprintln!("passthrough_ll: {e}\n(passthrough_ll --help lists the options)");
             return 2;
         }
     };
