@@ -13,7 +13,9 @@ use fuse_wire::proto::flags::FopenFlags;
 use fuse_wire::session::mount::MountOptions;
 use fuse_wire::session::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen};
 use fuse_wire::session::types::dirent_type;
-use fuse_wire::session::{Entry, Errno, FileHandle, Filesystem, Inode, LockOwner, RequestContext, SessionConfig};
+use fuse_wire::session::{
+    Entry, Errno, FileHandle, Filesystem, Inode, LockOwner, RequestContext, SessionConfig,
+};
 use std::ffi::CStr;
 use std::time::Duration;
 

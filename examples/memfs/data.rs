@@ -66,7 +66,8 @@ impl FileData {
                 self.allocated += (need - chunk.len()) as u64;
                 chunk.resize(need, 0);
             }
-            chunk[(pos - base) as usize..need].copy_from_slice(&data[(pos - offset) as usize..(to - offset) as usize]);
+            chunk[(pos - base) as usize..need]
+                .copy_from_slice(&data[(pos - offset) as usize..(to - offset) as usize]);
             pos = to;
         }
         self.size = self.size.max(end);
@@ -79,7 +80,7 @@ impl FileData {
             for (_, chunk) in self.chunks.split_off(&first_gone) {
                 self.allocated -= chunk.len() as u64;
             }
-            if size % CHUNK != 0
+            if !size.is_multiple_of(CHUNK)
                 && let Some(chunk) = self.chunks.get_mut(&(size / CHUNK))
             {
                 let keep = (size % CHUNK) as usize;

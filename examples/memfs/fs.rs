@@ -72,7 +72,10 @@ struct Time {
 impl Time {
     fn now() -> Time {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => Time { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Ok(d) => Time {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
             Err(_) => Time::default(),
         }
     }
@@ -330,6 +333,14 @@ impl MemFs {
         fs
     }
 
+    /// Inodes alive: reachable by a name, known to the kernel, or open.
+    pub fn inode_count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
     fn shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Node>>> {
         &self.shards[(ino % SHARDS as u64) as usize]
     }
@@ -348,8 +359,9 @@ impl MemFs {
     /// reference, no open file. (None of the three can come back once all
     /// are zero: a name needs LINK, which needs a kernel reference.)
     fn maybe_free(&self, node: &Node) {
-        let unused =
-            |n: &Node| n.nlink.load(Acquire) == 0 && n.lookups.load(Acquire) == 0 && n.opens.load(Acquire) == 0;
+        let unused = |n: &Node| {
+            n.nlink.load(Acquire) == 0 && n.lookups.load(Acquire) == 0 && n.opens.load(Acquire) == 0
+        };
         if node.ino == Inode::ROOT.0 || !unused(node) {
             return;
         }
@@ -390,6 +402,7 @@ impl MemFs {
     /// Creates `name` in `parent`: the common part of MKNOD, MKDIR, SYMLINK
     /// and CREATE. The new inode starts with one lookup reference (for the
     /// reply) and `opens` open files.
+    #[allow(clippy::too_many_arguments)]
     fn create_node(
         &self,
         ctx: &RequestContext<'_>,
@@ -505,9 +518,19 @@ impl MemFs {
             d.mode = (d.mode & libc::S_IFMT) | perm;
         }
         if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
-            let uid = if valid.contains(SetattrValid::UID) { a.uid } else { d.uid };
-            let gid = if valid.contains(SetattrValid::GID) { a.gid } else { d.gid };
-            if !privileged && (uid != d.uid || (gid != d.gid && (caller.uid != d.uid || !caller.in_group(gid)))) {
+            let uid = if valid.contains(SetattrValid::UID) {
+                a.uid
+            } else {
+                d.uid
+            };
+            let gid = if valid.contains(SetattrValid::GID) {
+                a.gid
+            } else {
+                d.gid
+            };
+            if !privileged
+                && (uid != d.uid || (gid != d.gid && (caller.uid != d.uid || !caller.in_group(gid))))
+            {
                 return Err(Errno::EPERM);
             }
             if d.mode & libc::S_IFMT == libc::S_IFREG && (uid != d.uid || gid != d.gid) {
@@ -530,18 +553,27 @@ impl MemFs {
             d.atime = if valid.contains(SetattrValid::ATIME_NOW) {
                 now
             } else {
-                Time { sec: a.atime as i64, nsec: a.atimensec.min(999_999_999) }
+                Time {
+                    sec: a.atime as i64,
+                    nsec: a.atimensec.min(999_999_999),
+                }
             };
         }
         if valid.contains(SetattrValid::MTIME) {
             d.mtime = if valid.contains(SetattrValid::MTIME_NOW) {
                 now
             } else {
-                Time { sec: a.mtime as i64, nsec: a.mtimensec.min(999_999_999) }
+                Time {
+                    sec: a.mtime as i64,
+                    nsec: a.mtimensec.min(999_999_999),
+                }
             };
         }
         d.ctime = if valid.contains(SetattrValid::CTIME) {
-            Time { sec: a.ctime as i64, nsec: a.ctimensec.min(999_999_999) }
+            Time {
+                sec: a.ctime as i64,
+                nsec: a.ctimensec.min(999_999_999),
+            }
         } else {
             now
         };
@@ -774,11 +806,10 @@ impl MemFs {
         if writing
             && flags & libc::O_TRUNC != 0
             && let Content::File(f) = &mut d.content
+            && f.size() != 0
         {
-            if f.size() != 0 {
-                f.truncate(0);
-                d.touch_modified();
-            }
+            f.truncate(0);
+            d.touch_modified();
         }
         node.opens.fetch_add(1, AcqRel);
         Ok(self.entry(node, &d))
@@ -800,7 +831,10 @@ impl MemFs {
     }
 
     fn do_fallocate(&self, ino: Inode, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
-        let end = offset.checked_add(length).filter(|&e| e <= MAX_SIZE).ok_or(EFBIG)?;
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= MAX_SIZE)
+            .ok_or(EFBIG)?;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let node = self.get(ino)?;
         let mut d = node.write();
@@ -826,7 +860,14 @@ impl MemFs {
         Ok(())
     }
 
-    fn do_copy(&self, ino_in: Inode, off_in: u64, ino_out: Inode, off_out: u64, len: u64) -> Result<u64, Errno> {
+    fn do_copy(
+        &self,
+        ino_in: Inode,
+        off_in: u64,
+        ino_out: Inode,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64, Errno> {
         let src = self.get(ino_in)?;
         let dst = self.get(ino_out)?;
         // Copy through a buffer so that the two inode locks are never held
@@ -880,7 +921,13 @@ impl MemFs {
         let nodes: Vec<Arc<Node>> = self
             .shards
             .iter()
-            .flat_map(|s| s.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| {
+                s.read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let used: u64 = nodes
             .iter()
@@ -956,6 +1003,10 @@ impl Filesystem for MemFs {
         Ok(())
     }
 
+    fn destroy(&self) {
+        log::info!("memfs: {} inodes alive at the end", self.inode_count());
+    }
+
     fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         match self.do_lookup(parent, name) {
             Ok(Some(e)) => reply.entry(&e),
@@ -1000,13 +1051,28 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn symlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, target: &CStr, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        target: &CStr,
+        reply: ReplyEntry,
+    ) {
         let content = Content::Symlink(target.to_bytes().to_vec());
         let r = self.make(ctx, parent, name, libc::S_IFLNK | 0o777, 0, content);
         answer!(r, reply, |e| reply.entry(&e));
     }
 
-    fn mknod(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
         let content = match mode & libc::S_IFMT {
             libc::S_IFREG => Content::File(FileData::default()),
             libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => Content::Special,
@@ -1044,7 +1110,14 @@ impl Filesystem for MemFs {
         answer!(r, reply, |()| reply.ok());
     }
 
-    fn link(&self, _ctx: &RequestContext<'_>, ino: Inode, newparent: Inode, newname: &CStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        newparent: Inode,
+        newname: &CStr,
+        reply: ReplyEntry,
+    ) {
         answer!(self.do_link(ino, newparent, newname), reply, |e| reply.entry(&e));
     }
 
@@ -1089,10 +1162,18 @@ impl Filesystem for MemFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::KILL_SUIDGID);
-        answer!(self.do_write(ino, offset, data, kill), reply, |n| reply.written(n));
+        answer!(self.do_write(ino, offset, data, kill), reply, |n| reply
+            .written(n));
     }
 
-    fn flush(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
@@ -1108,17 +1189,33 @@ impl Filesystem for MemFs {
         reply: ReplyEmpty,
     ) {
         if let Ok(node) = self.get(ino) {
-            let _ = node.opens.fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(1)));
+            let _ = node
+                .opens
+                .fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(1)));
             self.maybe_free(&node);
         }
         reply.ok();
     }
 
-    fn fsync(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         reply.ok(); // memory is as durable as it gets
     }
 
-    fn readdir(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -1163,7 +1260,11 @@ impl Filesystem for MemFs {
         // "." and "..": the kernel takes no reference and caches nothing.
         let dot = |ino: u64| Entry {
             ino: Inode(ino),
-            attr: Attr { ino, mode: libc::S_IFDIR, ..Attr::default() },
+            attr: Attr {
+                ino,
+                mode: libc::S_IFDIR,
+                ..Attr::default()
+            },
             ..Entry::default()
         };
         if offset < 1 && reply.add(&dot(node.ino), 1, b".") {
@@ -1173,7 +1274,9 @@ impl Filesystem for MemFs {
             return reply.ok();
         }
         for (cookie, e) in dir.after(offset.max(DOTDOT_COOKIE)) {
-            let Ok(child) = self.get(Inode(e.ino)) else { continue };
+            let Ok(child) = self.get(Inode(e.ino)) else {
+                continue;
+            };
             let entry = self.entry(&child, &child.read());
             if reply.add(&entry, cookie, &e.name) {
                 break;
@@ -1184,7 +1287,14 @@ impl Filesystem for MemFs {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _ctx: &RequestContext<'_>, _ino: Inode, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
@@ -1286,10 +1396,19 @@ impl Filesystem for MemFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        answer!(self.do_fallocate(ino, offset, length, mode), reply, |()| reply.ok());
+        answer!(self.do_fallocate(ino, offset, length, mode), reply, |()| reply
+            .ok());
     }
 
-    fn lseek(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: FileHandle, offset: u64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        offset: u64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -1326,6 +1445,8 @@ impl Filesystem for MemFs {
         if flags != 0 {
             return reply.error(Errno::EINVAL);
         }
-        answer!(self.do_copy(ino_in, off_in, ino_out, off_out, len), reply, |n| reply.copied(n));
+        answer!(self.do_copy(ino_in, off_in, ino_out, off_out, len), reply, |n| {
+            reply.copied(n)
+        });
     }
 }

@@ -1,0 +1,661 @@
+//! The memfs and hello examples, mounted for real and driven with syscalls.
+//!
+//! The filesystems run in this process (their source is included from
+//! `examples/`), each test on its own temporary mountpoint. Guards unmount
+//! even when an assertion fails, and a watchdog ends a test that hangs.
+
+mod common;
+
+#[path = "../examples/hello.rs"]
+#[allow(dead_code)]
+mod hello;
+#[path = "../examples/memfs/fs.rs"]
+#[allow(dead_code)]
+mod memfs_fs;
+
+use common::TempMountpoint;
+use fuse_wire::session::mount::{Mount, MountOptions};
+use fuse_wire::session::{Filesystem, RunningSession, Session, SessionConfig};
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
+use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest a test may run before the watchdog detaches its mount and aborts.
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A filesystem served in this process on a temporary mountpoint.
+struct Served {
+    // Drop order: stop the session (which unmounts) before the mountpoint
+    // guard removes the directory (and detaches anything left).
+    session: Option<RunningSession>,
+    done: Arc<AtomicBool>,
+    mp: TempMountpoint,
+}
+
+impl Served {
+    fn start<F: Filesystem>(tag: &str, fs: F, opts: MountOptions) -> Served {
+        Served::start_arc(tag, Arc::new(fs), opts)
+    }
+
+    fn start_arc<F: Filesystem>(tag: &str, fs: Arc<F>, opts: MountOptions) -> Served {
+        let mp = TempMountpoint::new(tag);
+        let (dev, guard) = Mount::new(mp.path(), &opts).expect("mount").into_parts();
+        let config = SessionConfig {
+            workers: 4,
+            ..SessionConfig::default()
+        };
+        let session = Session::from_arc(fs, Arc::new(dev), config).expect("session");
+        session.handle().set_on_stop(move || {
+            if let Err(e) = guard.unmount() {
+                eprintln!("unmount: {e}");
+            }
+        });
+        let session = session.spawn().expect("spawn session");
+        let done = Arc::new(AtomicBool::new(false));
+        watchdog(mp.path().to_path_buf(), done.clone());
+        Served {
+            session: Some(session),
+            done,
+            mp,
+        }
+    }
+
+    fn memfs(tag: &str) -> Served {
+        Served::memfs_arc(tag, Arc::new(memfs_fs::MemFs::default()))
+    }
+
+    fn memfs_arc(tag: &str, fs: Arc<memfs_fs::MemFs>) -> Served {
+        let opts = MountOptions {
+            fsname: Some("memfs-test".into()),
+            subtype: Some("memfs".into()),
+            ..MountOptions::default()
+        };
+        Served::start_arc(tag, fs, opts)
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.mp.path().join(rel)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            match s.stop() {
+                Ok(report) => eprintln!("session stats: {}", report.stats.to_json()),
+                Err(e) => eprintln!("session: {e}"),
+            }
+        }
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+/// Detaches the mount and aborts the test binary if `done` is not set in
+/// time: a hung filesystem would otherwise hang the whole test run.
+fn watchdog(mountpoint: PathBuf, done: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < TEST_TIMEOUT {
+            if done.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "test on {} timed out; detaching and aborting",
+            mountpoint.display()
+        );
+        let _ = fuse_wire::session::mount::unmount(&mountpoint, true);
+        std::process::abort();
+    });
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("path without NUL")
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn create_write_read_truncate() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-rw");
+    let p = fs.path("file");
+    fs::write(&p, b"hello world").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"hello world");
+
+    // Exclusive creation of an existing name fails; O_TRUNC empties.
+    let err = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 0);
+
+    // A write far past the end leaves a hole of zeros.
+    let f = fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    f.write_all_at(b"abc", 0).unwrap();
+    f.write_all_at(b"tail", (1 << 20) + 10).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(f.metadata().unwrap().len(), (1 << 20) + 14);
+    let mut gap = vec![1u8; 4096];
+    f.read_exact_at(&mut gap, 512 * 1024).unwrap();
+    assert!(gap.iter().all(|&b| b == 0));
+    let mut tail = [0u8; 4];
+    f.read_exact_at(&mut tail, (1 << 20) + 10).unwrap();
+    assert_eq!(&tail, b"tail");
+
+    // SEEK_DATA / SEEK_HOLE see the untouched chunks in between as a hole.
+    // SAFETY: lseek on an fd this test owns; no memory is passed.
+    let hole = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 0, libc::SEEK_HOLE) };
+    assert!(hole > 0 && hole < (1 << 20), "SEEK_HOLE gave {hole}");
+    // SAFETY: as above.
+    let data = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), hole, libc::SEEK_DATA) };
+    assert!(data > hole && data <= (1 << 20) + 10, "SEEK_DATA gave {data}");
+
+    // Truncate down, then up: the regrown part reads as zeros.
+    f.set_len(2).unwrap();
+    f.set_len(10).unwrap();
+    let mut back = Vec::new();
+    fs::File::open(&p).unwrap().read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"ab\0\0\0\0\0\0\0\0");
+
+    // Punch a hole; the size stays.
+    f.write_all_at(&[7u8; 8192], 0).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: fallocate on an fd this test owns.
+    let rc = unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            100,
+            200,
+        )
+    };
+    assert_eq!(rc, 0, "punch hole: errno {}", errno());
+    let mut buf = vec![0u8; 8192];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf[..100].iter().all(|&b| b == 7) && buf[100..300].iter().all(|&b| b == 0));
+    assert!(buf[300..].iter().all(|&b| b == 7));
+    assert_eq!(f.metadata().unwrap().len(), 8192);
+    // SAFETY: as above.
+    let rc = unsafe { libc::fallocate(fd, 0, 0, 100_000) };
+    assert_eq!(rc, 0, "fallocate: errno {}", errno());
+    assert_eq!(f.metadata().unwrap().len(), 100_000);
+    drop(f);
+
+    // std::fs::copy uses copy_file_range.
+    fs::copy(&p, fs.path("copy")).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), fs::read(fs.path("copy")).unwrap());
+
+    // chmod, and times set explicitly.
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600);
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mtime(), 1_000_000_000);
+}
+
+use std::os::unix::fs::PermissionsExt;
+
+#[test]
+fn mkdir_rmdir_enotempty() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-dirs");
+    let d = fs.path("d");
+    fs::create_dir(&d).unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!(fs::metadata(&d).unwrap().nlink(), 3);
+    assert_eq!(fs::create_dir(&d).unwrap_err().kind(), ErrorKind::AlreadyExists);
+    let err = fs::remove_dir(&d).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
+    fs::remove_dir(d.join("sub")).unwrap();
+    assert_eq!(fs::metadata(&d).unwrap().nlink(), 2);
+    fs::remove_dir(&d).unwrap();
+    assert_eq!(fs::metadata(&d).unwrap_err().kind(), ErrorKind::NotFound);
+
+    // A FIFO through MKNOD.
+    let fifo = cstr(&fs.path("fifo"));
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) },
+        0,
+        "mkfifo: errno {}",
+        errno()
+    );
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+        &fs::metadata(fs.path("fifo")).unwrap().file_type()
+    ));
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<(), i32> {
+    let (a, b) = (cstr(from), cstr(to));
+    // SAFETY: renameat2 with valid NUL-terminated paths relative to the cwd.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    if rc == 0 { Ok(()) } else { Err(errno()) }
+}
+
+#[test]
+fn rename_noreplace_and_exchange() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-rename");
+    let (a, b) = (fs.path("a"), fs.path("b"));
+    fs::write(&a, b"A").unwrap();
+    fs::write(&b, b"B").unwrap();
+    assert_eq!(renameat2(&a, &b, libc::RENAME_NOREPLACE), Err(libc::EEXIST));
+    renameat2(&a, &b, libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(&a).unwrap(), b"B");
+    assert_eq!(fs::read(&b).unwrap(), b"A");
+    assert_eq!(
+        renameat2(&a, &fs.path("missing"), libc::RENAME_EXCHANGE),
+        Err(libc::ENOENT)
+    );
+
+    // Across directories, a directory with a file and a file exchanged.
+    fs::create_dir(fs.path("d1")).unwrap();
+    fs::create_dir(fs.path("d1/inner")).unwrap();
+    fs::write(fs.path("d1/inner/f"), b"x").unwrap();
+    fs::create_dir(fs.path("d2")).unwrap();
+    renameat2(&fs.path("d1/inner"), &fs.path("d2/moved"), libc::RENAME_NOREPLACE).unwrap();
+    assert_eq!(fs::read(fs.path("d2/moved/f")).unwrap(), b"x");
+    assert_eq!(fs::metadata(fs.path("d1")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(fs.path("d2")).unwrap().nlink(), 3);
+    renameat2(&fs.path("d2/moved"), &a, libc::RENAME_EXCHANGE).unwrap();
+    assert!(fs::metadata(&a).unwrap().is_dir());
+    assert_eq!(fs::read(fs.path("d2/moved")).unwrap(), b"B");
+    // A directory cannot move below itself; plain rename replaces a file.
+    assert_eq!(renameat2(&a, &a.join("below"), 0), Err(libc::EINVAL));
+    fs::rename(fs.path("d2/moved"), &b).unwrap();
+    assert_eq!(fs::read(&b).unwrap(), b"B");
+    assert_eq!(
+        fs::metadata(fs.path("d2/moved")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    // Replacing a non-empty directory fails.
+    fs::create_dir(fs.path("empty")).unwrap();
+    assert_eq!(renameat2(&fs.path("empty"), &a, 0), Err(libc::ENOTEMPTY));
+    fs::remove_file(a.join("f")).unwrap();
+    renameat2(&fs.path("empty"), &a, 0).unwrap();
+}
+
+#[test]
+fn readdir_1000_entries_with_cookies() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-readdir");
+    let dir = fs.path("many");
+    fs::create_dir(&dir).unwrap();
+    let expected: BTreeSet<String> = (0..1000)
+        .map(|i| format!("entry-with-a-longish-name-{i:04}"))
+        .collect();
+    for name in &expected {
+        fs::File::create(dir.join(name)).unwrap();
+    }
+
+    let c = cstr(&dir);
+    // SAFETY: opendir with a valid path; the stream is closed below.
+    let stream = unsafe { libc::opendir(c.as_ptr()) };
+    assert!(!stream.is_null(), "opendir: errno {}", errno());
+    let mut seen = Vec::new(); // (name, position after it)
+    loop {
+        // SAFETY: `stream` is an open directory stream.
+        let ent = unsafe { libc::readdir(stream) };
+        if ent.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated.
+        let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+        // SAFETY: `stream` is open.
+        let pos = unsafe { libc::telldir(stream) };
+        seen.push((name.to_string_lossy().into_owned(), pos));
+    }
+    let names: BTreeSet<String> = seen
+        .iter()
+        .map(|(n, _)| n.clone())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    assert_eq!(names, expected);
+    assert_eq!(seen.len(), 1002, "each entry exactly once, plus . and ..");
+
+    // Resume in the middle with seekdir: exactly the rest comes back.
+    let (_, middle) = seen[500].clone();
+    // SAFETY: `stream` is open and `middle` came from telldir on it.
+    unsafe { libc::seekdir(stream, middle) };
+    let mut rest = Vec::new();
+    loop {
+        // SAFETY: as above.
+        let ent = unsafe { libc::readdir(stream) };
+        if ent.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        rest.push(
+            unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    // SAFETY: `stream` is open and not used afterwards.
+    unsafe { libc::closedir(stream) };
+    let want: Vec<String> = seen[501..].iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(rest, want);
+
+    // Cookies stay valid while the directory changes: removing entries
+    // already read and adding new ones does not disturb a listing.
+    let mut it = fs::read_dir(&dir).unwrap();
+    let first: Vec<_> = it.by_ref().take(100).map(|e| e.unwrap().file_name()).collect();
+    for n in &first {
+        fs::remove_file(dir.join(n)).unwrap();
+    }
+    let remaining: BTreeSet<_> = it.map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(remaining.len() + first.len(), 1000);
+}
+
+fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<(), i32> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    // SAFETY: valid path and name; `value` is readable for its length.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    if rc == 0 { Ok(()) } else { Err(errno()) }
+}
+
+fn getxattr(p: &Path, name: &str, buf: &mut [u8]) -> Result<usize, i32> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    // SAFETY: valid path and name; `buf` is writable for its length (may be 0).
+    let rc = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if rc >= 0 { Ok(rc as usize) } else { Err(errno()) }
+}
+
+#[test]
+fn xattr_round_trip() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-xattr");
+    let p = fs.path("f");
+    fs::write(&p, b"").unwrap();
+    assert_eq!(
+        setxattr(&p, "user.k", b"v", libc::XATTR_REPLACE),
+        Err(libc::ENODATA)
+    );
+    setxattr(&p, "user.k", b"value", libc::XATTR_CREATE).unwrap();
+    assert_eq!(
+        setxattr(&p, "user.k", b"x", libc::XATTR_CREATE),
+        Err(libc::EEXIST)
+    );
+    setxattr(&p, "user.other", b"", 0).unwrap();
+    assert_eq!(getxattr(&p, "user.k", &mut []), Ok(5), "size probe");
+    assert_eq!(getxattr(&p, "user.k", &mut [0; 2]), Err(libc::ERANGE));
+    let mut buf = [0u8; 16];
+    let n = getxattr(&p, "user.k", &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"value");
+    setxattr(&p, "user.k", b"new", libc::XATTR_REPLACE).unwrap();
+    let n = getxattr(&p, "user.k", &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"new");
+
+    let c = cstr(&p);
+    let mut list = [0u8; 64];
+    // SAFETY: valid path; `list` is writable for its length.
+    let n = unsafe { libc::listxattr(c.as_ptr(), list.as_mut_ptr().cast(), list.len()) };
+    assert!(n > 0, "listxattr: errno {}", errno());
+    let names: BTreeSet<&[u8]> = list[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(names, BTreeSet::from([&b"user.k"[..], &b"user.other"[..]]));
+    let k = CString::new("user.k").unwrap();
+    // SAFETY: valid path and name.
+    assert_eq!(unsafe { libc::removexattr(c.as_ptr(), k.as_ptr()) }, 0);
+    assert_eq!(getxattr(&p, "user.k", &mut buf), Err(libc::ENODATA));
+}
+
+#[test]
+fn hard_links_and_symlinks() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-links");
+    let a = fs.path("a");
+    fs::write(&a, b"data").unwrap();
+    fs::hard_link(&a, fs.path("b")).unwrap();
+    fs::create_dir(fs.path("d")).unwrap();
+    fs::hard_link(&a, fs.path("d/c")).unwrap();
+    let m = fs::metadata(&a).unwrap();
+    assert_eq!(m.nlink(), 3);
+    assert_eq!(fs::metadata(fs.path("d/c")).unwrap().ino(), m.ino());
+    fs::remove_file(&a).unwrap();
+    assert_eq!(fs::metadata(fs.path("b")).unwrap().nlink(), 2);
+    assert_eq!(fs::read(fs.path("d/c")).unwrap(), b"data");
+    assert_eq!(
+        fs::hard_link(fs.path("d"), fs.path("dlink"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EPERM)
+    );
+
+    // An open file survives its last name.
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fs.path("b"))
+        .unwrap();
+    fs::remove_file(fs.path("b")).unwrap();
+    fs::remove_file(fs.path("d/c")).unwrap();
+    f.write_all(b"!").unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap_or_default();
+    let mut back = [0u8; 4];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(&back, b"!ata");
+    drop(f);
+
+    std::os::unix::fs::symlink("target/elsewhere", fs.path("s")).unwrap();
+    assert_eq!(
+        fs::read_link(fs.path("s")).unwrap(),
+        Path::new("target/elsewhere")
+    );
+    assert!(
+        fs::symlink_metadata(fs.path("s"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::metadata(fs.path("s")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    fs::write(fs.path("real"), b"through the link").unwrap();
+    std::os::unix::fs::symlink("real", fs.path("s2")).unwrap();
+    assert_eq!(fs::read(fs.path("s2")).unwrap(), b"through the link");
+}
+
+#[test]
+fn concurrent_creates_in_private_and_shared_dirs() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Served::memfs("memfs-concurrent");
+    const THREADS: usize = 4;
+    const FILES: usize = 250;
+    fs::create_dir(fs.path("shared")).unwrap();
+    for t in 0..THREADS {
+        fs::create_dir(fs.path(&format!("own{t}"))).unwrap();
+    }
+    let root = fs.mp.path().to_path_buf();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                for i in 0..FILES {
+                    let own = root.join(format!("own{t}/f{i}"));
+                    let shared = root.join(format!("shared/t{t}-f{i}"));
+                    for p in [&own, &shared] {
+                        let mut f = fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(0o644)
+                            .open(p)
+                            .map_err(|e| format!("{}: {e}", p.display()))?;
+                        f.write_all(format!("{t}:{i}").as_bytes())
+                            .map_err(|e| format!("{}: {e}", p.display()))?;
+                    }
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker thread").unwrap();
+    }
+    assert_eq!(fs::read_dir(fs.path("shared")).unwrap().count(), THREADS * FILES);
+    for t in 0..THREADS {
+        assert_eq!(fs::read_dir(fs.path(&format!("own{t}"))).unwrap().count(), FILES);
+        assert_eq!(
+            fs::read(fs.path(&format!("shared/t{t}-f{}", FILES - 1))).unwrap(),
+            format!("{t}:{}", FILES - 1).as_bytes()
+        );
+    }
+}
+
+/// Lookup counts: once names are gone and the kernel has forgotten the
+/// inodes (an unlinked inode is evicted at once), memfs frees them.
+#[test]
+fn removed_inodes_are_freed_after_forget() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let memfs = Arc::new(memfs_fs::MemFs::default());
+    let fs = Served::memfs_arc("memfs-forget", memfs.clone());
+    let before = memfs.inode_count();
+    fs::create_dir(fs.path("d")).unwrap();
+    for i in 0..100 {
+        fs::write(fs.path(&format!("d/f{i}")), b"x").unwrap();
+    }
+    // An open file outlives its name until it is closed.
+    let open = fs::File::open(fs.path("d/f0")).unwrap();
+    assert!(memfs.inode_count() >= before + 101);
+    for i in 0..100 {
+        fs::remove_file(fs.path(&format!("d/f{i}"))).unwrap();
+    }
+    fs::remove_dir(fs.path("d")).unwrap();
+    let wait_for = |want: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while memfs.inode_count() != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        memfs.inode_count()
+    };
+    // The open file's dentry keeps its (removed) directory's alive too.
+    assert_eq!(
+        wait_for(before + 2),
+        before + 2,
+        "only the open file and its directory are left"
+    );
+    drop(open);
+    assert_eq!(wait_for(before), before, "every inode freed");
+}
+
+#[test]
+fn hello_serves_its_file() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let opts = MountOptions {
+        read_only: true,
+        subtype: Some("hello".into()),
+        ..MountOptions::default()
+    };
+    let fs = Served::start("hello", hello::Hello, opts);
+    assert_eq!(fs::read(fs.path("hello")).unwrap(), b"Hello, world!\n");
+    let names: Vec<_> = fs::read_dir(fs.mp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["hello"]);
+    assert_eq!(
+        fs::metadata(fs.path("nothing")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(fs::OpenOptions::new().write(true).open(fs.path("hello")).is_err());
+}
+
+/// The hello binary itself: mounts, serves, and unmounts on SIGTERM.
+/// `cargo test --all-targets` builds examples before tests; run alone, this
+/// test skips when the binary is missing.
+#[test]
+fn hello_binary_unmounts_on_sigterm() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // target/<profile>/deps/<test binary> -> target/<profile>/examples/hello
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("examples/hello"))
+        .unwrap();
+    if !bin.exists() {
+        common::skip(&format!(
+            "{} is not built (cargo build --examples)",
+            bin.display()
+        ));
+        return;
+    }
+    let mp = TempMountpoint::new("hello-bin");
+    let mut child = std::process::Command::new(&bin)
+        .arg(mp.path())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::fuse_mounted_at(mp.path()) {
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("hello did not mount");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let content = fs::read(mp.path().join("hello"));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hello did not exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(content.unwrap(), b"Hello, world!\n");
+    assert!(status.success(), "hello exited with {status}");
+    assert!(!common::fuse_mounted_at(mp.path()), "still mounted after SIGTERM");
+}
