@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod backing;
+mod buffer;
 pub mod context;
 mod dispatch;
 pub mod filesystem;

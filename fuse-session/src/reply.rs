@@ -7,6 +7,7 @@
 //! slot. A handle dropped without an answer sends `EIO` and logs it.
 
 use crate::backing::BackingFile;
+use crate::buffer::AlignedBuf;
 use crate::types::{Entry, FileHandle, Lock};
 use crate::worker::{Slot, WorkerCore};
 use fuse_proto::abi::{
@@ -247,7 +248,7 @@ impl ReplyAttr {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
 }
 
 impl ReplyData {
@@ -262,24 +263,26 @@ impl ReplyData {
         }
     }
 
-    /// Fills a per-thread scratch buffer of `len` bytes with `fill` (which
-    /// returns how many bytes it produced) and sends them. The buffer is
-    /// reused across requests on the same thread, so this allocates only when
-    /// a thread first needs a larger one.
+    /// Fills a per-thread, page-aligned scratch buffer of `len` bytes with
+    /// `fill` (which returns how many bytes it produced) and sends them. The
+    /// buffer is reused across requests on the same thread, so this
+    /// allocates only when a thread first needs a larger one; its alignment
+    /// suits `O_DIRECT` reads of a backing file.
     pub fn with_buffer(self, len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>) {
         SCRATCH.with(|s| {
-            let Ok(mut buf) = s.try_borrow_mut() else {
-                // Re-entered from inside `fill`: fall back to a fresh buffer.
-                let mut v = vec![0u8; len];
-                return match fill(&mut v) {
-                    Ok(n) => self.data(&v[..n.min(len)]),
+            let Ok(mut slot) = s.try_borrow_mut() else {
+                // Re-entered from inside `fill`: use a buffer of its own.
+                let mut own = AlignedBuf::new(len, 0);
+                let buf = &mut own.as_mut_slice()[..len];
+                return match fill(buf) {
+                    Ok(n) => self.data(&buf[..n.min(len)]),
                     Err(e) => self.io_error(&e),
                 };
             };
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            match fill(&mut buf[..len]) {
+            let scratch = slot.get_or_insert_with(|| AlignedBuf::new(len, 0));
+            scratch.ensure(len);
+            let buf = &mut scratch.as_mut_slice()[..len];
+            match fill(buf) {
                 Ok(n) => self.data(&buf[..n.min(len)]),
                 Err(e) => self.io_error(&e),
             }

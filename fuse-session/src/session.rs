@@ -14,6 +14,7 @@
 //! keep serving what the kernel still sends there. When io_uring cannot be
 //! used the session says why and serves everything over `/dev/fuse`.
 
+use crate::buffer::AlignedBuf;
 use crate::filesystem::Filesystem;
 use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
 use crate::interrupt::{InflightTable, PendingInterrupts};
@@ -340,8 +341,8 @@ impl<F: Filesystem> Session<F> {
             }
         }
         self.uring = self.config.transport != Transport::DevFuse && fallback.is_none();
-        let mut buf = vec![0u8; crate::init::DEFAULT_MAX_WRITE as usize + 4096];
-        let negotiated = match self.handshake(&mut buf) {
+        let mut buf = AlignedBuf::receive(crate::init::DEFAULT_MAX_WRITE as usize + 4096);
+        let negotiated = match self.handshake(buf.as_mut_slice()) {
             Ok(n) => n,
             Err(e) => {
                 self.finish_notifier();
@@ -357,9 +358,9 @@ impl<F: Filesystem> Session<F> {
         if fallback.is_some() || !self.uring {
             nr_queues = 0;
         }
-        let negotiated_buf = negotiated.buffer_size();
-        buf.truncate(negotiated_buf);
-        buf.resize(negotiated_buf, 0);
+        if buf.len() != negotiated.buffer_size() {
+            buf = AlignedBuf::receive(negotiated.buffer_size());
+        }
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
@@ -549,7 +550,7 @@ impl<F: Filesystem> Session<F> {
         &self,
         shared: &Arc<Shared>,
         index: usize,
-        buf: Option<Vec<u8>>,
+        buf: Option<AlignedBuf>,
         cloned: &AtomicUsize,
     ) -> std::io::Result<JoinHandle<WorkerEnd>> {
         let chan = if index == 0 || !self.config.clone_fd {
@@ -578,7 +579,7 @@ impl<F: Filesystem> Session<F> {
             .name(format!("fuse-worker-{index}"))
             .spawn(move || {
                 register_thread(&handle);
-                let buf = buf.unwrap_or_else(|| vec![0u8; size]);
+                let buf = buf.unwrap_or_else(|| AlignedBuf::receive(size));
                 log::debug!("worker {index} serving on {}", core.chan.describe());
                 crate::worker::run(&*fs, core, buf)
             })

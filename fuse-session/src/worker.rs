@@ -2,10 +2,11 @@
 //! per-worker state that reply handles point back to.
 //!
 //! Each worker owns its receive buffer (sized once from the negotiated
-//! `max_write`), its channel (a cloned `/dev/fuse` fd where possible), its
+//! `max_write`, placed so that WRITE data is page-aligned), its channel (a cloned `/dev/fuse` fd where possible), its
 //! in-flight table and its statistics; none of these is shared with other
 //! workers on the hot path.
 
+use crate::buffer::AlignedBuf;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
 use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts};
@@ -118,13 +119,14 @@ pub(crate) enum WorkerEnd {
 }
 
 /// Runs one worker until the connection ends or the session stops.
-pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Vec<u8>) -> WorkerEnd {
+pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: AlignedBuf) -> WorkerEnd {
+    let buf = buf.as_mut_slice();
     let activity = &core.shared.activity[core.index];
     loop {
         if core.shared.shutdown.load(Ordering::Acquire) {
             return WorkerEnd::Stopped;
         }
-        match core.chan.receive(&mut buf) {
+        match core.chan.receive(buf) {
             Ok(n) => {
                 activity.busy.store(true, Ordering::Relaxed);
                 crate::dispatch::dispatch(fs, &core, &buf[..n]);
