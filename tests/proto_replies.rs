@@ -4,57 +4,14 @@
 //! header and fixed structs come as one slice, payloads as further slices that
 //! are the caller's own memory (same pointer), never copies.
 
+mod proto_support;
 use fuse_wire::proto::abi::*;
 use fuse_wire::proto::flags::InvalEntryFlags;
 use fuse_wire::proto::reply::{self, DirentError, EncodeError, notify};
 use fuse_wire::proto::{DirentWriter, Errno, Reply};
+use proto_support::W;
 
 const UNIQUE: u64 = 0x0000_0000_dead_0002;
-
-/// Expected bytes, pushed field by field in native byte order.
-#[derive(Clone, Default)]
-struct W(Vec<u8>);
-
-impl W {
-    fn new() -> Self {
-        W(Vec::new())
-    }
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn i32(mut self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn i64(mut self, v: i64) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn bytes(mut self, b: &[u8]) -> Self {
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn zeros(mut self, n: usize) -> Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
-    fn cut(mut self, n: usize) -> Self {
-        self.0.truncate(n);
-        self
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-}
 
 /// `fuse_out_header` followed by `rest`.
 fn msg(error: i32, unique: u64, rest: &W) -> Vec<u8> {

@@ -8,9 +8,11 @@
 //! itself out. Field values are all distinct and non-zero (padding included) so
 //! that a swapped or shifted field shows up.
 
+mod proto_support;
 use fuse_wire::proto::abi::*;
 use fuse_wire::proto::request::Extension;
 use fuse_wire::proto::{Opcode, Operation, ParseConfig, Request};
+use proto_support::W;
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 
@@ -22,58 +24,6 @@ const UID: u32 = 1000;
 const GID: u32 = 1001;
 const PID: u32 = 4242;
 const HDR: usize = 40;
-
-/// Bytes of a request body, pushed field by field in native byte order.
-#[derive(Clone, Default)]
-struct W(Vec<u8>);
-
-impl W {
-    fn new() -> Self {
-        W(Vec::new())
-    }
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn i32(mut self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    /// A name and its terminating NUL.
-    fn name(mut self, s: &str) -> Self {
-        self.0.extend_from_slice(s.as_bytes());
-        self.0.push(0);
-        self
-    }
-    fn bytes(mut self, b: &[u8]) -> Self {
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn zeros(mut self, n: usize) -> Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
-    /// Zeros up to `total` bytes.
-    fn pad_to(mut self, total: usize) -> Self {
-        assert!(
-            total >= self.0.len(),
-            "test bug: body longer than its padded size"
-        );
-        self.0.resize(total, 0);
-        self
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-}
 
 /// A whole request: `fuse_in_header` + body + extension area; `len` and
 /// `total_extlen` are computed (the extension area must be 8-aligned).
