@@ -522,121 +522,117 @@ impl ReplyStatx {
     }
 }
 
-/// Reply to READDIR: add entries until [`ReplyDirectory::add`] says the
-/// buffer is full, then call [`ReplyDirectory::ok`].
-#[must_use = "a request must be answered; dropping the handle answers EIO"]
-pub struct ReplyDirectory {
+/// The buffer and handle both directory replies share.
+struct DirBuf {
     core: ReplyCore,
     buf: Vec<u8>,
     len: usize,
 }
 
-impl ReplyDirectory {
-    pub(crate) fn new(core: ReplyCore, size: u32) -> Self {
+impl DirBuf {
+    fn new(core: ReplyCore, size: u32) -> Self {
         Self {
             core,
             buf: vec![0; size as usize],
             len: 0,
         }
+    }
+
+    /// Adds one record with `add`; true when it did not fit.
+    fn push(
+        &mut self,
+        what: &str,
+        name: &[u8],
+        add: impl FnOnce(&mut DirentWriter<'_>) -> Result<(), DirentError>,
+    ) -> bool {
+        let mut w = DirentWriter::new(&mut self.buf[self.len..]);
+        match add(&mut w) {
+            Ok(()) => {
+                self.len += w.len();
+                false
+            }
+            Err(DirentError::Full) => true,
+            Err(DirentError::InvalidName) => {
+                log::warn!(
+                    "{what}: skipping invalid name {:?}",
+                    String::from_utf8_lossy(name)
+                );
+                false
+            }
+        }
+    }
+
+    fn ok(self) {
+        let Self { core, buf, len } = self;
+        match Reply::data(core.unique, &buf[..len]) {
+            Ok(r) => core.send(&r),
+            Err(_) => core.error(Errno::EIO),
+        }
+    }
+}
+
+/// Reply to READDIR: add entries until [`ReplyDirectory::add`] says the
+/// buffer is full, then call [`ReplyDirectory::ok`].
+#[must_use = "a request must be answered; dropping the handle answers EIO"]
+pub struct ReplyDirectory(DirBuf);
+
+/// Reply to READDIRPLUS: like [`ReplyDirectory`], with an entry per name.
+#[must_use = "a request must be answered; dropping the handle answers EIO"]
+pub struct ReplyDirectoryPlus(DirBuf);
+
+impl ReplyDirectory {
+    pub(crate) fn new(core: ReplyCore, size: u32) -> Self {
+        Self(DirBuf::new(core, size))
     }
 
     /// Adds an entry; `offset` is the cookie of the *next* entry, `typ` the
     /// `S_IFMT` bits `>> 12` (see [`crate::types::dirent_type`]). Returns
     /// `true` when the entry did not fit (stop and call [`ReplyDirectory::ok`]).
-    /// Invalid names are logged and skipped.
+    /// An invalid name (empty, over 1024 bytes, with `/` or NUL, which the
+    /// kernel would reject) is logged and skipped.
     pub fn add(&mut self, ino: u64, offset: u64, typ: u32, name: &[u8]) -> bool {
-        let mut w = DirentWriter::new(&mut self.buf[self.len..]);
-        match w.add(ino, offset, typ, name) {
-            Ok(()) => {
-                self.len += w.len();
-                false
-            }
-            Err(DirentError::Full) => true,
-            Err(DirentError::InvalidName) => {
-                log::warn!(
-                    "readdir: skipping invalid name {:?}",
-                    String::from_utf8_lossy(name)
-                );
-                false
-            }
-        }
+        self.0.push("readdir", name, |w| w.add(ino, offset, typ, name))
     }
-
-    /// Sends the entries added so far (none means end of directory).
-    pub fn ok(self) {
-        let Self { core, buf, len } = self;
-        match Reply::data(core.unique, &buf[..len]) {
-            Ok(r) => core.send(&r),
-            Err(_) => core.error(Errno::EIO),
-        }
-    }
-
-    /// Answers with an error.
-    pub fn error(self, errno: Errno) {
-        self.core.error(errno);
-    }
-
-    /// Whether the kernel asked to interrupt this request.
-    pub fn is_interrupted(&self) -> bool {
-        self.core.is_interrupted()
-    }
-}
-
-/// Reply to READDIRPLUS: like [`ReplyDirectory`], with an entry per name.
-#[must_use = "a request must be answered; dropping the handle answers EIO"]
-pub struct ReplyDirectoryPlus {
-    core: ReplyCore,
-    buf: Vec<u8>,
-    len: usize,
 }
 
 impl ReplyDirectoryPlus {
     pub(crate) fn new(core: ReplyCore, size: u32) -> Self {
-        Self {
-            core,
-            buf: vec![0; size as usize],
-            len: 0,
-        }
+        Self(DirBuf::new(core, size))
     }
 
     /// Adds an entry with its attributes (a lookup reference unless
     /// `entry.ino` is 0 or the name is "." or ".."). Returns `true` when it
-    /// did not fit; then it was not added and no reference was taken.
+    /// did not fit; then it was not added and no reference was taken. An
+    /// invalid name is logged and skipped and takes no reference either, so
+    /// only count a lookup for valid names (see
+    /// [`fuse_proto::reply::DIRENT_NAME_MAX`]).
     pub fn add(&mut self, entry: &Entry, offset: u64, name: &[u8]) -> bool {
-        let mut w = DirentWriter::new(&mut self.buf[self.len..]);
         let typ = crate::types::dirent_type(entry.attr.mode);
-        match w.add_plus(&entry.to_out(), offset, typ, name) {
-            Ok(()) => {
-                self.len += w.len();
-                false
-            }
-            Err(DirentError::Full) => true,
-            Err(DirentError::InvalidName) => {
-                log::warn!(
-                    "readdirplus: skipping invalid name {:?}",
-                    String::from_utf8_lossy(name)
-                );
-                false
-            }
-        }
-    }
-
-    /// Sends the entries added so far.
-    pub fn ok(self) {
-        let Self { core, buf, len } = self;
-        match Reply::data(core.unique, &buf[..len]) {
-            Ok(r) => core.send(&r),
-            Err(_) => core.error(Errno::EIO),
-        }
-    }
-
-    /// Answers with an error.
-    pub fn error(self, errno: Errno) {
-        self.core.error(errno);
-    }
-
-    /// Whether the kernel asked to interrupt this request.
-    pub fn is_interrupted(&self) -> bool {
-        self.core.is_interrupted()
+        self.0.push("readdirplus", name, |w| {
+            w.add_plus(&entry.to_out(), offset, typ, name)
+        })
     }
 }
+
+macro_rules! dir_handle {
+    ($t:ident) => {
+        impl $t {
+            /// Sends the entries added so far (none means end of directory).
+            pub fn ok(self) {
+                self.0.ok()
+            }
+
+            /// Answers with an error.
+            pub fn error(self, errno: Errno) {
+                self.0.core.error(errno);
+            }
+
+            /// Whether the kernel asked to interrupt this request.
+            pub fn is_interrupted(&self) -> bool {
+                self.0.core.is_interrupted()
+            }
+        }
+    };
+}
+dir_handle!(ReplyDirectory);
+dir_handle!(ReplyDirectoryPlus);
