@@ -1230,8 +1230,10 @@ impl Filesystem for PassthroughFs {
         reply: ReplyLseek,
     ) {
         let h = tri!(reply, self.handle(fh));
-        let off = tri!(reply, i64::try_from(offset).map_err(|_| err(libc::EINVAL)));
-        let r = tri!(reply, sys::lseek(h.fd(), off, whence));
+        // The kernel passes the caller's off_t through as u64: reinterpret it
+        // (a negative offset arrives as a huge value) and let the source
+        // filesystem judge it, so the errno is the one it gives natively.
+        let r = tri!(reply, sys::lseek(h.fd(), offset as i64, whence));
         reply.offset(r);
     }
 
