@@ -3,7 +3,7 @@
 //! (`O_NOFOLLOW`, `AT_EMPTY_PATH`, `/proc/self/fd/N`), so no symbolic link or
 //! `..` leads outside the source directory.
 
-use crate::handles::{DirStream, Handle, HandleTable};
+use crate::handles::{DirStream, Direct, Handle, HandleTable};
 use crate::inodes::{Found, InodeData, InodeTable};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
@@ -269,7 +269,14 @@ impl PassthroughFs {
             None
         };
         let open_flags = self.file_open_flags(inode.kind, passthrough);
-        let fh = self.handles.insert(Handle::new(fd, inode, passthrough));
+        let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
+            Some(Direct::new(fd.as_fd(), self.source_flags(flags))?)
+        } else {
+            None
+        };
+        let mut handle = Handle::new(fd, inode, passthrough);
+        handle.direct = direct;
+        let fh = self.handles.insert(handle);
         Ok((FileHandle(fh), open_flags, backing))
     }
 
@@ -861,7 +868,7 @@ impl Filesystem for PassthroughFs {
     ) {
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
-        reply.with_buffer(size as usize, |buf| sys::pread(h.fd(), buf, offset));
+        reply.with_buffer(size as usize, |buf| h.read_at(buf, offset));
     }
 
     fn write(
@@ -878,7 +885,7 @@ impl Filesystem for PassthroughFs {
     ) {
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
-        let n = tri!(reply, sys::pwrite(h.fd(), data, offset));
+        let n = tri!(reply, h.write_at(data, offset));
         reply.written(n as u32);
     }
 
