@@ -13,6 +13,7 @@ use fuse_wire::session::types::attr_from_stat;
 use fuse_wire::session::{
     BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -232,6 +233,8 @@ impl PassthroughFs {
         // One backing file serves every open of the inode, so open it for
         // reading and writing when the source allows.
         let path = proc_path(inode.fd());
+        // Shared by the later opens of every caller: opened as the daemon.
+        let _as_daemon = self.creds.as_daemon();
         let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
             Ok(fd) => (fd, true, 0),
             Err(e) => {
@@ -270,6 +273,9 @@ impl PassthroughFs {
         };
         let open_flags = self.file_open_flags(inode.kind, passthrough);
         let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
+            // A reopen of what the caller has just opened (or created: its
+            // mode may refuse a second open), so as the daemon.
+            let _as_daemon = self.creds.as_daemon();
             Some(Direct::new(fd.as_fd(), self.source_flags(flags))?)
         } else {
             None
@@ -281,22 +287,10 @@ impl PassthroughFs {
     }
 
     /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
-    fn open_at(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: &Arc<InodeData>,
-        name: &CStr,
-        flags: i32,
-        mode: u32,
-    ) -> Res<(OwnedFd, bool)> {
+    fn open_at(&self, parent: &Arc<InodeData>, name: &CStr, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
         let create = flags & libc::O_CREAT != 0;
         let exclusive = flags & libc::O_EXCL != 0;
-        let _as_caller = if create {
-            Some(self.creds.as_caller(ctx)?)
-        } else {
-            None
-        };
         let dir = Dir::Fd(parent.fd());
         // Creating with O_EXCL tells exactly whether this call created the
         // file; an existing one is then opened without O_CREAT. A file
@@ -486,39 +480,85 @@ impl PassthroughFs {
     }
 }
 
-/// Switching a worker thread to the caller's identity for calls that create
-/// files, so that they get the caller's owner and group as on a native
-/// filesystem. Linux keeps fsuid, fsgid and the groups per thread; the
-/// previous identity is restored when the guard drops.
+/// Running a request's file system calls with the caller's identity, so
+/// that the source filesystem checks permissions (without
+/// `default_permissions` nobody else does) and gives new files the caller's
+/// owner and group, as on a native filesystem.
+///
+/// Linux keeps fsuid, fsgid and the supplementary groups per thread, so a
+/// worker switches its own credentials for one request and switches back
+/// when the guard drops. The groups are set with the raw system call: the C
+/// library's `setgroups` would change every thread of the process.
 struct Creds {
     /// Only a daemon running as root switches.
     root: bool,
+    /// The daemon's own fsuid, fsgid and groups, restored after a request.
+    uid: u32,
+    gid: u32,
     groups: Vec<libc::gid_t>,
 }
 
+thread_local! {
+    /// The `(fsuid, fsgid)` this worker runs as while it serves a caller;
+    /// `None` while it runs as the daemon.
+    static AS_CALLER: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+}
+
+/// Restores the daemon's identity when dropped.
 struct AsCaller<'a> {
     creds: &'a Creds,
+    /// Whether the thread's groups were changed too.
+    groups: bool,
+}
+
+/// Returns to the caller's identity when dropped (see [`Creds::as_daemon`]).
+struct AsDaemon {
+    caller: (u32, u32),
 }
 
 impl Creds {
     fn new() -> Res<Self> {
         Ok(Self {
             root: sys::geteuid() == 0,
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
             groups: sys::getgroups()?,
         })
     }
 
-    fn switch(&self, uid: u32, gid: u32, groups: &[libc::gid_t]) -> Res<Option<AsCaller<'_>>> {
-        if !self.root || (uid == 0 && gid == 0) {
+    /// Switches this thread to the caller of `ctx` until the guard drops.
+    ///
+    /// Root callers keep the daemon's identity (they have every permission;
+    /// `create` asks for the switch anyway when their group differs, since
+    /// it becomes the new file's group), and so do kernel-internal requests
+    /// (pid 0) and everything in a daemon that does not run as root.
+    fn enter(&self, ctx: &RequestContext<'_>, create: bool) -> Res<Option<AsCaller<'_>>> {
+        let (uid, gid) = (ctx.uid(), ctx.gid());
+        if !self.root || ctx.pid() == 0 || (uid == 0 && (!create || gid == 0)) {
+            return Ok(None);
+        }
+        if AS_CALLER.get().is_some() {
             return Ok(None);
         }
         if uid == u32::MAX || gid == u32::MAX {
             return Err(err(libc::EOVERFLOW));
         }
-        let guard = AsCaller { creds: self };
-        sys::setgroups_thread(groups)?;
+        // All the caller's groups, read per request: a cache could keep a
+        // group the process has just dropped, and reading costs about 5 µs,
+        // paid only by callers other than root. If the process is gone, the
+        // group the kernel sent with a create (CREATE_SUPP_GROUP) remains.
+        let groups = process_groups(ctx.pid()).unwrap_or_else(|| ctx.supp_groups().collect());
+        let change_groups = groups != self.groups;
+        if change_groups {
+            sys::setgroups_thread(&groups)?;
+        }
+        let guard = AsCaller {
+            creds: self,
+            groups: change_groups,
+        };
         sys::setfsgid(gid);
         sys::setfsuid(uid);
+        AS_CALLER.set(Some((uid, gid)));
         // setfs[ug]id report failure only by not changing: check.
         if sys::setfsgid(u32::MAX) != gid || sys::setfsuid(u32::MAX) != uid {
             return Err(err(libc::EPERM));
@@ -526,34 +566,47 @@ impl Creds {
         Ok(Some(guard))
     }
 
-    /// For creating: the caller's uid and gid, and the supplementary
-    /// groups the kernel sent (the parent's group when the caller is in it),
-    /// which decides whether a setgid directory's group keeps S_ISGID.
-    fn as_caller(&self, ctx: &RequestContext<'_>) -> Res<Option<AsCaller<'_>>> {
-        let groups: Vec<libc::gid_t> = ctx.supp_groups().collect();
-        self.switch(ctx.uid(), ctx.gid(), &groups)
+    /// Back to the daemon's identity until the guard drops, for what the
+    /// daemon does on its own behalf while serving a caller: descriptors
+    /// shared by later requests of other callers (backing files, lock
+    /// descriptors) and reopening a file the caller has already opened.
+    fn as_daemon(&self) -> Option<AsDaemon> {
+        let caller = AS_CALLER.get()?;
+        sys::setfsuid(self.uid);
+        sys::setfsgid(self.gid);
+        AS_CALLER.set(None);
+        Some(AsDaemon { caller })
     }
 }
 
 impl Drop for AsCaller<'_> {
     fn drop(&mut self) {
-        sys::setfsuid(0);
-        sys::setfsgid(0);
-        if let Err(e) = sys::setgroups_thread(&self.creds.groups) {
+        sys::setfsuid(self.creds.uid);
+        sys::setfsgid(self.creds.gid);
+        AS_CALLER.set(None);
+        if self.groups
+            && let Err(e) = sys::setgroups_thread(&self.creds.groups)
+        {
             log::error!("restoring the worker's groups: {e}");
         }
     }
 }
 
-/// The supplementary groups of process `pid` (from `/proc/PID/status`).
-fn process_groups(pid: u32) -> Vec<libc::gid_t> {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default()
+impl Drop for AsDaemon {
+    fn drop(&mut self) {
+        let (uid, gid) = self.caller;
+        sys::setfsgid(gid);
+        sys::setfsuid(uid);
+        AS_CALLER.set(Some(self.caller));
+    }
+}
+
+/// The supplementary groups of process (or thread) `pid`, from the
+/// `Groups:` line of `/proc/PID/status`; `None` if it cannot be read.
+fn process_groups(pid: u32) -> Option<Vec<libc::gid_t>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    Some(line.split_whitespace().filter_map(|x| x.parse().ok()).collect())
 }
 
 fn statx_time(t: libc::statx_timestamp) -> SxTime {
@@ -677,7 +730,8 @@ impl Filesystem for PassthroughFs {
         );
     }
 
-    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("lookup parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         match self.do_lookup(&parent, name) {
@@ -697,7 +751,8 @@ impl Filesystem for PassthroughFs {
         }
     }
 
-    fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("getattr ino={ino} fh={fh:?}");
         let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
             Some(h) => tri!(reply, sys::stat_fd(h.fd())),
@@ -709,13 +764,15 @@ impl Filesystem for PassthroughFs {
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
-    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = tri!(reply, self.do_setattr(ino, attr));
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
-    fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+    fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let inode = tri!(reply, self.inode(ino));
         let target = tri!(reply, sys::readlink_fd(inode.fd()));
         reply.data(&target);
@@ -729,13 +786,11 @@ impl Filesystem for PassthroughFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("symlink parent={parent} name={name:?} target={target:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::symlinkat(target, parent.fd(), name));
-        }
+        tri!(reply, sys::symlinkat(target, parent.fd(), name));
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -748,28 +803,25 @@ impl Filesystem for PassthroughFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
-        }
+        tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
         self.reply_new_entry(&parent, name, reply);
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::mkdirat(parent.fd(), name, mode));
-        }
+        tri!(reply, sys::mkdirat(parent.fd(), name, mode));
         self.reply_new_entry(&parent, name, reply);
     }
 
-    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("unlink parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -777,7 +829,8 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("rmdir parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -787,7 +840,7 @@ impl Filesystem for PassthroughFs {
 
     fn rename(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -795,6 +848,7 @@ impl Filesystem for PassthroughFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
         let old = tri!(reply, self.inode(parent));
         let new = tri!(reply, self.inode(newparent));
@@ -806,12 +860,13 @@ impl Filesystem for PassthroughFs {
 
     fn link(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         newparent: Inode,
         newname: &CStr,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("link ino={ino} -> {newparent}/{newname:?}");
         let inode = tri!(reply, self.inode(ino));
         let parent = tri!(reply, self.inode(newparent));
@@ -843,6 +898,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
@@ -857,7 +913,7 @@ impl Filesystem for PassthroughFs {
 
     fn read(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
@@ -866,6 +922,7 @@ impl Filesystem for PassthroughFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
         reply.with_buffer(size as usize, |buf| h.read_at(buf, offset));
@@ -873,7 +930,7 @@ impl Filesystem for PassthroughFs {
 
     fn write(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
@@ -883,6 +940,7 @@ impl Filesystem for PassthroughFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
         let n = tri!(reply, h.write_at(data, offset));
@@ -891,12 +949,13 @@ impl Filesystem for PassthroughFs {
 
     fn flush(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         _owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("flush ino={ino} fh={fh}");
         let h = tri!(reply, self.handle(fh));
         // Closing a duplicate reports delayed write errors (NFS and the like)
@@ -927,23 +986,32 @@ impl Filesystem for PassthroughFs {
 
     fn fsync(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
-    fn opendir(&self, _ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("opendir ino={ino}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
             reply,
-            sys::openat(Dir::Fd(inode.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            // Through /proc, which (like a native open) needs read but not
+            // search permission on the directory itself, unlike "." would.
+            sys::openat(
+                Dir::Cwd,
+                &proc_path(inode.fd()),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0
+            )
         );
         let fh = self.handles.insert(Handle::new(fd, inode, false));
         let flags = if self.opts.cache == Cache::Always {
@@ -956,12 +1024,16 @@ impl Filesystem for PassthroughFs {
 
     fn readdir(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _as_caller = match self.creds.enter(ctx, false) {
+            Ok(c) => c,
+            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
         log::debug!("readdir ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |_, d_ino, next, typ, name| {
             Ok(reply.add(d_ino, next as u64, typ as u32, name.to_bytes()))
@@ -974,16 +1046,33 @@ impl Filesystem for PassthroughFs {
 
     fn readdirplus(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _as_caller = match self.creds.enter(ctx, false) {
+            Ok(c) => c,
+            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
         log::debug!("readdirplus ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |dir, d_ino, next, typ, name| {
             let bytes = name.to_bytes();
-            if is_dot_or_dotdot(bytes) {
+            let found = if is_dot_or_dotdot(bytes) {
+                None
+            } else {
+                match self.do_lookup(dir, name) {
+                    Ok(x) => Some(x),
+                    // Removed since the directory was read: leave it out.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+                    // A directory the caller may read but not search: the
+                    // name without attributes, as a native readdir lists it.
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
+                    Err(e) => return Err(e),
+                }
+            };
+            let Some((found, st)) = found else {
                 let entry = Entry {
                     attr: Attr {
                         ino: d_ino,
@@ -993,12 +1082,6 @@ impl Filesystem for PassthroughFs {
                     ..Default::default()
                 };
                 return Ok(reply.add(&entry, next as u64, bytes));
-            }
-            let (found, st) = match self.do_lookup(dir, name) {
-                Ok(x) => x,
-                // Removed since the directory was read: leave it out.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
-                Err(e) => return Err(e),
             };
             let full = reply.add(&self.entry(&found, &st), next as u64, bytes);
             if full {
@@ -1028,18 +1111,20 @@ impl Filesystem for PassthroughFs {
 
     fn fsyncdir(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
-    fn statfs(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+    fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let inode = tri!(reply, self.inode(ino));
         let s = tri!(reply, sys::fstatvfs(inode.fd()));
         reply.statfs(&Kstatfs {
@@ -1057,7 +1142,7 @@ impl Filesystem for PassthroughFs {
 
     fn setxattr(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
         value: &[u8],
@@ -1065,6 +1150,7 @@ impl Filesystem for PassthroughFs {
         setxattr_flags: SetxattrFlags,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setxattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::setxattr(&path, name, value, flags));
@@ -1082,7 +1168,8 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("getxattr ino={ino} name={name:?} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1094,7 +1181,8 @@ impl Filesystem for PassthroughFs {
         reply.data(&buf[..n]);
     }
 
-    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("listxattr ino={ino} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1106,7 +1194,8 @@ impl Filesystem for PassthroughFs {
         reply.data(&buf[..n]);
     }
 
-    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("removexattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::removexattr(&path, name));
@@ -1114,15 +1203,10 @@ impl Filesystem for PassthroughFs {
     }
 
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("access ino={ino} mask={mask:#o}");
         let inode = tri!(reply, self.inode(ino));
         let path = proc_path(inode.fd());
-        let groups = if self.creds.root && ctx.uid() != 0 {
-            process_groups(ctx.pid())
-        } else {
-            Vec::new()
-        };
-        let _c = tri!(reply, self.creds.switch(ctx.uid(), ctx.gid(), &groups));
         tri!(reply, sys::faccessat(&path, mask, libc::AT_EACCESS));
         reply.ok();
     }
@@ -1136,36 +1220,36 @@ impl Filesystem for PassthroughFs {
         mode: u32,
         reply: ReplyCreate,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, flags & libc::O_CREAT != 0));
         log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
         if is_dot_or_dotdot(name.to_bytes()) {
             return reply.error(Errno::EISDIR);
         }
-        let (fd, created) = tri!(reply, self.open_at(ctx, &parent, name, flags, mode));
+        let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
         self.finish_create(ctx, fd, flags, created, reply);
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
-        let fd = {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode))
-        };
+        let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
         self.finish_create(ctx, fd, flags, true, reply);
     }
 
     fn getlk(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         _owner: LockOwner,
         lock: Lock,
         reply: ReplyLock,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         let mut fl = tri!(reply, to_flock(&lock));
         tri!(reply, sys::fcntl_lock(h.fd(), libc::F_OFD_GETLK, &mut fl));
@@ -1183,6 +1267,7 @@ impl Filesystem for PassthroughFs {
         flock: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
         let h = tri!(reply, self.handle(fh));
         let r = if flock {
@@ -1214,7 +1299,7 @@ impl Filesystem for PassthroughFs {
 
     fn fallocate(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         offset: u64,
@@ -1222,6 +1307,7 @@ impl Filesystem for PassthroughFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
         reply.ok();
@@ -1229,13 +1315,14 @@ impl Filesystem for PassthroughFs {
 
     fn lseek(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         offset: u64,
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         // The kernel passes the caller's off_t through as u64: reinterpret it
         // (a negative offset arrives as a huge value) and let the source
@@ -1246,7 +1333,7 @@ impl Filesystem for PassthroughFs {
 
     fn copy_file_range(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino_in: Inode,
         fh_in: FileHandle,
         off_in: u64,
@@ -1257,6 +1344,7 @@ impl Filesystem for PassthroughFs {
         flags: u64,
         reply: ReplyCopy,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let hi = tri!(reply, self.handle(fh_in));
         let ho = tri!(reply, self.handle(fh_out));
         let flags = tri!(reply, u32::try_from(flags).map_err(|_| err(libc::EINVAL)));
@@ -1269,13 +1357,14 @@ impl Filesystem for PassthroughFs {
 
     fn statx(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: Option<FileHandle>,
         flags: u32,
         mask: u32,
         reply: ReplyStatx,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
         let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
