@@ -429,7 +429,30 @@ impl PassthroughFs {
         ) {
             self.set_times(&inode, h.as_deref(), attr, valid)?;
         }
+        if valid.contains(SetattrValid::KILL_SUIDGID) {
+            self.kill_suidgid(&inode)?;
+        }
         sys::stat_fd(inode.fd())
+    }
+
+    /// Clears S_ISUID, and S_ISGID with group execute, as the kernel does
+    /// on a write, truncate or chown by a caller without CAP_FSETID (it
+    /// asks for it with `HANDLE_KILLPRIV_V2`). Done as the caller the source
+    /// filesystem does it by itself; only the daemon's own identity, which
+    /// holds CAP_FSETID, needs it done here.
+    fn kill_suidgid(&self, inode: &InodeData) -> Res<()> {
+        if !self.creds.as_itself() || inode.kind != libc::S_IFREG {
+            return Ok(());
+        }
+        let mode = sys::stat_fd(inode.fd())?.st_mode & 0o7777;
+        let mut kept = mode & !libc::S_ISUID;
+        if kept & libc::S_IXGRP != 0 {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != mode {
+            sys::chmod(&proc_path(inode.fd()), kept)?;
+        }
+        Ok(())
     }
 
     /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
@@ -577,6 +600,11 @@ impl Creds {
         AS_CALLER.set(None);
         Some(AsDaemon { caller })
     }
+
+    /// Whether this thread runs as the daemon (not switched to a caller).
+    fn as_itself(&self) -> bool {
+        AS_CALLER.get().is_none()
+    }
 }
 
 impl Drop for AsCaller<'_> {
@@ -713,6 +741,12 @@ impl Filesystem for PassthroughFs {
         }
         if self.creds.root {
             config.want(InitFlags::CREATE_SUPP_GROUP);
+            // The source filesystem clears S_ISUID/S_ISGID itself, as the
+            // caller, on writes, truncates and chowns. Without this the
+            // kernel sends its own idea of the new mode along with a chown,
+            // computed from an inode mode that lacks S_ISVTX when the kernel
+            // does not check permissions itself: the sticky bit was lost.
+            config.want(InitFlags::HANDLE_KILLPRIV_V2);
         }
         if self.opts.passthrough {
             config.want(InitFlags::PASSTHROUGH);
@@ -935,7 +969,7 @@ impl Filesystem for PassthroughFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: i32,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -944,6 +978,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
         let n = tri!(reply, h.write_at(data, offset));
+        if write_flags.contains(WriteFlags::KILL_SUIDGID) {
+            tri!(reply, self.kill_suidgid(&h.inode));
+        }
         reply.written(n as u32);
     }
 
