@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::handles::{DirStream, Direct, Handle, HandleTable};
-use crate::inodes::{Found, InodeData, InodeTable};
+use crate::inodes::{Found, InodeData, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -455,6 +455,69 @@ impl PassthroughFs {
         Ok(())
     }
 
+    /// The descriptor that holds the POSIX locks of lock owner `owner` on
+    /// the inode of `h` (one per owner and inode, so that two descriptors
+    /// of one process share its locks, as POSIX wants); made on first use
+    /// if `create`, recording `pid` for F_GETLK.
+    fn lock_owner_fd(&self, h: &Handle, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
+        let mut owners = h.inode.lock_owners();
+        if let Some(o) = owners.get(&owner) {
+            return Ok(Some(o.clone()));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let fd = if h.inode.kind == libc::S_IFREG {
+            // Its own open file description, readable and writable so that
+            // it can take either kind of lock (the kernel has checked the
+            // caller's descriptor for the kind it asks), as the daemon.
+            let _as_daemon = self.creds.as_daemon();
+            let path = proc_path(h.inode.fd());
+            sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0)
+                .or_else(|_| sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0))?
+        } else {
+            // Reopening a device or FIFO could have side effects: lock
+            // through the handle's own open file description.
+            h.fd.try_clone()?
+        };
+        let o = Arc::new(LockOwnerFd { fd, pid });
+        owners.insert(owner, o.clone());
+        Ok(Some(o))
+    }
+
+    /// Closes the lock descriptor of `owner` on `inode`, dropping its POSIX
+    /// locks there: a process's close of any descriptor of a file does.
+    fn drop_lock_owner(&self, inode: &InodeData, owner: u64) {
+        if self.opts.posix_lock {
+            let gone = inode.lock_owners().remove(&owner);
+            drop(gone);
+        }
+    }
+
+    /// The pid of the owner holding `found`, the lock F_OFD_GETLK reported
+    /// against `asked` for owner `me`: the owner whose own view of the same
+    /// question no longer shows that lock (an owner's locks are invisible
+    /// to itself). 0 when it is no owner of this mount.
+    fn lock_holder(&self, inode: &InodeData, me: u64, asked: &Lock, found: &libc::flock) -> u32 {
+        let others: Vec<Arc<LockOwnerFd>> = inode
+            .lock_owners()
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(_, o)| o.clone())
+            .collect();
+        let same =
+            |a: &libc::flock| (a.l_type, a.l_start, a.l_len) == (found.l_type, found.l_start, found.l_len);
+        for o in others {
+            let Ok(mut fl) = to_flock(asked) else {
+                return 0;
+            };
+            if sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_GETLK, &mut fl).is_ok() && !same(&fl) {
+                return o.pid;
+            }
+        }
+        0
+    }
+
     /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
     /// symbolic links have no race-free way, so they get `EOPNOTSUPP`.
     fn xattr_path(&self, ino: Inode) -> Res<CString> {
@@ -691,7 +754,7 @@ fn to_flock(lock: &Lock) -> Res<libc::flock> {
     })
 }
 
-fn from_flock(fl: &libc::flock) -> Lock {
+fn from_flock(fl: &libc::flock, pid: u32) -> Lock {
     let start = fl.l_start.max(0) as u64;
     let end = if fl.l_len == 0 {
         i64::MAX as u64
@@ -702,7 +765,7 @@ fn from_flock(fl: &libc::flock) -> Lock {
         start,
         end,
         typ: fl.l_type as i32,
-        pid: 0,
+        pid,
     }
 }
 
@@ -989,14 +1052,16 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("flush ino={ino} fh={fh}");
         let h = tri!(reply, self.handle(fh));
-        // Closing a duplicate reports delayed write errors (NFS and the like)
-        // and drops POSIX locks, as the caller's close would.
+        // The caller closed a descriptor of this file: that drops its
+        // process's POSIX locks on the file, whichever descriptor took them.
+        self.drop_lock_owner(&h.inode, owner.0);
+        // Closing a duplicate reports delayed write errors (NFS and the like).
         drop(tri!(reply, h.fd.try_clone()));
         reply.ok();
     }
@@ -1007,16 +1072,20 @@ impl Filesystem for PassthroughFs {
         ino: Inode,
         fh: FileHandle,
         _flags: i32,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
+        lock_owner: Option<LockOwner>,
+        flush: bool,
         flock_release: bool,
         reply: ReplyEmpty,
     ) {
         log::debug!("release ino={ino} fh={fh}");
-        if let Some(h) = self.handles.remove(fh.0)
-            && flock_release
-        {
-            let _ = sys::flock(h.fd(), libc::LOCK_UN);
+        if let Some(h) = self.handles.remove(fh.0) {
+            if flock_release {
+                let _ = sys::flock(h.fd(), libc::LOCK_UN);
+            }
+            // A release that stands in for the FLUSH.
+            if flush && let Some(owner) = lock_owner {
+                self.drop_lock_owner(&h.inode, owner.0);
+            }
         }
         reply.ok();
     }
@@ -1282,15 +1351,24 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         lock: Lock,
         reply: ReplyLock,
     ) {
         let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         let mut fl = tri!(reply, to_flock(&lock));
-        tri!(reply, sys::fcntl_lock(h.fd(), libc::F_OFD_GETLK, &mut fl));
-        reply.lock(from_flock(&fl));
+        // The owner's own locks never conflict with it: ask through its
+        // descriptor, or through the handle's, which holds none.
+        let mine = h.inode.lock_owners().get(&owner.0).cloned();
+        let probe = mine.as_ref().map_or(h.fd(), |o| o.fd.as_fd());
+        tri!(reply, sys::fcntl_lock(probe, libc::F_OFD_GETLK, &mut fl));
+        let pid = if fl.l_type == libc::F_UNLCK as libc::c_short {
+            0
+        } else {
+            self.lock_holder(&h.inode, owner.0, &lock, &fl)
+        };
+        reply.lock(from_flock(&fl, pid));
     }
 
     fn setlk(
@@ -1298,7 +1376,7 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         lock: Lock,
         sleep: bool,
         flock: bool,
@@ -1324,10 +1402,17 @@ impl Filesystem for PassthroughFs {
             }
         } else {
             let mut fl = tri!(reply, to_flock(&lock));
-            if sleep {
-                interruptible(ctx, || sys::fcntl_lock(h.fd(), libc::F_OFD_SETLKW, &mut fl))
+            let unlock = lock.typ == libc::F_UNLCK;
+            let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
+            let o = match tri!(reply, self.lock_owner_fd(&h, owner.0, pid, !unlock)) {
+                Some(o) => o,
+                // Nothing locked by this owner: nothing to unlock.
+                None => return reply.ok(),
+            };
+            if sleep && !unlock {
+                interruptible(ctx, || sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl))
             } else {
-                sys::fcntl_lock(h.fd(), libc::F_OFD_SETLK, &mut fl)
+                sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut fl)
             }
         };
         tri!(reply, r);
@@ -1430,7 +1515,7 @@ mod tests {
         };
         let fl = to_flock(&l).unwrap();
         assert_eq!((fl.l_start, fl.l_len, fl.l_pid), (10, 10, 0));
-        assert_eq!(from_flock(&fl), Lock { pid: 0, ..l });
+        assert_eq!(from_flock(&fl, 5), l);
         let whole = Lock {
             start: 0,
             end: i64::MAX as u64,
@@ -1439,7 +1524,7 @@ mod tests {
         };
         let fl = to_flock(&whole).unwrap();
         assert_eq!(fl.l_len, 0);
-        assert_eq!(from_flock(&fl), whole);
+        assert_eq!(from_flock(&fl, 0), whole);
         assert!(
             to_flock(&Lock {
                 start: 5,
