@@ -118,7 +118,8 @@ pub struct InodeTable {
     live: AtomicUsize,
 }
 
-fn shard_of_key(key: Key) -> usize {
+/// The shard an inode with `key` lives in.
+pub fn shard_of(key: Key) -> usize {
     // A multiplicative mix of both halves; inode numbers are often dense.
     let h = (key.0 ^ key.1.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (h >> (64 - SHARD_BITS)) as usize
@@ -160,6 +161,14 @@ impl InodeTable {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Holds shard `i`'s lock until the result drops (tests: shows that
+    /// the other shards go on meanwhile).
+    #[doc(hidden)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn lock_shard(&self, i: usize) -> impl Sized + '_ {
+        self.shard(i)
+    }
+
     pub fn root(&self) -> &Arc<InodeData> {
         &self.root
     }
@@ -186,7 +195,7 @@ impl InodeTable {
                 data: self.root.clone(),
             };
         }
-        let shard_i = shard_of_key(key);
+        let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
         if let Some(&slot) = s.by_key.get(&key) {
             let generation = s.generations[slot];
