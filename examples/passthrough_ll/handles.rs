@@ -78,7 +78,7 @@ impl Direct {
     }
 
     fn range_ok(&self, offset: u64, len: usize) -> bool {
-        offset % self.offset_align == 0 && len as u64 % self.offset_align == 0
+        offset.is_multiple_of(self.offset_align) && (len as u64).is_multiple_of(self.offset_align)
     }
 
     fn mem_ok(&self, p: *const u8) -> bool {
