@@ -266,12 +266,84 @@ fn concurrent_creates_in_private_and_shared_directories() {
     );
 }
 
+/// An `O_PATH` descriptor of `p` and its attributes, for the inode table.
+fn path_fd(p: &Path) -> (std::os::fd::OwnedFd, libc::stat) {
+    let fd = open(p, libc::O_PATH | libc::O_NOFOLLOW, 0).expect("open");
+    let st = fstat(&fd).expect("fstat");
+    // SAFETY: ownership of the descriptor passes to the OwnedFd.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd.0) };
+    std::mem::forget(fd);
+    (owned, st)
+}
+
+/// The inode table has no lock that every insert takes: while one shard's
+/// lock is held, inserts of inodes that hash to other shards complete, and
+/// an insert into the held shard waits exactly until it is released.
+#[test]
+fn inode_table_inserts_into_other_shards_proceed_while_one_is_held() {
+    let base = TempBase::new("shards");
+    let files: Vec<PathBuf> = (0..4 * inodes::SHARDS)
+        .map(|i| {
+            let p = base.path().join(format!("f{i}"));
+            fs::write(&p, b"").expect("create");
+            p
+        })
+        .collect();
+    let shard = |p: &Path| {
+        let st = fstat(&open(p, libc::O_PATH | libc::O_NOFOLLOW, 0).expect("open")).expect("fstat");
+        inodes::shard_of((st.st_dev, st.st_ino))
+    };
+    let held = shard(&files[0]);
+    let (same, others): (Vec<PathBuf>, Vec<PathBuf>) =
+        files[1..].iter().cloned().partition(|p| shard(p) == held);
+    assert!(!others.is_empty(), "every file hashed to shard {held}");
+    let (root_fd, _) = path_fd(base.path());
+    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd).expect("table"));
+
+    let guard = table.lock_shard(held);
+    let (tx, rx) = mpsc::channel();
+    let t = table.clone();
+    let n_others = others.len();
+    std::thread::spawn(move || {
+        for p in &others {
+            let (fd, st) = path_fd(p);
+            t.lookup_or_insert(fd, &st);
+        }
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "inserts into other shards blocked while shard {held} was held"
+    );
+    assert_eq!(table.live(), n_others);
+
+    let (tx, rx) = mpsc::channel();
+    let t = table.clone();
+    let first = files[0].clone();
+    std::thread::spawn(move || {
+        let (fd, st) = path_fd(&first);
+        let _ = tx.send(t.lookup_or_insert(fd, &st).id);
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "an insert into the held shard {held} did not wait for its lock"
+    );
+    drop(guard);
+    let id = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the insert into the released shard finished");
+    assert!(table.get(id).is_some());
+    assert_eq!(table.live(), n_others + 1);
+    // Files in the held shard besides the first one, if any, insert normally now.
+    for p in &same {
+        let (fd, st) = path_fd(p);
+        table.lookup_or_insert(fd, &st);
+    }
+    assert_eq!(table.live(), files.len());
+}
+
 /// The inode table on its own: many threads inserting and forgetting
 /// distinct inodes at once lose nothing and get distinct node ids.
-///
-/// (Holding one shard's lock from here to show that other shards proceed
-/// needs the table to expose a shard's lock and the key-to-shard function;
-/// see the report on the `posix` branch.)
 #[test]
 fn inode_table_concurrent_inserts_and_forgets() {
     let base = TempBase::new("inodes");

@@ -3,8 +3,8 @@
 //! (`O_NOFOLLOW`, `AT_EMPTY_PATH`, `/proc/self/fd/N`), so no symbolic link or
 //! `..` leads outside the source directory.
 
-use crate::handles::{DirStream, Handle, HandleTable};
-use crate::inodes::{Found, InodeData, InodeTable};
+use crate::handles::{DirStream, Direct, Handle, HandleTable};
+use crate::inodes::{Found, InodeData, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -13,6 +13,7 @@ use fuse_wire::session::types::attr_from_stat;
 use fuse_wire::session::{
     BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -232,6 +233,8 @@ impl PassthroughFs {
         // One backing file serves every open of the inode, so open it for
         // reading and writing when the source allows.
         let path = proc_path(inode.fd());
+        // Shared by the later opens of every caller: opened as the daemon.
+        let _as_daemon = self.creds.as_daemon();
         let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
             Ok(fd) => (fd, true, 0),
             Err(e) => {
@@ -269,27 +272,25 @@ impl PassthroughFs {
             None
         };
         let open_flags = self.file_open_flags(inode.kind, passthrough);
-        let fh = self.handles.insert(Handle::new(fd, inode, passthrough));
+        let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
+            // A reopen of what the caller has just opened (or created: its
+            // mode may refuse a second open), so as the daemon.
+            let _as_daemon = self.creds.as_daemon();
+            Some(Direct::new(fd.as_fd(), self.source_flags(flags))?)
+        } else {
+            None
+        };
+        let mut handle = Handle::new(fd, inode, passthrough);
+        handle.direct = direct;
+        let fh = self.handles.insert(handle);
         Ok((FileHandle(fh), open_flags, backing))
     }
 
     /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
-    fn open_at(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: &Arc<InodeData>,
-        name: &CStr,
-        flags: i32,
-        mode: u32,
-    ) -> Res<(OwnedFd, bool)> {
+    fn open_at(&self, parent: &Arc<InodeData>, name: &CStr, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
         let create = flags & libc::O_CREAT != 0;
         let exclusive = flags & libc::O_EXCL != 0;
-        let _as_caller = if create {
-            Some(self.creds.as_caller(ctx)?)
-        } else {
-            None
-        };
         let dir = Dir::Fd(parent.fd());
         // Creating with O_EXCL tells exactly whether this call created the
         // file; an existing one is then opened without O_CREAT. A file
@@ -428,7 +429,93 @@ impl PassthroughFs {
         ) {
             self.set_times(&inode, h.as_deref(), attr, valid)?;
         }
+        if valid.contains(SetattrValid::KILL_SUIDGID) {
+            self.kill_suidgid(&inode)?;
+        }
         sys::stat_fd(inode.fd())
+    }
+
+    /// Clears S_ISUID, and S_ISGID with group execute, as the kernel does
+    /// on a write, truncate or chown by a caller without CAP_FSETID (it
+    /// asks for it with `HANDLE_KILLPRIV_V2`). Done as the caller the source
+    /// filesystem does it by itself; only the daemon's own identity, which
+    /// holds CAP_FSETID, needs it done here.
+    fn kill_suidgid(&self, inode: &InodeData) -> Res<()> {
+        if !self.creds.as_itself() || inode.kind != libc::S_IFREG {
+            return Ok(());
+        }
+        let mode = sys::stat_fd(inode.fd())?.st_mode & 0o7777;
+        let mut kept = mode & !libc::S_ISUID;
+        if kept & libc::S_IXGRP != 0 {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != mode {
+            sys::chmod(&proc_path(inode.fd()), kept)?;
+        }
+        Ok(())
+    }
+
+    /// The descriptor that holds the POSIX locks of lock owner `owner` on
+    /// the inode of `h` (one per owner and inode, so that two descriptors
+    /// of one process share its locks, as POSIX wants); made on first use
+    /// if `create`, recording `pid` for F_GETLK.
+    fn lock_owner_fd(&self, h: &Handle, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
+        let mut owners = h.inode.lock_owners();
+        if let Some(o) = owners.get(&owner) {
+            return Ok(Some(o.clone()));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let fd = if h.inode.kind == libc::S_IFREG {
+            // Its own open file description, readable and writable so that
+            // it can take either kind of lock (the kernel has checked the
+            // caller's descriptor for the kind it asks), as the daemon.
+            let _as_daemon = self.creds.as_daemon();
+            let path = proc_path(h.inode.fd());
+            sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0)
+                .or_else(|_| sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0))?
+        } else {
+            // Reopening a device or FIFO could have side effects: lock
+            // through the handle's own open file description.
+            h.fd.try_clone()?
+        };
+        let o = Arc::new(LockOwnerFd { fd, pid });
+        owners.insert(owner, o.clone());
+        Ok(Some(o))
+    }
+
+    /// Closes the lock descriptor of `owner` on `inode`, dropping its POSIX
+    /// locks there: a process's close of any descriptor of a file does.
+    fn drop_lock_owner(&self, inode: &InodeData, owner: u64) {
+        if self.opts.posix_lock {
+            let gone = inode.lock_owners().remove(&owner);
+            drop(gone);
+        }
+    }
+
+    /// The pid of the owner holding `found`, the lock F_OFD_GETLK reported
+    /// against `asked` for owner `me`: the owner whose own view of the same
+    /// question no longer shows that lock (an owner's locks are invisible
+    /// to itself). 0 when it is no owner of this mount.
+    fn lock_holder(&self, inode: &InodeData, me: u64, asked: &Lock, found: &libc::flock) -> u32 {
+        let others: Vec<Arc<LockOwnerFd>> = inode
+            .lock_owners()
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .map(|(_, o)| o.clone())
+            .collect();
+        let same =
+            |a: &libc::flock| (a.l_type, a.l_start, a.l_len) == (found.l_type, found.l_start, found.l_len);
+        for o in others {
+            let Ok(mut fl) = to_flock(asked) else {
+                return 0;
+            };
+            if sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_GETLK, &mut fl).is_ok() && !same(&fl) {
+                return o.pid;
+            }
+        }
+        0
     }
 
     /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
@@ -479,39 +566,85 @@ impl PassthroughFs {
     }
 }
 
-/// Switching a worker thread to the caller's identity for calls that create
-/// files, so that they get the caller's owner and group as on a native
-/// filesystem. Linux keeps fsuid, fsgid and the groups per thread; the
-/// previous identity is restored when the guard drops.
+/// Running a request's file system calls with the caller's identity, so
+/// that the source filesystem checks permissions (without
+/// `default_permissions` nobody else does) and gives new files the caller's
+/// owner and group, as on a native filesystem.
+///
+/// Linux keeps fsuid, fsgid and the supplementary groups per thread, so a
+/// worker switches its own credentials for one request and switches back
+/// when the guard drops. The groups are set with the raw system call: the C
+/// library's `setgroups` would change every thread of the process.
 struct Creds {
     /// Only a daemon running as root switches.
     root: bool,
+    /// The daemon's own fsuid, fsgid and groups, restored after a request.
+    uid: u32,
+    gid: u32,
     groups: Vec<libc::gid_t>,
 }
 
+thread_local! {
+    /// The `(fsuid, fsgid)` this worker runs as while it serves a caller;
+    /// `None` while it runs as the daemon.
+    static AS_CALLER: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+}
+
+/// Restores the daemon's identity when dropped.
 struct AsCaller<'a> {
     creds: &'a Creds,
+    /// Whether the thread's groups were changed too.
+    groups: bool,
+}
+
+/// Returns to the caller's identity when dropped (see [`Creds::as_daemon`]).
+struct AsDaemon {
+    caller: (u32, u32),
 }
 
 impl Creds {
     fn new() -> Res<Self> {
         Ok(Self {
             root: sys::geteuid() == 0,
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
             groups: sys::getgroups()?,
         })
     }
 
-    fn switch(&self, uid: u32, gid: u32, groups: &[libc::gid_t]) -> Res<Option<AsCaller<'_>>> {
-        if !self.root || (uid == 0 && gid == 0) {
+    /// Switches this thread to the caller of `ctx` until the guard drops.
+    ///
+    /// Root callers keep the daemon's identity (they have every permission;
+    /// `create` asks for the switch anyway when their group differs, since
+    /// it becomes the new file's group), and so do kernel-internal requests
+    /// (pid 0) and everything in a daemon that does not run as root.
+    fn enter(&self, ctx: &RequestContext<'_>, create: bool) -> Res<Option<AsCaller<'_>>> {
+        let (uid, gid) = (ctx.uid(), ctx.gid());
+        if !self.root || ctx.pid() == 0 || (uid == 0 && (!create || gid == 0)) {
+            return Ok(None);
+        }
+        if AS_CALLER.get().is_some() {
             return Ok(None);
         }
         if uid == u32::MAX || gid == u32::MAX {
             return Err(err(libc::EOVERFLOW));
         }
-        let guard = AsCaller { creds: self };
-        sys::setgroups_thread(groups)?;
+        // All the caller's groups, read per request: a cache could keep a
+        // group the process has just dropped, and reading costs about 5 µs,
+        // paid only by callers other than root. If the process is gone, the
+        // group the kernel sent with a create (CREATE_SUPP_GROUP) remains.
+        let groups = process_groups(ctx.pid()).unwrap_or_else(|| ctx.supp_groups().collect());
+        let change_groups = groups != self.groups;
+        if change_groups {
+            sys::setgroups_thread(&groups)?;
+        }
+        let guard = AsCaller {
+            creds: self,
+            groups: change_groups,
+        };
         sys::setfsgid(gid);
         sys::setfsuid(uid);
+        AS_CALLER.set(Some((uid, gid)));
         // setfs[ug]id report failure only by not changing: check.
         if sys::setfsgid(u32::MAX) != gid || sys::setfsuid(u32::MAX) != uid {
             return Err(err(libc::EPERM));
@@ -519,34 +652,52 @@ impl Creds {
         Ok(Some(guard))
     }
 
-    /// For creating: the caller's uid and gid, and the supplementary
-    /// groups the kernel sent (the parent's group when the caller is in it),
-    /// which decides whether a setgid directory's group keeps S_ISGID.
-    fn as_caller(&self, ctx: &RequestContext<'_>) -> Res<Option<AsCaller<'_>>> {
-        let groups: Vec<libc::gid_t> = ctx.supp_groups().collect();
-        self.switch(ctx.uid(), ctx.gid(), &groups)
+    /// Back to the daemon's identity until the guard drops, for what the
+    /// daemon does on its own behalf while serving a caller: descriptors
+    /// shared by later requests of other callers (backing files, lock
+    /// descriptors) and reopening a file the caller has already opened.
+    fn as_daemon(&self) -> Option<AsDaemon> {
+        let caller = AS_CALLER.get()?;
+        sys::setfsuid(self.uid);
+        sys::setfsgid(self.gid);
+        AS_CALLER.set(None);
+        Some(AsDaemon { caller })
+    }
+
+    /// Whether this thread runs as the daemon (not switched to a caller).
+    fn as_itself(&self) -> bool {
+        AS_CALLER.get().is_none()
     }
 }
 
 impl Drop for AsCaller<'_> {
     fn drop(&mut self) {
-        sys::setfsuid(0);
-        sys::setfsgid(0);
-        if let Err(e) = sys::setgroups_thread(&self.creds.groups) {
+        sys::setfsuid(self.creds.uid);
+        sys::setfsgid(self.creds.gid);
+        AS_CALLER.set(None);
+        if self.groups
+            && let Err(e) = sys::setgroups_thread(&self.creds.groups)
+        {
             log::error!("restoring the worker's groups: {e}");
         }
     }
 }
 
-/// The supplementary groups of process `pid` (from `/proc/PID/status`).
-fn process_groups(pid: u32) -> Vec<libc::gid_t> {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default()
+impl Drop for AsDaemon {
+    fn drop(&mut self) {
+        let (uid, gid) = self.caller;
+        sys::setfsgid(gid);
+        sys::setfsuid(uid);
+        AS_CALLER.set(Some(self.caller));
+    }
+}
+
+/// The supplementary groups of process (or thread) `pid`, from the
+/// `Groups:` line of `/proc/PID/status`; `None` if it cannot be read.
+fn process_groups(pid: u32) -> Option<Vec<libc::gid_t>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    Some(line.split_whitespace().filter_map(|x| x.parse().ok()).collect())
 }
 
 fn statx_time(t: libc::statx_timestamp) -> SxTime {
@@ -603,7 +754,7 @@ fn to_flock(lock: &Lock) -> Res<libc::flock> {
     })
 }
 
-fn from_flock(fl: &libc::flock) -> Lock {
+fn from_flock(fl: &libc::flock, pid: u32) -> Lock {
     let start = fl.l_start.max(0) as u64;
     let end = if fl.l_len == 0 {
         i64::MAX as u64
@@ -614,7 +765,7 @@ fn from_flock(fl: &libc::flock) -> Lock {
         start,
         end,
         typ: fl.l_type as i32,
-        pid: 0,
+        pid,
     }
 }
 
@@ -653,6 +804,12 @@ impl Filesystem for PassthroughFs {
         }
         if self.creds.root {
             config.want(InitFlags::CREATE_SUPP_GROUP);
+            // The source filesystem clears S_ISUID/S_ISGID itself, as the
+            // caller, on writes, truncates and chowns. Without this the
+            // kernel sends its own idea of the new mode along with a chown,
+            // computed from an inode mode that lacks S_ISVTX when the kernel
+            // does not check permissions itself: the sticky bit was lost.
+            config.want(InitFlags::HANDLE_KILLPRIV_V2);
         }
         if self.opts.passthrough {
             config.want(InitFlags::PASSTHROUGH);
@@ -670,7 +827,8 @@ impl Filesystem for PassthroughFs {
         );
     }
 
-    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("lookup parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         match self.do_lookup(&parent, name) {
@@ -690,7 +848,8 @@ impl Filesystem for PassthroughFs {
         }
     }
 
-    fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("getattr ino={ino} fh={fh:?}");
         let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
             Some(h) => tri!(reply, sys::stat_fd(h.fd())),
@@ -702,13 +861,15 @@ impl Filesystem for PassthroughFs {
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
-    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = tri!(reply, self.do_setattr(ino, attr));
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
-    fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+    fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let inode = tri!(reply, self.inode(ino));
         let target = tri!(reply, sys::readlink_fd(inode.fd()));
         reply.data(&target);
@@ -722,13 +883,11 @@ impl Filesystem for PassthroughFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("symlink parent={parent} name={name:?} target={target:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::symlinkat(target, parent.fd(), name));
-        }
+        tri!(reply, sys::symlinkat(target, parent.fd(), name));
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -741,28 +900,25 @@ impl Filesystem for PassthroughFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
-        }
+        tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
         self.reply_new_entry(&parent, name, reply);
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::mkdirat(parent.fd(), name, mode));
-        }
+        tri!(reply, sys::mkdirat(parent.fd(), name, mode));
         self.reply_new_entry(&parent, name, reply);
     }
 
-    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("unlink parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -770,7 +926,8 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("rmdir parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -780,7 +937,7 @@ impl Filesystem for PassthroughFs {
 
     fn rename(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -788,6 +945,7 @@ impl Filesystem for PassthroughFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
         let old = tri!(reply, self.inode(parent));
         let new = tri!(reply, self.inode(newparent));
@@ -799,12 +957,13 @@ impl Filesystem for PassthroughFs {
 
     fn link(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         newparent: Inode,
         newname: &CStr,
         reply: ReplyEntry,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("link ino={ino} -> {newparent}/{newname:?}");
         let inode = tri!(reply, self.inode(ino));
         let parent = tri!(reply, self.inode(newparent));
@@ -836,6 +995,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
@@ -850,7 +1010,7 @@ impl Filesystem for PassthroughFs {
 
     fn read(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
@@ -859,41 +1019,49 @@ impl Filesystem for PassthroughFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
-        reply.with_buffer(size as usize, |buf| sys::pread(h.fd(), buf, offset));
+        reply.with_buffer(size as usize, |buf| h.read_at(buf, offset));
     }
 
     fn write(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: i32,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
-        let n = tri!(reply, sys::pwrite(h.fd(), data, offset));
+        let n = tri!(reply, h.write_at(data, offset));
+        if write_flags.contains(WriteFlags::KILL_SUIDGID) {
+            tri!(reply, self.kill_suidgid(&h.inode));
+        }
         reply.written(n as u32);
     }
 
     fn flush(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("flush ino={ino} fh={fh}");
         let h = tri!(reply, self.handle(fh));
-        // Closing a duplicate reports delayed write errors (NFS and the like)
-        // and drops POSIX locks, as the caller's close would.
+        // The caller closed a descriptor of this file: that drops its
+        // process's POSIX locks on the file, whichever descriptor took them.
+        self.drop_lock_owner(&h.inode, owner.0);
+        // Closing a duplicate reports delayed write errors (NFS and the like).
         drop(tri!(reply, h.fd.try_clone()));
         reply.ok();
     }
@@ -904,39 +1072,52 @@ impl Filesystem for PassthroughFs {
         ino: Inode,
         fh: FileHandle,
         _flags: i32,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
+        lock_owner: Option<LockOwner>,
+        flush: bool,
         flock_release: bool,
         reply: ReplyEmpty,
     ) {
         log::debug!("release ino={ino} fh={fh}");
-        if let Some(h) = self.handles.remove(fh.0)
-            && flock_release
-        {
-            let _ = sys::flock(h.fd(), libc::LOCK_UN);
+        if let Some(h) = self.handles.remove(fh.0) {
+            if flock_release {
+                let _ = sys::flock(h.fd(), libc::LOCK_UN);
+            }
+            // A release that stands in for the FLUSH.
+            if flush && let Some(owner) = lock_owner {
+                self.drop_lock_owner(&h.inode, owner.0);
+            }
         }
         reply.ok();
     }
 
     fn fsync(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
-    fn opendir(&self, _ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("opendir ino={ino}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
             reply,
-            sys::openat(Dir::Fd(inode.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            // Through /proc, which (like a native open) needs read but not
+            // search permission on the directory itself, unlike "." would.
+            sys::openat(
+                Dir::Cwd,
+                &proc_path(inode.fd()),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0
+            )
         );
         let fh = self.handles.insert(Handle::new(fd, inode, false));
         let flags = if self.opts.cache == Cache::Always {
@@ -949,12 +1130,16 @@ impl Filesystem for PassthroughFs {
 
     fn readdir(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _as_caller = match self.creds.enter(ctx, false) {
+            Ok(c) => c,
+            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
         log::debug!("readdir ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |_, d_ino, next, typ, name| {
             Ok(reply.add(d_ino, next as u64, typ as u32, name.to_bytes()))
@@ -967,16 +1152,33 @@ impl Filesystem for PassthroughFs {
 
     fn readdirplus(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _as_caller = match self.creds.enter(ctx, false) {
+            Ok(c) => c,
+            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
         log::debug!("readdirplus ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |dir, d_ino, next, typ, name| {
             let bytes = name.to_bytes();
-            if is_dot_or_dotdot(bytes) {
+            let found = if is_dot_or_dotdot(bytes) {
+                None
+            } else {
+                match self.do_lookup(dir, name) {
+                    Ok(x) => Some(x),
+                    // Removed since the directory was read: leave it out.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+                    // A directory the caller may read but not search: the
+                    // name without attributes, as a native readdir lists it.
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
+                    Err(e) => return Err(e),
+                }
+            };
+            let Some((found, st)) = found else {
                 let entry = Entry {
                     attr: Attr {
                         ino: d_ino,
@@ -986,12 +1188,6 @@ impl Filesystem for PassthroughFs {
                     ..Default::default()
                 };
                 return Ok(reply.add(&entry, next as u64, bytes));
-            }
-            let (found, st) = match self.do_lookup(dir, name) {
-                Ok(x) => x,
-                // Removed since the directory was read: leave it out.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
-                Err(e) => return Err(e),
             };
             let full = reply.add(&self.entry(&found, &st), next as u64, bytes);
             if full {
@@ -1021,18 +1217,20 @@ impl Filesystem for PassthroughFs {
 
     fn fsyncdir(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
-    fn statfs(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+    fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let inode = tri!(reply, self.inode(ino));
         let s = tri!(reply, sys::fstatvfs(inode.fd()));
         reply.statfs(&Kstatfs {
@@ -1050,7 +1248,7 @@ impl Filesystem for PassthroughFs {
 
     fn setxattr(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
         value: &[u8],
@@ -1058,6 +1256,7 @@ impl Filesystem for PassthroughFs {
         setxattr_flags: SetxattrFlags,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setxattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::setxattr(&path, name, value, flags));
@@ -1075,7 +1274,8 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("getxattr ino={ino} name={name:?} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1087,7 +1287,8 @@ impl Filesystem for PassthroughFs {
         reply.data(&buf[..n]);
     }
 
-    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("listxattr ino={ino} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1099,7 +1300,8 @@ impl Filesystem for PassthroughFs {
         reply.data(&buf[..n]);
     }
 
-    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("removexattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::removexattr(&path, name));
@@ -1107,15 +1309,10 @@ impl Filesystem for PassthroughFs {
     }
 
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("access ino={ino} mask={mask:#o}");
         let inode = tri!(reply, self.inode(ino));
         let path = proc_path(inode.fd());
-        let groups = if self.creds.root && ctx.uid() != 0 {
-            process_groups(ctx.pid())
-        } else {
-            Vec::new()
-        };
-        let _c = tri!(reply, self.creds.switch(ctx.uid(), ctx.gid(), &groups));
         tri!(reply, sys::faccessat(&path, mask, libc::AT_EACCESS));
         reply.ok();
     }
@@ -1129,40 +1326,49 @@ impl Filesystem for PassthroughFs {
         mode: u32,
         reply: ReplyCreate,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, flags & libc::O_CREAT != 0));
         log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
         if is_dot_or_dotdot(name.to_bytes()) {
             return reply.error(Errno::EISDIR);
         }
-        let (fd, created) = tri!(reply, self.open_at(ctx, &parent, name, flags, mode));
+        let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
         self.finish_create(ctx, fd, flags, created, reply);
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
-        let fd = {
-            let _c = tri!(reply, self.creds.as_caller(ctx));
-            tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode))
-        };
+        let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
         self.finish_create(ctx, fd, flags, true, reply);
     }
 
     fn getlk(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         lock: Lock,
         reply: ReplyLock,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         let mut fl = tri!(reply, to_flock(&lock));
-        tri!(reply, sys::fcntl_lock(h.fd(), libc::F_OFD_GETLK, &mut fl));
-        reply.lock(from_flock(&fl));
+        // The owner's own locks never conflict with it: ask through its
+        // descriptor, or through the handle's, which holds none.
+        let mine = h.inode.lock_owners().get(&owner.0).cloned();
+        let probe = mine.as_ref().map_or(h.fd(), |o| o.fd.as_fd());
+        tri!(reply, sys::fcntl_lock(probe, libc::F_OFD_GETLK, &mut fl));
+        let pid = if fl.l_type == libc::F_UNLCK as libc::c_short {
+            0
+        } else {
+            self.lock_holder(&h.inode, owner.0, &lock, &fl)
+        };
+        reply.lock(from_flock(&fl, pid));
     }
 
     fn setlk(
@@ -1170,12 +1376,13 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         lock: Lock,
         sleep: bool,
         flock: bool,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
         let h = tri!(reply, self.handle(fh));
         let r = if flock {
@@ -1195,10 +1402,17 @@ impl Filesystem for PassthroughFs {
             }
         } else {
             let mut fl = tri!(reply, to_flock(&lock));
-            if sleep {
-                interruptible(ctx, || sys::fcntl_lock(h.fd(), libc::F_OFD_SETLKW, &mut fl))
+            let unlock = lock.typ == libc::F_UNLCK;
+            let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
+            let o = match tri!(reply, self.lock_owner_fd(&h, owner.0, pid, !unlock)) {
+                Some(o) => o,
+                // Nothing locked by this owner: nothing to unlock.
+                None => return reply.ok(),
+            };
+            if sleep && !unlock {
+                interruptible(ctx, || sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl))
             } else {
-                sys::fcntl_lock(h.fd(), libc::F_OFD_SETLK, &mut fl)
+                sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut fl)
             }
         };
         tri!(reply, r);
@@ -1207,7 +1421,7 @@ impl Filesystem for PassthroughFs {
 
     fn fallocate(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         offset: u64,
@@ -1215,6 +1429,7 @@ impl Filesystem for PassthroughFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
         reply.ok();
@@ -1222,22 +1437,25 @@ impl Filesystem for PassthroughFs {
 
     fn lseek(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
         offset: u64,
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let h = tri!(reply, self.handle(fh));
-        let off = tri!(reply, i64::try_from(offset).map_err(|_| err(libc::EINVAL)));
-        let r = tri!(reply, sys::lseek(h.fd(), off, whence));
+        // The kernel passes the caller's off_t through as u64: reinterpret it
+        // (a negative offset arrives as a huge value) and let the source
+        // filesystem judge it, so the errno is the one it gives natively.
+        let r = tri!(reply, sys::lseek(h.fd(), offset as i64, whence));
         reply.offset(r);
     }
 
     fn copy_file_range(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         _ino_in: Inode,
         fh_in: FileHandle,
         off_in: u64,
@@ -1248,6 +1466,7 @@ impl Filesystem for PassthroughFs {
         flags: u64,
         reply: ReplyCopy,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         let hi = tri!(reply, self.handle(fh_in));
         let ho = tri!(reply, self.handle(fh_out));
         let flags = tri!(reply, u32::try_from(flags).map_err(|_| err(libc::EINVAL)));
@@ -1260,13 +1479,14 @@ impl Filesystem for PassthroughFs {
 
     fn statx(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         fh: Option<FileHandle>,
         flags: u32,
         mask: u32,
         reply: ReplyStatx,
     ) {
+        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
         let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
@@ -1295,7 +1515,7 @@ mod tests {
         };
         let fl = to_flock(&l).unwrap();
         assert_eq!((fl.l_start, fl.l_len, fl.l_pid), (10, 10, 0));
-        assert_eq!(from_flock(&fl), Lock { pid: 0, ..l });
+        assert_eq!(from_flock(&fl, 5), l);
         let whole = Lock {
             start: 0,
             end: i64::MAX as u64,
@@ -1304,7 +1524,7 @@ mod tests {
         };
         let fl = to_flock(&whole).unwrap();
         assert_eq!(fl.l_len, 0);
-        assert_eq!(from_flock(&fl), whole);
+        assert_eq!(from_flock(&fl, 0), whole);
         assert!(
             to_flock(&Lock {
                 start: 5,

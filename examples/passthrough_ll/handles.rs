@@ -8,6 +8,7 @@
 
 use crate::inodes::InodeData;
 use crate::sys;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
@@ -25,8 +26,88 @@ pub struct Handle {
     pub inode: Arc<InodeData>,
     /// Counted in the inode's passthrough opens (released on drop).
     pub passthrough: bool,
+    /// For files opened with `O_DIRECT`: how to serve unaligned I/O.
+    pub direct: Option<Direct>,
     /// The directory stream (directories only; created on first READDIR).
     pub dir: Mutex<Option<DirStream>>,
+}
+
+/// What an `O_DIRECT` handle needs besides its descriptor. The kernel copies
+/// the caller's data into the request, so a caller's aligned buffer arrives
+/// wherever the request buffer puts it: data at a misaligned address goes
+/// through an aligned per-thread bounce buffer, and a misaligned offset or
+/// length (which `O_DIRECT` on the source would refuse with `EINVAL`, while
+/// the FUSE mount accepted it) goes through a second descriptor without
+/// `O_DIRECT`.
+pub struct Direct {
+    /// Required alignment of the memory address.
+    pub mem_align: usize,
+    /// Required alignment of the file offset and the length.
+    pub offset_align: u64,
+    /// The same file opened without `O_DIRECT`.
+    pub buffered: OwnedFd,
+}
+
+/// Used when the source does not report its direct I/O alignment.
+const DEFAULT_DIO_ALIGN: u32 = 4096;
+
+impl Direct {
+    /// Opens the buffered twin of `fd` (opened with `flags`, which include
+    /// `O_DIRECT`) and asks the source for its direct I/O alignment.
+    pub fn new(fd: BorrowedFd<'_>, flags: i32) -> io::Result<Self> {
+        let twin = flags & !(libc::O_DIRECT | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        let buffered = sys::openat(sys::Dir::Cwd, &sys::proc_path(fd), twin, 0)?;
+        let (mut mem, mut off) = (0, 0);
+        if let Ok(st) = sys::statx(fd, libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN)
+            && st.stx_mask & libc::STATX_DIOALIGN != 0
+        {
+            (mem, off) = (st.stx_dio_mem_align, st.stx_dio_offset_align);
+        }
+        let pick = |a: u32| {
+            if a == 0 || !a.is_power_of_two() {
+                DEFAULT_DIO_ALIGN
+            } else {
+                a
+            }
+        };
+        Ok(Self {
+            mem_align: pick(mem) as usize,
+            offset_align: pick(off) as u64,
+            buffered,
+        })
+    }
+
+    fn range_ok(&self, offset: u64, len: usize) -> bool {
+        offset.is_multiple_of(self.offset_align) && (len as u64).is_multiple_of(self.offset_align)
+    }
+
+    fn mem_ok(&self, p: *const u8) -> bool {
+        p.align_offset(self.mem_align) == 0
+    }
+}
+
+thread_local! {
+    /// The bounce buffer for direct I/O from misaligned request memory.
+    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a `len`-byte slice aligned to `align` (a power of two).
+fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    BOUNCE.with(|b| match b.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len + align {
+                v.resize(len + align, 0);
+            }
+            let at = v.as_ptr().align_offset(align);
+            f(&mut v[at..at + len])
+        }
+        // Re-entered: a fresh buffer.
+        Err(_) => {
+            let mut v = vec![0u8; len + align];
+            let at = v.as_ptr().align_offset(align);
+            f(&mut v[at..at + len])
+        }
+    })
 }
 
 impl Handle {
@@ -35,12 +116,50 @@ impl Handle {
             fd,
             inode,
             passthrough,
+            direct: None,
             dir: Mutex::new(None),
         }
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// `pread` at `offset`, meeting `O_DIRECT`'s alignment rules if the
+    /// handle has them.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let Some(d) = &self.direct else {
+            return sys::pread(self.fd(), buf, offset);
+        };
+        if !d.range_ok(offset, buf.len()) {
+            return sys::pread(d.buffered.as_fd(), buf, offset);
+        }
+        if d.mem_ok(buf.as_ptr()) {
+            return sys::pread(self.fd(), buf, offset);
+        }
+        with_bounce(buf.len(), d.mem_align, |b| {
+            let n = sys::pread(self.fd(), b, offset)?;
+            buf[..n].copy_from_slice(&b[..n]);
+            Ok(n)
+        })
+    }
+
+    /// `pwrite` at `offset`, meeting `O_DIRECT`'s alignment rules if the
+    /// handle has them.
+    pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<usize> {
+        let Some(d) = &self.direct else {
+            return sys::pwrite(self.fd(), data, offset);
+        };
+        if !d.range_ok(offset, data.len()) {
+            return sys::pwrite(d.buffered.as_fd(), data, offset);
+        }
+        if d.mem_ok(data.as_ptr()) {
+            return sys::pwrite(self.fd(), data, offset);
+        }
+        with_bounce(data.len(), d.mem_align, |b| {
+            b.copy_from_slice(data);
+            sys::pwrite(self.fd(), b, offset)
+        })
     }
 
     pub fn dir(&self) -> MutexGuard<'_, Option<DirStream>> {
@@ -208,6 +327,34 @@ fn parse_record(b: &[u8]) -> Option<DirRecord<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direct_handles_serve_misaligned_memory_and_ranges() {
+        let path = std::env::temp_dir().join(format!("pt-direct-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let flags = libc::O_RDWR | libc::O_DIRECT;
+        let fd = match sys::openat(sys::Dir::Cwd, &c, flags, 0) {
+            Ok(fd) => fd,
+            // A temporary directory without direct I/O (tmpfs): nothing to show.
+            Err(_) => return std::fs::remove_file(&path).unwrap(),
+        };
+        let pfd = sys::openat(sys::Dir::Cwd, &c, libc::O_PATH, 0).unwrap();
+        let st = sys::stat_fd(pfd.as_fd()).unwrap();
+        let mut h = Handle::new(fd, Arc::new(InodeData::new(pfd, &st)), false);
+        h.direct = Some(Direct::new(h.fd(), flags).unwrap());
+        let data: Vec<u8> = (0..3 * 4096 + 1).map(|i| (i % 251) as u8).collect();
+        // Aligned range from a misaligned address, then a misaligned range.
+        assert_eq!(h.write_at(&data[1..8193], 0).unwrap(), 8192);
+        assert_eq!(h.write_at(&data[..100], 8192 + 7).unwrap(), 100);
+        let mut back = vec![0u8; 8192 + 1];
+        assert_eq!(h.read_at(&mut back[1..], 0).unwrap(), 8192);
+        assert_eq!(&back[1..], &data[1..8193]);
+        let mut tail = [0u8; 100];
+        assert_eq!(h.read_at(&mut tail, 8192 + 7).unwrap(), 100);
+        assert_eq!(&tail[..], &data[..100]);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn dirent_records_parse_and_reject_garbage() {

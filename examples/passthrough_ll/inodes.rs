@@ -44,6 +44,15 @@ pub struct Passthrough {
     pub write_errno: i32,
 }
 
+/// The POSIX lock owner (a process's lock_owner id) of one inode: its own
+/// open file description, on which its locks are open file description
+/// locks, so that the source filesystem treats every owner as one process.
+pub struct LockOwnerFd {
+    pub fd: OwnedFd,
+    /// The owning process, which F_GETLK reports.
+    pub pid: u32,
+}
+
 /// One inode.
 pub struct InodeData {
     /// `O_PATH | O_NOFOLLOW` descriptor of the inode.
@@ -53,6 +62,8 @@ pub struct InodeData {
     pub kind: u32,
     /// Passthrough state (its own mutex: only opens and releases take it).
     pub passthrough: Mutex<Passthrough>,
+    /// The POSIX lock owners of this inode, by lock owner id (`-o posix_lock`).
+    pub lock_owners: Mutex<HashMap<u64, Arc<LockOwnerFd>>>,
 }
 
 impl InodeData {
@@ -62,6 +73,7 @@ impl InodeData {
             key: (st.st_dev, st.st_ino),
             kind: st.st_mode & libc::S_IFMT,
             passthrough: Mutex::new(Passthrough::default()),
+            lock_owners: Mutex::new(HashMap::new()),
         }
     }
 
@@ -79,6 +91,10 @@ impl InodeData {
 
     pub fn passthrough(&self) -> MutexGuard<'_, Passthrough> {
         self.passthrough.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn lock_owners(&self) -> MutexGuard<'_, HashMap<u64, Arc<LockOwnerFd>>> {
+        self.lock_owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -102,7 +118,8 @@ pub struct InodeTable {
     live: AtomicUsize,
 }
 
-fn shard_of_key(key: Key) -> usize {
+/// The shard an inode with `key` lives in.
+pub fn shard_of(key: Key) -> usize {
     // A multiplicative mix of both halves; inode numbers are often dense.
     let h = (key.0 ^ key.1.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (h >> (64 - SHARD_BITS)) as usize
@@ -144,6 +161,14 @@ impl InodeTable {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Holds shard `i`'s lock until the result drops (tests: shows that
+    /// the other shards go on meanwhile).
+    #[doc(hidden)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn lock_shard(&self, i: usize) -> impl Sized + '_ {
+        self.shard(i)
+    }
+
     pub fn root(&self) -> &Arc<InodeData> {
         &self.root
     }
@@ -170,7 +195,7 @@ impl InodeTable {
                 data: self.root.clone(),
             };
         }
-        let shard_i = shard_of_key(key);
+        let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
         if let Some(&slot) = s.by_key.get(&key) {
             let generation = s.generations[slot];

@@ -373,6 +373,11 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+pub fn getegid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getegid() }
+}
+
 pub fn set_umask(mask: u32) -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::umask(mask) }
