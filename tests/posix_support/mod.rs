@@ -495,6 +495,9 @@ impl Daemon {
             Fs::Passthrough(o) => {
                 let src = base.subdir("src");
                 let mut opts = format!("source={},allow_other", src.display());
+                if over_uring() {
+                    opts.push_str(",uring");
+                }
                 if !o.is_empty() {
                     opts.push(',');
                     opts.push_str(o);
@@ -639,6 +642,17 @@ impl Daemon {
             },
             Err(e) => (None, Some(format!("no stats file: {e}"))),
         };
+        if over_uring()
+            && let Some(j) = &stats
+        {
+            // The suite is meant to run over the rings: prove it did.
+            let rings = j.get("transport").and_then(|t| t.get("uring")).and_then(Json::as_u64);
+            assert!(
+                rings.is_some_and(|n| n > 0),
+                "FUSE_WIRE_TEST_TRANSPORT=uring but the daemon served no request over io_uring \
+                 (is /sys/module/fuse/parameters/enable_uring Y?); stats: {j:?}"
+            );
+        }
         DaemonExit {
             status,
             output_tail: self.output_tail(),
@@ -982,6 +996,13 @@ pub enum Json {
     Arr(Vec<Json>),
     /// An object.
     Obj(BTreeMap<String, Json>),
+}
+
+/// Whether the suite runs passthrough_ll over FUSE-over-io_uring
+/// (`FUSE_WIRE_TEST_TRANSPORT=uring`, set by `.ci/run` with the kernel's
+/// `enable_uring` knob turned on).
+pub fn over_uring() -> bool {
+    std::env::var("FUSE_WIRE_TEST_TRANSPORT").is_ok_and(|v| v == "uring")
 }
 
 impl Json {
