@@ -794,17 +794,18 @@ impl MemFs {
         Ok((entry, true))
     }
 
-    /// Opens an existing inode: O_TRUNC truncates a regular file opened for
-    /// writing (the session asks for ATOMIC_O_TRUNC, so the kernel does not
-    /// send a separate SETATTR).
+    /// Opens an existing inode. O_TRUNC truncates a regular file whatever
+    /// the access mode, `O_RDONLY|O_TRUNC` included (the session asks for
+    /// ATOMIC_O_TRUNC, so the kernel sends O_TRUNC here instead of a
+    /// separate SETATTR).
     fn open_node(&self, node: &Node, flags: i32) -> Result<Entry, Errno> {
         let mut d = node.write();
-        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let trunc = flags & libc::O_TRUNC != 0;
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || trunc;
         if writing && d.mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(Errno::EISDIR);
         }
-        if writing
-            && flags & libc::O_TRUNC != 0
+        if trunc
             && let Content::File(f) = &mut d.content
             && f.size() != 0
         {
