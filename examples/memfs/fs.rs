@@ -35,6 +35,7 @@ use fuse_wire::session::types::dirent_type;
 use fuse_wire::session::{
     Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, LockOwner, RequestContext,
 };
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
@@ -230,10 +231,20 @@ pub struct MemFs {
 }
 
 /// A caller's identity, as permission checks need it.
+///
+/// The request carries the caller's fsuid, fsgid and pid, and (for some
+/// creating requests) at most one supplementary group. The other
+/// supplementary groups are read from `/proc/<pid>/status` the first time a
+/// check needs them, which is only when the group in question is neither the
+/// primary one nor the one in the request (chgrp, a set-group-ID bit, or a
+/// mode whose group and other bits differ).
 struct Caller {
     uid: u32,
     gid: u32,
-    groups: Vec<u32>,
+    pid: u32,
+    /// The supplementary group the request carried, if any.
+    sent: Vec<u32>,
+    groups: OnceCell<Vec<u32>>,
 }
 
 impl Caller {
@@ -241,13 +252,47 @@ impl Caller {
         Caller {
             uid: ctx.uid(),
             gid: ctx.gid(),
-            groups: ctx.supp_groups().collect(),
+            pid: ctx.pid(),
+            sent: ctx.supp_groups().collect(),
+            groups: OnceCell::new(),
         }
     }
 
-    fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
+    fn is_root(&self) -> bool {
+        self.uid == 0
     }
+
+    fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid
+            || self.sent.contains(&gid)
+            || self
+                .groups
+                .get_or_init(|| supplementary_groups(self.pid, self.uid, self.gid))
+                .contains(&gid)
+    }
+}
+
+/// The `Groups:` of `/proc/<pid>/status` (`pid` is the calling thread), if
+/// that task still has the caller's uid and gid; otherwise (the process is
+/// gone, or the pid was reused) none, so that only the primary group counts.
+fn supplementary_groups(pid: u32, uid: u32, gid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    if !ids("Uid:").contains(&uid) || !ids("Gid:").contains(&gid) {
+        return Vec::new();
+    }
+    ids("Groups:")
 }
 
 /// Flags of RENAME2.
@@ -437,7 +482,7 @@ impl MemFs {
         } else {
             caller.gid
         };
-        if !is_dir && perm & libc::S_ISGID != 0 && caller.uid != 0 && !caller.in_group(gid) {
+        if !is_dir && perm & libc::S_ISGID != 0 && !caller.is_root() && !caller.in_group(gid) {
             perm &= !libc::S_ISGID;
         }
         let now = Time::now();
@@ -504,7 +549,7 @@ impl MemFs {
         let node = self.get(ino)?;
         let mut d = node.write();
         let caller = Caller::of(ctx);
-        let privileged = caller.uid == 0;
+        let privileged = caller.is_root();
         let owner = privileged || caller.uid == d.uid;
         let now = Time::now();
         if valid.contains(SetattrValid::MODE) {
@@ -969,20 +1014,24 @@ fn available_memory() -> u64 {
 /// Whether `caller` may access an inode of `mode`/`uid`/`gid` for `mask`.
 fn permitted(caller: &Caller, d: &Data, mask: i32) -> bool {
     let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
-    if caller.uid == 0 {
+    if caller.is_root() {
         // root may read and write anything, and execute what anyone may.
         return mask & libc::X_OK as u32 == 0
             || d.mode & libc::S_IFMT == libc::S_IFDIR
             || d.mode & 0o111 != 0;
     }
-    let bits = if caller.uid == d.uid {
-        (d.mode >> 6) & 7
-    } else if caller.in_group(d.gid) {
-        (d.mode >> 3) & 7
+    let grants = |bits: u32| bits & mask == mask;
+    if caller.uid == d.uid {
+        return grants((d.mode >> 6) & 7);
+    }
+    let (group, other) = (grants((d.mode >> 3) & 7), grants(d.mode & 7));
+    // Group membership (which may mean reading /proc) matters only when
+    // the group and other bits answer differently.
+    if group != other && caller.in_group(d.gid) {
+        group
     } else {
-        d.mode & 7
-    };
-    bits & mask == mask
+        other
+    }
 }
 
 /// `answer!(result, reply, |value| success)`: the success arm, or the error.
