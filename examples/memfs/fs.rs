@@ -940,7 +940,14 @@ impl MemFs {
         Ok(buf.len() as u64)
     }
 
-    fn do_setxattr(&self, ino: Inode, name: &CStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+    fn do_setxattr(
+        &self,
+        caller: &Caller,
+        ino: Inode,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
         if value.len() > MAX_XATTR {
             return Err(E2BIG);
         }
@@ -950,6 +957,7 @@ impl MemFs {
         }
         let node = self.get(ino)?;
         let mut d = node.write();
+        xattr_allowed(caller, name, true)?;
         let exists = d.xattrs.contains_key(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
             return Err(Errno::EEXIST);
@@ -1031,6 +1039,30 @@ fn permitted(caller: &Caller, d: &Data, mask: i32) -> bool {
         group
     } else {
         other
+    }
+}
+
+const USER: &[u8] = b"user.";
+const TRUSTED: &[u8] = b"trusted.";
+const SECURITY: &[u8] = b"security.";
+
+/// Which extended attributes `caller` may read (or, with `write`, set and
+/// remove). memfs keeps the namespaces a local disk filesystem keeps:
+/// `user.`, `trusted.` (root only) and `security.`. Anything else fails
+/// with EOPNOTSUPP as on ext4, `system.` included: memfs has no POSIX ACLs
+/// (it does not ask for `POSIX_ACL`, so the kernel itself refuses
+/// `system.posix_acl_*`), and no other `system.` name means anything here.
+fn xattr_allowed(caller: &Caller, name: &[u8], write: bool) -> Result<(), Errno> {
+    let Some(rest) = [USER, TRUSTED, SECURITY]
+        .into_iter()
+        .find_map(|ns| name.strip_prefix(ns).map(|rest| (ns, rest)))
+    else {
+        return Err(Errno::EOPNOTSUPP);
+    };
+    match rest {
+        (_, b"") => Err(Errno::EINVAL),
+        (TRUSTED, _) if !caller.is_root() => Err(if write { Errno::EPERM } else { Errno::ENODATA }),
+        _ => Ok(()),
     }
 }
 
@@ -1354,7 +1386,7 @@ impl Filesystem for MemFs {
 
     fn setxattr(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
         value: &[u8],
@@ -1362,15 +1394,19 @@ impl Filesystem for MemFs {
         _setxattr_flags: SetxattrFlags,
         reply: ReplyEmpty,
     ) {
-        answer!(self.do_setxattr(ino, name, value, flags), reply, |()| reply.ok());
+        let r = self.do_setxattr(&Caller::of(ctx), ino, name, value, flags);
+        answer!(r, reply, |()| reply.ok());
     }
 
-    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
         let d = node.read();
+        if let Err(e) = xattr_allowed(&Caller::of(ctx), name.to_bytes(), false) {
+            return reply.error(e);
+        }
         match d.xattrs.get(name.to_bytes()) {
             None => reply.error(Errno::ENODATA),
             Some(v) if size == 0 => reply.size(v.len() as u32),
@@ -1379,13 +1415,18 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // trusted.* is invisible to unprivileged callers.
+        let root = ctx.uid() == 0;
         let mut names = Vec::new();
         for name in node.read().xattrs.keys() {
+            if !root && name.starts_with(TRUSTED) {
+                continue;
+            }
             names.extend_from_slice(name);
             names.push(0);
         }
@@ -1398,12 +1439,15 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
         let mut d = node.write();
+        if let Err(e) = xattr_allowed(&Caller::of(ctx), name.to_bytes(), true) {
+            return reply.error(e);
+        }
         if d.xattrs.remove(name.to_bytes()).is_some() {
             d.ctime = Time::now();
             reply.ok()
