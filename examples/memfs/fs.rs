@@ -142,12 +142,20 @@ impl Data {
         self.ctime = now;
     }
 
-    /// What a write or truncate by an unprivileged caller clears.
-    fn kill_suid_sgid(&mut self) {
+    /// What the VFS clears on a non-directory that changes owner, or that a
+    /// caller without CAP_FSETID writes or truncates: S_ISUID; S_ISGID when
+    /// it means set-group-ID (group execute is set) or, given the caller,
+    /// when the caller is neither root nor in the file's group; and file
+    /// capabilities. (memfs asks for HANDLE_KILLPRIV_V2, so this is its job,
+    /// not the kernel's.)
+    fn kill_suid_sgid(&mut self, caller: Option<&Caller>) {
         self.mode &= !libc::S_ISUID;
-        if self.mode & libc::S_IXGRP != 0 {
+        if self.mode & libc::S_IXGRP != 0
+            || caller.is_some_and(|c| !c.is_root() && !c.in_group(self.gid))
+        {
             self.mode &= !libc::S_ISGID;
         }
+        self.xattrs.remove(&b"security.capability"[..]);
     }
 }
 
@@ -578,8 +586,10 @@ impl MemFs {
             {
                 return Err(Errno::EPERM);
             }
-            if d.mode & libc::S_IFMT == libc::S_IFREG && (uid != d.uid || gid != d.gid) {
-                d.kill_suid_sgid();
+            // chown(2) clears the set-ID bits of anything but a directory,
+            // even when root calls it and even to the same owner.
+            if d.mode & libc::S_IFMT != libc::S_IFDIR {
+                d.kill_suid_sgid(Some(&caller));
             }
             d.uid = uid;
             d.gid = gid;
@@ -592,7 +602,7 @@ impl MemFs {
             d.touch_modified();
         }
         if valid.contains(SetattrValid::KILL_SUIDGID) {
-            d.kill_suid_sgid();
+            d.kill_suid_sgid(None);
         }
         if valid.contains(SetattrValid::ATIME) {
             d.atime = if valid.contains(SetattrValid::ATIME_NOW) {
@@ -871,7 +881,7 @@ impl MemFs {
         d.file_mut()?.write(offset, data);
         d.touch_modified();
         if kill_priv {
-            d.kill_suid_sgid();
+            d.kill_suid_sgid(None);
         }
         Ok(data.len() as u32)
     }
@@ -1081,6 +1091,13 @@ impl Filesystem for MemFs {
         // DONT_MASK: we apply the umask ourselves (create_node); the rest:
         // `ls -l` gets names and attributes in one round trip.
         config.want(InitFlags::DONT_MASK | InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        // memfs clears set-ID bits itself on chown, truncate and write (see
+        // `kill_suid_sgid`). Without this the kernel sends a chown as
+        // SETATTR(MODE|UID|GID) with a mode computed from its cached i_mode,
+        // and without default_permissions that i_mode lacks S_ISVTX (the
+        // kernel hides it so that the VFS does not apply the sticky rule the
+        // filesystem is in charge of): the sticky bit would be lost.
+        config.want(InitFlags::HANDLE_KILLPRIV_V2);
         config.default_permissions = self.config.default_permissions;
         Ok(())
     }
