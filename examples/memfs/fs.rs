@@ -18,9 +18,15 @@
 //! # Limits of the model
 //!
 //! - Without `-o default_permissions` the kernel leaves permission checks to
-//!   the filesystem; memfs answers ACCESS and checks ownership for chmod and
-//!   chown, but does not check modes on open, create or unlink. Mount with
-//!   `default_permissions` for full POSIX permission checks.
+//!   the filesystem, and memfs applies the POSIX rules itself (see `may`):
+//!   search permission in lookups, read/write permission on open, truncate
+//!   and user.* xattrs, write and search permission on the directory for
+//!   create, link, unlink, rename and rmdir, the sticky-directory rule, and
+//!   the owner rules of chmod, chown and utimensat. Group checks count
+//!   supplementary groups, which memfs reads from `/proc/<pid>/status` only
+//!   when the answer depends on them; if the process is gone (or the pid
+//!   now belongs to someone else) only the primary group counts. root
+//!   (uid 0) passes every check, as if it had every capability.
 //! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
 //!   so zeros inside a written chunk count as data.
 //! - atime changes only through SETATTR (as if mounted `noatime`).
@@ -150,9 +156,7 @@ impl Data {
     /// not the kernel's.)
     fn kill_suid_sgid(&mut self, caller: Option<&Caller>) {
         self.mode &= !libc::S_ISUID;
-        if self.mode & libc::S_IXGRP != 0
-            || caller.is_some_and(|c| !c.is_root() && !c.in_group(self.gid))
-        {
+        if self.mode & libc::S_IXGRP != 0 || caller.is_some_and(|c| !c.is_root() && !c.in_group(self.gid)) {
             self.mode &= !libc::S_ISGID;
         }
         self.xattrs.remove(&b"security.capability"[..]);
@@ -452,6 +456,57 @@ impl MemFs {
         false
     }
 
+    /// Whether `caller` may access `d` for `mask` (R_OK/W_OK/X_OK bits).
+    /// With `default_permissions` the kernel has checked already; without,
+    /// memfs applies the POSIX rules itself (EACCES).
+    fn may(&self, caller: &Caller, d: &Data, mask: i32) -> Result<(), Errno> {
+        if self.config.default_permissions || permitted(caller, d, mask) {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    /// Whether `caller` may read (or, with `write`, set or remove) the
+    /// extended attribute `name` of `d`.
+    ///
+    /// memfs keeps the namespaces a local disk filesystem keeps: `user.`
+    /// (the mode decides, and only the owner may write those of a sticky
+    /// directory), `trusted.` (root only) and `security.` (the kernel's
+    /// security modules decide). Anything else fails with EOPNOTSUPP as on
+    /// ext4, `system.` included: memfs has no POSIX ACLs (it does not ask
+    /// for `POSIX_ACL`, so the kernel itself answers EOPNOTSUPP for
+    /// `system.posix_acl_*`), and no other `system.` name means anything.
+    fn xattr_allowed(&self, caller: &Caller, d: &Data, name: &[u8], write: bool) -> Result<(), Errno> {
+        let mask = if write { libc::W_OK } else { libc::R_OK };
+        let ns = [USER, TRUSTED, SECURITY]
+            .into_iter()
+            .find(|ns| name.starts_with(ns));
+        match ns {
+            Some(SECURITY) => {}
+            Some(TRUSTED) if !caller.is_root() => {
+                return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+            }
+            Some(TRUSTED) => {}
+            Some(_) => {
+                let sticky_dir = d.mode & libc::S_IFMT == libc::S_IFDIR && d.mode & libc::S_ISVTX != 0;
+                if write && sticky_dir && !caller.is_root() && caller.uid != d.uid {
+                    return Err(Errno::EPERM);
+                }
+                self.may(caller, d, mask)?;
+            }
+            None => {
+                // As on ext4, the mode is checked before the namespace.
+                self.may(caller, d, mask)?;
+                return Err(Errno::EOPNOTSUPP);
+            }
+        }
+        match ns {
+            Some(prefix) if prefix.len() == name.len() => Err(Errno::EINVAL),
+            _ => Ok(()),
+        }
+    }
+
     /// Creates `name` in `parent`: the common part of MKNOD, MKDIR, SYMLINK
     /// and CREATE. The new inode starts with one lookup reference (for the
     /// reply) and `opens` open files.
@@ -470,10 +525,13 @@ impl MemFs {
         if parent.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT); // the directory was removed
         }
+        let caller = Caller::of(ctx);
+        // Search permission to look the name up, then write permission to add it.
+        self.may(&caller, pd, libc::X_OK)?;
         if pd.dir()?.get(name).is_some() {
             return Err(Errno::EEXIST);
         }
-        let caller = Caller::of(ctx);
+        self.may(&caller, pd, libc::W_OK | libc::X_OK)?;
         let kind = mode & libc::S_IFMT;
         let is_dir = kind == libc::S_IFDIR;
         let mut perm = mode & 0o7777;
@@ -540,10 +598,12 @@ impl MemFs {
             .map(|(_, e)| e)
     }
 
-    fn do_lookup(&self, parent: Inode, name: &CStr) -> Result<Option<Entry>, Errno> {
+    fn do_lookup(&self, caller: &Caller, parent: Inode, name: &CStr) -> Result<Option<Entry>, Errno> {
         let p = self.get(parent)?;
         let pd = p.read();
-        let Some(e) = pd.dir()?.get(name.to_bytes()) else {
+        let dir = pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
+        let Some(e) = dir.get(name.to_bytes()) else {
             return Ok(None);
         };
         let node = self.get(Inode(e.ino))?;
@@ -559,6 +619,23 @@ impl MemFs {
         let caller = Caller::of(ctx);
         let privileged = caller.is_root();
         let owner = privileged || caller.uid == d.uid;
+        // Checks that do not depend on the order of the changes come first,
+        // so that a refused request changes nothing.
+        if valid.contains(SetattrValid::SIZE) && !valid.contains(SetattrValid::FH) {
+            // truncate(2) by name; ftruncate(2) needs a descriptor open for
+            // writing, which the kernel has checked.
+            self.may(&caller, &d, libc::W_OK)?;
+        }
+        if valid.intersects(SetattrValid::ATIME | SetattrValid::MTIME) && !owner {
+            // Only the owner may set arbitrary times; anyone who may write
+            // the file may set them to now.
+            let explicit = (valid.contains(SetattrValid::ATIME) && !valid.contains(SetattrValid::ATIME_NOW))
+                || (valid.contains(SetattrValid::MTIME) && !valid.contains(SetattrValid::MTIME_NOW));
+            if explicit {
+                return Err(Errno::EPERM);
+            }
+            self.may(&caller, &d, libc::W_OK)?;
+        }
         let now = Time::now();
         if valid.contains(SetattrValid::MODE) {
             if !owner {
@@ -635,14 +712,17 @@ impl MemFs {
         Ok(node.attr(&d))
     }
 
-    fn do_unlink(&self, parent: Inode, name: &CStr, want_dir: bool) -> Result<(), Errno> {
+    fn do_unlink(&self, caller: &Caller, parent: Inode, name: &CStr, want_dir: bool) -> Result<(), Errno> {
         let p = self.get(parent)?;
         let mut pd = p.write();
         let name = name.to_bytes();
         if name == b"." {
             return Err(Errno::EINVAL);
         }
+        pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
         let e = pd.dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
+        self.may(caller, &pd, libc::W_OK | libc::X_OK)?;
         let is_dir = e.kind == libc::S_IFDIR;
         if want_dir && !is_dir {
             return Err(Errno::ENOTDIR);
@@ -654,6 +734,9 @@ impl MemFs {
         {
             // Directory before what is in it: the parent is already held.
             let mut cd = child.write();
+            if sticky_forbids(caller, &pd, cd.uid) {
+                return Err(Errno::EPERM);
+            }
             if is_dir {
                 if !cd.dir()?.is_empty() {
                     return Err(Errno::ENOTEMPTY);
@@ -674,6 +757,7 @@ impl MemFs {
 
     fn do_rename(
         &self,
+        caller: &Caller,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -703,6 +787,10 @@ impl MemFs {
         if np.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
+        dirs.src().dir()?;
+        dirs.dst().dir()?;
+        self.may(caller, dirs.src(), libc::X_OK)?;
+        self.may(caller, dirs.dst(), libc::X_OK)?;
         let src = dirs.src().dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
         let dst = dirs.dst().dir()?.get(newname).cloned();
         match &dst {
@@ -724,8 +812,42 @@ impl MemFs {
         {
             return Err(Errno::EINVAL);
         }
-        let now = Time::now();
+        // A directory replaced by a rename must not contain the source (it
+        // would not be empty, and it must not be locked after `p`).
+        if let Some(d) = dst.as_ref().filter(|_| !exchange && dst_is_dir)
+            && (d.ino == p.ino || cross && self.is_ancestor(d.ino, p.ino))
+        {
+            return Err(Errno::ENOTEMPTY);
+        }
         let src_node = self.get(Inode(src.ino))?;
+        let dst_node = dst.as_ref().map(|d| self.get(Inode(d.ino))).transpose()?;
+        // Permissions, once the names are known to make sense: write and
+        // search on both directories, the sticky rule for the names removed
+        // or replaced, and write permission on a directory that changes
+        // parent (its ".." changes). Neither child is one of the two locked
+        // directories nor above them (refused above), so taking their locks
+        // now keeps the order: directories before what is in them.
+        self.may(caller, dirs.src(), libc::W_OK | libc::X_OK)?;
+        self.may(caller, dirs.dst(), libc::W_OK | libc::X_OK)?;
+        {
+            let sd = src_node.read();
+            if sticky_forbids(caller, dirs.src(), sd.uid) {
+                return Err(Errno::EPERM);
+            }
+            if cross && src_is_dir {
+                self.may(caller, &sd, libc::W_OK)?;
+            }
+        }
+        if let Some(n) = &dst_node {
+            let dd = n.read();
+            if sticky_forbids(caller, dirs.dst(), dd.uid) {
+                return Err(Errno::EPERM);
+            }
+            if exchange && cross && dst_is_dir {
+                self.may(caller, &dd, libc::W_OK)?;
+            }
+        }
+        let now = Time::now();
         let mut replaced = None;
         if exchange {
             let Some(d) = dst else { return Err(Errno::ENOENT) };
@@ -753,9 +875,6 @@ impl MemFs {
                 }
                 if !src_is_dir && dst_is_dir {
                     return Err(Errno::EISDIR);
-                }
-                if d.ino == p.ino {
-                    return Err(Errno::ENOTEMPTY); // it contains the source
                 }
                 let dst_node = self.get(Inode(d.ino))?;
                 {
@@ -792,7 +911,7 @@ impl MemFs {
         Ok(())
     }
 
-    fn do_link(&self, ino: Inode, newparent: Inode, newname: &CStr) -> Result<Entry, Errno> {
+    fn do_link(&self, caller: &Caller, ino: Inode, newparent: Inode, newname: &CStr) -> Result<Entry, Errno> {
         let newname = check_name(newname)?;
         let node = self.get(ino)?;
         // Checked before taking the directory's lock: a directory could be
@@ -805,9 +924,12 @@ impl MemFs {
         if np.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
+        pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
         if pd.dir()?.get(newname).is_some() {
             return Err(Errno::EEXIST);
         }
+        self.may(caller, &pd, libc::W_OK | libc::X_OK)?;
         let mut d = node.write();
         if node.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
@@ -831,12 +953,15 @@ impl MemFs {
         let name = check_name(name)?;
         let p = self.get(parent)?;
         let mut pd = p.write();
+        let caller = Caller::of(ctx);
+        pd.dir()?;
+        self.may(&caller, &pd, libc::X_OK)?;
         if let Some(e) = pd.dir()?.get(name).cloned() {
             if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
                 return Err(Errno::EEXIST);
             }
             let node = self.get(Inode(e.ino))?;
-            let entry = self.open_node(&node, flags)?;
+            let entry = self.open_node(&caller, &node, flags)?;
             node.lookups.fetch_add(1, AcqRel);
             return Ok((entry, false));
         }
@@ -853,19 +978,27 @@ impl MemFs {
     /// the access mode, `O_RDONLY|O_TRUNC` included (the session asks for
     /// ATOMIC_O_TRUNC, so the kernel sends O_TRUNC here instead of a
     /// separate SETATTR).
-    fn open_node(&self, node: &Node, flags: i32) -> Result<Entry, Errno> {
+    fn open_node(&self, caller: &Caller, node: &Node, flags: i32) -> Result<Entry, Errno> {
         let mut d = node.write();
         let trunc = flags & libc::O_TRUNC != 0;
-        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || trunc;
+        let acc = flags & libc::O_ACCMODE;
+        let writing = acc != libc::O_RDONLY || trunc;
         if writing && d.mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(Errno::EISDIR);
         }
-        if trunc
-            && let Content::File(f) = &mut d.content
-            && f.size() != 0
-        {
-            f.truncate(0);
-            d.touch_modified();
+        let mut mask = if writing { libc::W_OK } else { 0 };
+        if acc != libc::O_WRONLY {
+            mask |= libc::R_OK;
+        }
+        self.may(caller, &d, mask)?;
+        if trunc && let Content::File(f) = &mut d.content {
+            if f.size() != 0 {
+                f.truncate(0);
+                d.touch_modified();
+            }
+            if !caller.is_root() {
+                d.kill_suid_sgid(Some(caller));
+            }
         }
         node.opens.fetch_add(1, AcqRel);
         Ok(self.entry(node, &d))
@@ -886,7 +1019,14 @@ impl MemFs {
         Ok(data.len() as u32)
     }
 
-    fn do_fallocate(&self, ino: Inode, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+    fn do_fallocate(
+        &self,
+        caller: &Caller,
+        ino: Inode,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
         let end = offset
             .checked_add(length)
             .filter(|&e| e <= MAX_SIZE)
@@ -911,6 +1051,9 @@ impl MemFs {
             }
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
             _ => return Err(Errno::EOPNOTSUPP),
+        }
+        if !caller.is_root() {
+            d.kill_suid_sgid(Some(caller));
         }
         d.touch_modified();
         Ok(())
@@ -967,7 +1110,7 @@ impl MemFs {
         }
         let node = self.get(ino)?;
         let mut d = node.write();
-        xattr_allowed(caller, name, true)?;
+        self.xattr_allowed(caller, &d, name, true)?;
         let exists = d.xattrs.contains_key(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
             return Err(Errno::EEXIST);
@@ -1056,24 +1199,10 @@ const USER: &[u8] = b"user.";
 const TRUSTED: &[u8] = b"trusted.";
 const SECURITY: &[u8] = b"security.";
 
-/// Which extended attributes `caller` may read (or, with `write`, set and
-/// remove). memfs keeps the namespaces a local disk filesystem keeps:
-/// `user.`, `trusted.` (root only) and `security.`. Anything else fails
-/// with EOPNOTSUPP as on ext4, `system.` included: memfs has no POSIX ACLs
-/// (it does not ask for `POSIX_ACL`, so the kernel itself refuses
-/// `system.posix_acl_*`), and no other `system.` name means anything here.
-fn xattr_allowed(caller: &Caller, name: &[u8], write: bool) -> Result<(), Errno> {
-    let Some(rest) = [USER, TRUSTED, SECURITY]
-        .into_iter()
-        .find_map(|ns| name.strip_prefix(ns).map(|rest| (ns, rest)))
-    else {
-        return Err(Errno::EOPNOTSUPP);
-    };
-    match rest {
-        (_, b"") => Err(Errno::EINVAL),
-        (TRUSTED, _) if !caller.is_root() => Err(if write { Errno::EPERM } else { Errno::ENODATA }),
-        _ => Ok(()),
-    }
+/// The sticky-directory rule: in a directory with S_ISVTX only root, the
+/// directory's owner and the file's owner (`owner`) may remove or rename it.
+fn sticky_forbids(caller: &Caller, dir: &Data, owner: u32) -> bool {
+    dir.mode & libc::S_ISVTX != 0 && !caller.is_root() && caller.uid != dir.uid && caller.uid != owner
 }
 
 /// `answer!(result, reply, |value| success)`: the success arm, or the error.
@@ -1106,8 +1235,8 @@ impl Filesystem for MemFs {
         log::info!("memfs: {} inodes alive at the end", self.inode_count());
     }
 
-    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        match self.do_lookup(parent, name) {
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        match self.do_lookup(&Caller::of(ctx), parent, name) {
             Ok(Some(e)) => reply.entry(&e),
             // Every change passes through the kernel, so it may remember
             // that the name does not exist.
@@ -1187,17 +1316,19 @@ impl Filesystem for MemFs {
         answer!(r, reply, |e| reply.entry(&e));
     }
 
-    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        answer!(self.do_unlink(parent, name, false), reply, |()| reply.ok());
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let r = self.do_unlink(&Caller::of(ctx), parent, name, false);
+        answer!(r, reply, |()| reply.ok());
     }
 
-    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        answer!(self.do_unlink(parent, name, true), reply, |()| reply.ok());
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let r = self.do_unlink(&Caller::of(ctx), parent, name, true);
+        answer!(r, reply, |()| reply.ok());
     }
 
     fn rename(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -1205,23 +1336,26 @@ impl Filesystem for MemFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_rename(parent, name, newparent, newname, flags);
+        let r = self.do_rename(&Caller::of(ctx), parent, name, newparent, newname, flags);
         answer!(r, reply, |()| reply.ok());
     }
 
     fn link(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         newparent: Inode,
         newname: &CStr,
         reply: ReplyEntry,
     ) {
-        answer!(self.do_link(ino, newparent, newname), reply, |e| reply.entry(&e));
+        let r = self.do_link(&Caller::of(ctx), ino, newparent, newname);
+        answer!(r, reply, |e| reply.entry(&e));
     }
 
-    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
-        let r = self.get(ino).and_then(|n| self.open_node(&n, flags));
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        let r = self
+            .get(ino)
+            .and_then(|n| self.open_node(&Caller::of(ctx), &n, flags));
         answer!(r, reply, |_| reply.opened(FileHandle(0), FopenFlags::empty()));
     }
 
@@ -1305,6 +1439,13 @@ impl Filesystem for MemFs {
         reply: ReplyEmpty,
     ) {
         reply.ok(); // memory is as durable as it gets
+    }
+
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+        let r = self
+            .get(ino)
+            .and_then(|n| self.may(&Caller::of(ctx), &n.read(), libc::R_OK));
+        answer!(r, reply, |()| reply.opened(FileHandle(0), FopenFlags::empty()));
     }
 
     fn readdir(
@@ -1421,7 +1562,7 @@ impl Filesystem for MemFs {
             Err(e) => return reply.error(e),
         };
         let d = node.read();
-        if let Err(e) = xattr_allowed(&Caller::of(ctx), name.to_bytes(), false) {
+        if let Err(e) = self.xattr_allowed(&Caller::of(ctx), &d, name.to_bytes(), false) {
             return reply.error(e);
         }
         match d.xattrs.get(name.to_bytes()) {
@@ -1462,7 +1603,7 @@ impl Filesystem for MemFs {
             Err(e) => return reply.error(e),
         };
         let mut d = node.write();
-        if let Err(e) = xattr_allowed(&Caller::of(ctx), name.to_bytes(), true) {
+        if let Err(e) = self.xattr_allowed(&Caller::of(ctx), &d, name.to_bytes(), true) {
             return reply.error(e);
         }
         if d.xattrs.remove(name.to_bytes()).is_some() {
@@ -1499,7 +1640,7 @@ impl Filesystem for MemFs {
 
     fn fallocate(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
         offset: u64,
@@ -1507,8 +1648,8 @@ impl Filesystem for MemFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        answer!(self.do_fallocate(ino, offset, length, mode), reply, |()| reply
-            .ok());
+        let r = self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode);
+        answer!(r, reply, |()| reply.ok());
     }
 
     fn lseek(
