@@ -18,9 +18,15 @@
 //! # Limits of the model
 //!
 //! - Without `-o default_permissions` the kernel leaves permission checks to
-//!   the filesystem; memfs answers ACCESS and checks ownership for chmod and
-//!   chown, but does not check modes on open, create or unlink. Mount with
-//!   `default_permissions` for full POSIX permission checks.
+//!   the filesystem, and memfs applies the POSIX rules itself (see `may`):
+//!   search permission in lookups, read/write permission on open, truncate
+//!   and user.* xattrs, write and search permission on the directory for
+//!   create, link, unlink, rename and rmdir, the sticky-directory rule, and
+//!   the owner rules of chmod, chown and utimensat. Group checks count
+//!   supplementary groups, which memfs reads from `/proc/<pid>/status` only
+//!   when the answer depends on them; if the process is gone (or the pid
+//!   now belongs to someone else) only the primary group counts. root
+//!   (uid 0) passes every check, as if it had every capability.
 //! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
 //!   so zeros inside a written chunk count as data.
 //! - atime changes only through SETATTR (as if mounted `noatime`).
@@ -35,6 +41,7 @@ use fuse_wire::session::types::dirent_type;
 use fuse_wire::session::{
     Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, LockOwner, RequestContext,
 };
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
@@ -141,12 +148,18 @@ impl Data {
         self.ctime = now;
     }
 
-    /// What a write or truncate by an unprivileged caller clears.
-    fn kill_suid_sgid(&mut self) {
+    /// What the VFS clears on a non-directory that changes owner, or that a
+    /// caller without CAP_FSETID writes or truncates: S_ISUID; S_ISGID when
+    /// it means set-group-ID (group execute is set) or, given the caller,
+    /// when the caller is neither root nor in the file's group; and file
+    /// capabilities. (memfs asks for HANDLE_KILLPRIV_V2, so this is its job,
+    /// not the kernel's.)
+    fn kill_suid_sgid(&mut self, caller: Option<&Caller>) {
         self.mode &= !libc::S_ISUID;
-        if self.mode & libc::S_IXGRP != 0 {
+        if self.mode & libc::S_IXGRP != 0 || caller.is_some_and(|c| !c.is_root() && !c.in_group(self.gid)) {
             self.mode &= !libc::S_ISGID;
         }
+        self.xattrs.remove(&b"security.capability"[..]);
     }
 }
 
@@ -230,10 +243,20 @@ pub struct MemFs {
 }
 
 /// A caller's identity, as permission checks need it.
+///
+/// The request carries the caller's fsuid, fsgid and pid, and (for some
+/// creating requests) at most one supplementary group. The other
+/// supplementary groups are read from `/proc/<pid>/status` the first time a
+/// check needs them, which is only when the group in question is neither the
+/// primary one nor the one in the request (chgrp, a set-group-ID bit, or a
+/// mode whose group and other bits differ).
 struct Caller {
     uid: u32,
     gid: u32,
-    groups: Vec<u32>,
+    pid: u32,
+    /// The supplementary group the request carried, if any.
+    sent: Vec<u32>,
+    groups: OnceCell<Vec<u32>>,
 }
 
 impl Caller {
@@ -241,13 +264,47 @@ impl Caller {
         Caller {
             uid: ctx.uid(),
             gid: ctx.gid(),
-            groups: ctx.supp_groups().collect(),
+            pid: ctx.pid(),
+            sent: ctx.supp_groups().collect(),
+            groups: OnceCell::new(),
         }
     }
 
-    fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
+    fn is_root(&self) -> bool {
+        self.uid == 0
     }
+
+    fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid
+            || self.sent.contains(&gid)
+            || self
+                .groups
+                .get_or_init(|| supplementary_groups(self.pid, self.uid, self.gid))
+                .contains(&gid)
+    }
+}
+
+/// The `Groups:` of `/proc/<pid>/status` (`pid` is the calling thread), if
+/// that task still has the caller's uid and gid; otherwise (the process is
+/// gone, or the pid was reused) none, so that only the primary group counts.
+fn supplementary_groups(pid: u32, uid: u32, gid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    if !ids("Uid:").contains(&uid) || !ids("Gid:").contains(&gid) {
+        return Vec::new();
+    }
+    ids("Groups:")
 }
 
 /// Flags of RENAME2.
@@ -399,6 +456,57 @@ impl MemFs {
         false
     }
 
+    /// Whether `caller` may access `d` for `mask` (R_OK/W_OK/X_OK bits).
+    /// With `default_permissions` the kernel has checked already; without,
+    /// memfs applies the POSIX rules itself (EACCES).
+    fn may(&self, caller: &Caller, d: &Data, mask: i32) -> Result<(), Errno> {
+        if self.config.default_permissions || permitted(caller, d, mask) {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    /// Whether `caller` may read (or, with `write`, set or remove) the
+    /// extended attribute `name` of `d`.
+    ///
+    /// memfs keeps the namespaces a local disk filesystem keeps: `user.`
+    /// (the mode decides, and only the owner may write those of a sticky
+    /// directory), `trusted.` (root only) and `security.` (the kernel's
+    /// security modules decide). Anything else fails with EOPNOTSUPP as on
+    /// ext4, `system.` included: memfs has no POSIX ACLs (it does not ask
+    /// for `POSIX_ACL`, so the kernel itself answers EOPNOTSUPP for
+    /// `system.posix_acl_*`), and no other `system.` name means anything.
+    fn xattr_allowed(&self, caller: &Caller, d: &Data, name: &[u8], write: bool) -> Result<(), Errno> {
+        let mask = if write { libc::W_OK } else { libc::R_OK };
+        let ns = [USER, TRUSTED, SECURITY]
+            .into_iter()
+            .find(|ns| name.starts_with(ns));
+        match ns {
+            Some(SECURITY) => {}
+            Some(TRUSTED) if !caller.is_root() => {
+                return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+            }
+            Some(TRUSTED) => {}
+            Some(_) => {
+                let sticky_dir = d.mode & libc::S_IFMT == libc::S_IFDIR && d.mode & libc::S_ISVTX != 0;
+                if write && sticky_dir && !caller.is_root() && caller.uid != d.uid {
+                    return Err(Errno::EPERM);
+                }
+                self.may(caller, d, mask)?;
+            }
+            None => {
+                // As on ext4, the mode is checked before the namespace.
+                self.may(caller, d, mask)?;
+                return Err(Errno::EOPNOTSUPP);
+            }
+        }
+        match ns {
+            Some(prefix) if prefix.len() == name.len() => Err(Errno::EINVAL),
+            _ => Ok(()),
+        }
+    }
+
     /// Creates `name` in `parent`: the common part of MKNOD, MKDIR, SYMLINK
     /// and CREATE. The new inode starts with one lookup reference (for the
     /// reply) and `opens` open files.
@@ -417,10 +525,13 @@ impl MemFs {
         if parent.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT); // the directory was removed
         }
+        let caller = Caller::of(ctx);
+        // Search permission to look the name up, then write permission to add it.
+        self.may(&caller, pd, libc::X_OK)?;
         if pd.dir()?.get(name).is_some() {
             return Err(Errno::EEXIST);
         }
-        let caller = Caller::of(ctx);
+        self.may(&caller, pd, libc::W_OK | libc::X_OK)?;
         let kind = mode & libc::S_IFMT;
         let is_dir = kind == libc::S_IFDIR;
         let mut perm = mode & 0o7777;
@@ -437,7 +548,7 @@ impl MemFs {
         } else {
             caller.gid
         };
-        if !is_dir && perm & libc::S_ISGID != 0 && caller.uid != 0 && !caller.in_group(gid) {
+        if !is_dir && perm & libc::S_ISGID != 0 && !caller.is_root() && !caller.in_group(gid) {
             perm &= !libc::S_ISGID;
         }
         let now = Time::now();
@@ -487,10 +598,12 @@ impl MemFs {
             .map(|(_, e)| e)
     }
 
-    fn do_lookup(&self, parent: Inode, name: &CStr) -> Result<Option<Entry>, Errno> {
+    fn do_lookup(&self, caller: &Caller, parent: Inode, name: &CStr) -> Result<Option<Entry>, Errno> {
         let p = self.get(parent)?;
         let pd = p.read();
-        let Some(e) = pd.dir()?.get(name.to_bytes()) else {
+        let dir = pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
+        let Some(e) = dir.get(name.to_bytes()) else {
             return Ok(None);
         };
         let node = self.get(Inode(e.ino))?;
@@ -504,8 +617,25 @@ impl MemFs {
         let node = self.get(ino)?;
         let mut d = node.write();
         let caller = Caller::of(ctx);
-        let privileged = caller.uid == 0;
+        let privileged = caller.is_root();
         let owner = privileged || caller.uid == d.uid;
+        // Checks that do not depend on the order of the changes come first,
+        // so that a refused request changes nothing.
+        if valid.contains(SetattrValid::SIZE) && !valid.contains(SetattrValid::FH) {
+            // truncate(2) by name; ftruncate(2) needs a descriptor open for
+            // writing, which the kernel has checked.
+            self.may(&caller, &d, libc::W_OK)?;
+        }
+        if valid.intersects(SetattrValid::ATIME | SetattrValid::MTIME) && !owner {
+            // Only the owner may set arbitrary times; anyone who may write
+            // the file may set them to now.
+            let explicit = (valid.contains(SetattrValid::ATIME) && !valid.contains(SetattrValid::ATIME_NOW))
+                || (valid.contains(SetattrValid::MTIME) && !valid.contains(SetattrValid::MTIME_NOW));
+            if explicit {
+                return Err(Errno::EPERM);
+            }
+            self.may(&caller, &d, libc::W_OK)?;
+        }
         let now = Time::now();
         if valid.contains(SetattrValid::MODE) {
             if !owner {
@@ -533,8 +663,10 @@ impl MemFs {
             {
                 return Err(Errno::EPERM);
             }
-            if d.mode & libc::S_IFMT == libc::S_IFREG && (uid != d.uid || gid != d.gid) {
-                d.kill_suid_sgid();
+            // chown(2) clears the set-ID bits of anything but a directory,
+            // even when root calls it and even to the same owner.
+            if d.mode & libc::S_IFMT != libc::S_IFDIR {
+                d.kill_suid_sgid(Some(&caller));
             }
             d.uid = uid;
             d.gid = gid;
@@ -547,7 +679,7 @@ impl MemFs {
             d.touch_modified();
         }
         if valid.contains(SetattrValid::KILL_SUIDGID) {
-            d.kill_suid_sgid();
+            d.kill_suid_sgid(None);
         }
         if valid.contains(SetattrValid::ATIME) {
             d.atime = if valid.contains(SetattrValid::ATIME_NOW) {
@@ -580,14 +712,17 @@ impl MemFs {
         Ok(node.attr(&d))
     }
 
-    fn do_unlink(&self, parent: Inode, name: &CStr, want_dir: bool) -> Result<(), Errno> {
+    fn do_unlink(&self, caller: &Caller, parent: Inode, name: &CStr, want_dir: bool) -> Result<(), Errno> {
         let p = self.get(parent)?;
         let mut pd = p.write();
         let name = name.to_bytes();
         if name == b"." {
             return Err(Errno::EINVAL);
         }
+        pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
         let e = pd.dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
+        self.may(caller, &pd, libc::W_OK | libc::X_OK)?;
         let is_dir = e.kind == libc::S_IFDIR;
         if want_dir && !is_dir {
             return Err(Errno::ENOTDIR);
@@ -599,6 +734,9 @@ impl MemFs {
         {
             // Directory before what is in it: the parent is already held.
             let mut cd = child.write();
+            if sticky_forbids(caller, &pd, cd.uid) {
+                return Err(Errno::EPERM);
+            }
             if is_dir {
                 if !cd.dir()?.is_empty() {
                     return Err(Errno::ENOTEMPTY);
@@ -619,6 +757,7 @@ impl MemFs {
 
     fn do_rename(
         &self,
+        caller: &Caller,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -648,6 +787,10 @@ impl MemFs {
         if np.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
+        dirs.src().dir()?;
+        dirs.dst().dir()?;
+        self.may(caller, dirs.src(), libc::X_OK)?;
+        self.may(caller, dirs.dst(), libc::X_OK)?;
         let src = dirs.src().dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
         let dst = dirs.dst().dir()?.get(newname).cloned();
         match &dst {
@@ -669,8 +812,42 @@ impl MemFs {
         {
             return Err(Errno::EINVAL);
         }
-        let now = Time::now();
+        // A directory replaced by a rename must not contain the source (it
+        // would not be empty, and it must not be locked after `p`).
+        if let Some(d) = dst.as_ref().filter(|_| !exchange && dst_is_dir)
+            && (d.ino == p.ino || cross && self.is_ancestor(d.ino, p.ino))
+        {
+            return Err(Errno::ENOTEMPTY);
+        }
         let src_node = self.get(Inode(src.ino))?;
+        let dst_node = dst.as_ref().map(|d| self.get(Inode(d.ino))).transpose()?;
+        // Permissions, once the names are known to make sense: write and
+        // search on both directories, the sticky rule for the names removed
+        // or replaced, and write permission on a directory that changes
+        // parent (its ".." changes). Neither child is one of the two locked
+        // directories nor above them (refused above), so taking their locks
+        // now keeps the order: directories before what is in them.
+        self.may(caller, dirs.src(), libc::W_OK | libc::X_OK)?;
+        self.may(caller, dirs.dst(), libc::W_OK | libc::X_OK)?;
+        {
+            let sd = src_node.read();
+            if sticky_forbids(caller, dirs.src(), sd.uid) {
+                return Err(Errno::EPERM);
+            }
+            if cross && src_is_dir {
+                self.may(caller, &sd, libc::W_OK)?;
+            }
+        }
+        if let Some(n) = &dst_node {
+            let dd = n.read();
+            if sticky_forbids(caller, dirs.dst(), dd.uid) {
+                return Err(Errno::EPERM);
+            }
+            if exchange && cross && dst_is_dir {
+                self.may(caller, &dd, libc::W_OK)?;
+            }
+        }
+        let now = Time::now();
         let mut replaced = None;
         if exchange {
             let Some(d) = dst else { return Err(Errno::ENOENT) };
@@ -698,9 +875,6 @@ impl MemFs {
                 }
                 if !src_is_dir && dst_is_dir {
                     return Err(Errno::EISDIR);
-                }
-                if d.ino == p.ino {
-                    return Err(Errno::ENOTEMPTY); // it contains the source
                 }
                 let dst_node = self.get(Inode(d.ino))?;
                 {
@@ -737,7 +911,7 @@ impl MemFs {
         Ok(())
     }
 
-    fn do_link(&self, ino: Inode, newparent: Inode, newname: &CStr) -> Result<Entry, Errno> {
+    fn do_link(&self, caller: &Caller, ino: Inode, newparent: Inode, newname: &CStr) -> Result<Entry, Errno> {
         let newname = check_name(newname)?;
         let node = self.get(ino)?;
         // Checked before taking the directory's lock: a directory could be
@@ -750,9 +924,12 @@ impl MemFs {
         if np.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
+        pd.dir()?;
+        self.may(caller, &pd, libc::X_OK)?;
         if pd.dir()?.get(newname).is_some() {
             return Err(Errno::EEXIST);
         }
+        self.may(caller, &pd, libc::W_OK | libc::X_OK)?;
         let mut d = node.write();
         if node.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
@@ -776,12 +953,15 @@ impl MemFs {
         let name = check_name(name)?;
         let p = self.get(parent)?;
         let mut pd = p.write();
+        let caller = Caller::of(ctx);
+        pd.dir()?;
+        self.may(&caller, &pd, libc::X_OK)?;
         if let Some(e) = pd.dir()?.get(name).cloned() {
             if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
                 return Err(Errno::EEXIST);
             }
             let node = self.get(Inode(e.ino))?;
-            let entry = self.open_node(&node, flags)?;
+            let entry = self.open_node(&caller, &node, flags)?;
             node.lookups.fetch_add(1, AcqRel);
             return Ok((entry, false));
         }
@@ -794,22 +974,31 @@ impl MemFs {
         Ok((entry, true))
     }
 
-    /// Opens an existing inode: O_TRUNC truncates a regular file opened for
-    /// writing (the session asks for ATOMIC_O_TRUNC, so the kernel does not
-    /// send a separate SETATTR).
-    fn open_node(&self, node: &Node, flags: i32) -> Result<Entry, Errno> {
+    /// Opens an existing inode. O_TRUNC truncates a regular file whatever
+    /// the access mode, `O_RDONLY|O_TRUNC` included (the session asks for
+    /// ATOMIC_O_TRUNC, so the kernel sends O_TRUNC here instead of a
+    /// separate SETATTR).
+    fn open_node(&self, caller: &Caller, node: &Node, flags: i32) -> Result<Entry, Errno> {
         let mut d = node.write();
-        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let trunc = flags & libc::O_TRUNC != 0;
+        let acc = flags & libc::O_ACCMODE;
+        let writing = acc != libc::O_RDONLY || trunc;
         if writing && d.mode & libc::S_IFMT == libc::S_IFDIR {
             return Err(Errno::EISDIR);
         }
-        if writing
-            && flags & libc::O_TRUNC != 0
-            && let Content::File(f) = &mut d.content
-            && f.size() != 0
-        {
-            f.truncate(0);
-            d.touch_modified();
+        let mut mask = if writing { libc::W_OK } else { 0 };
+        if acc != libc::O_WRONLY {
+            mask |= libc::R_OK;
+        }
+        self.may(caller, &d, mask)?;
+        if trunc && let Content::File(f) = &mut d.content {
+            if f.size() != 0 {
+                f.truncate(0);
+                d.touch_modified();
+            }
+            if !caller.is_root() {
+                d.kill_suid_sgid(Some(caller));
+            }
         }
         node.opens.fetch_add(1, AcqRel);
         Ok(self.entry(node, &d))
@@ -825,12 +1014,19 @@ impl MemFs {
         d.file_mut()?.write(offset, data);
         d.touch_modified();
         if kill_priv {
-            d.kill_suid_sgid();
+            d.kill_suid_sgid(None);
         }
         Ok(data.len() as u32)
     }
 
-    fn do_fallocate(&self, ino: Inode, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+    fn do_fallocate(
+        &self,
+        caller: &Caller,
+        ino: Inode,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
         let end = offset
             .checked_add(length)
             .filter(|&e| e <= MAX_SIZE)
@@ -855,6 +1051,9 @@ impl MemFs {
             }
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
             _ => return Err(Errno::EOPNOTSUPP),
+        }
+        if !caller.is_root() {
+            d.kill_suid_sgid(Some(caller));
         }
         d.touch_modified();
         Ok(())
@@ -894,7 +1093,14 @@ impl MemFs {
         Ok(buf.len() as u64)
     }
 
-    fn do_setxattr(&self, ino: Inode, name: &CStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+    fn do_setxattr(
+        &self,
+        caller: &Caller,
+        ino: Inode,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
         if value.len() > MAX_XATTR {
             return Err(E2BIG);
         }
@@ -904,6 +1110,7 @@ impl MemFs {
         }
         let node = self.get(ino)?;
         let mut d = node.write();
+        self.xattr_allowed(caller, &d, name, true)?;
         let exists = d.xattrs.contains_key(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
             return Err(Errno::EEXIST);
@@ -968,20 +1175,34 @@ fn available_memory() -> u64 {
 /// Whether `caller` may access an inode of `mode`/`uid`/`gid` for `mask`.
 fn permitted(caller: &Caller, d: &Data, mask: i32) -> bool {
     let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
-    if caller.uid == 0 {
+    if caller.is_root() {
         // root may read and write anything, and execute what anyone may.
         return mask & libc::X_OK as u32 == 0
             || d.mode & libc::S_IFMT == libc::S_IFDIR
             || d.mode & 0o111 != 0;
     }
-    let bits = if caller.uid == d.uid {
-        (d.mode >> 6) & 7
-    } else if caller.in_group(d.gid) {
-        (d.mode >> 3) & 7
+    let grants = |bits: u32| bits & mask == mask;
+    if caller.uid == d.uid {
+        return grants((d.mode >> 6) & 7);
+    }
+    let (group, other) = (grants((d.mode >> 3) & 7), grants(d.mode & 7));
+    // Group membership (which may mean reading /proc) matters only when
+    // the group and other bits answer differently.
+    if group != other && caller.in_group(d.gid) {
+        group
     } else {
-        d.mode & 7
-    };
-    bits & mask == mask
+        other
+    }
+}
+
+const USER: &[u8] = b"user.";
+const TRUSTED: &[u8] = b"trusted.";
+const SECURITY: &[u8] = b"security.";
+
+/// The sticky-directory rule: in a directory with S_ISVTX only root, the
+/// directory's owner and the file's owner (`owner`) may remove or rename it.
+fn sticky_forbids(caller: &Caller, dir: &Data, owner: u32) -> bool {
+    dir.mode & libc::S_ISVTX != 0 && !caller.is_root() && caller.uid != dir.uid && caller.uid != owner
 }
 
 /// `answer!(result, reply, |value| success)`: the success arm, or the error.
@@ -999,6 +1220,13 @@ impl Filesystem for MemFs {
         // DONT_MASK: we apply the umask ourselves (create_node); the rest:
         // `ls -l` gets names and attributes in one round trip.
         config.want(InitFlags::DONT_MASK | InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        // memfs clears set-ID bits itself on chown, truncate and write (see
+        // `kill_suid_sgid`). Without this the kernel sends a chown as
+        // SETATTR(MODE|UID|GID) with a mode computed from its cached i_mode,
+        // and without default_permissions that i_mode lacks S_ISVTX (the
+        // kernel hides it so that the VFS does not apply the sticky rule the
+        // filesystem is in charge of): the sticky bit would be lost.
+        config.want(InitFlags::HANDLE_KILLPRIV_V2);
         config.default_permissions = self.config.default_permissions;
         Ok(())
     }
@@ -1007,8 +1235,8 @@ impl Filesystem for MemFs {
         log::info!("memfs: {} inodes alive at the end", self.inode_count());
     }
 
-    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        match self.do_lookup(parent, name) {
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        match self.do_lookup(&Caller::of(ctx), parent, name) {
             Ok(Some(e)) => reply.entry(&e),
             // Every change passes through the kernel, so it may remember
             // that the name does not exist.
@@ -1088,17 +1316,19 @@ impl Filesystem for MemFs {
         answer!(r, reply, |e| reply.entry(&e));
     }
 
-    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        answer!(self.do_unlink(parent, name, false), reply, |()| reply.ok());
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let r = self.do_unlink(&Caller::of(ctx), parent, name, false);
+        answer!(r, reply, |()| reply.ok());
     }
 
-    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        answer!(self.do_unlink(parent, name, true), reply, |()| reply.ok());
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let r = self.do_unlink(&Caller::of(ctx), parent, name, true);
+        answer!(r, reply, |()| reply.ok());
     }
 
     fn rename(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         newparent: Inode,
@@ -1106,23 +1336,26 @@ impl Filesystem for MemFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_rename(parent, name, newparent, newname, flags);
+        let r = self.do_rename(&Caller::of(ctx), parent, name, newparent, newname, flags);
         answer!(r, reply, |()| reply.ok());
     }
 
     fn link(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         newparent: Inode,
         newname: &CStr,
         reply: ReplyEntry,
     ) {
-        answer!(self.do_link(ino, newparent, newname), reply, |e| reply.entry(&e));
+        let r = self.do_link(&Caller::of(ctx), ino, newparent, newname);
+        answer!(r, reply, |e| reply.entry(&e));
     }
 
-    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
-        let r = self.get(ino).and_then(|n| self.open_node(&n, flags));
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        let r = self
+            .get(ino)
+            .and_then(|n| self.open_node(&Caller::of(ctx), &n, flags));
         answer!(r, reply, |_| reply.opened(FileHandle(0), FopenFlags::empty()));
     }
 
@@ -1206,6 +1439,13 @@ impl Filesystem for MemFs {
         reply: ReplyEmpty,
     ) {
         reply.ok(); // memory is as durable as it gets
+    }
+
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+        let r = self
+            .get(ino)
+            .and_then(|n| self.may(&Caller::of(ctx), &n.read(), libc::R_OK));
+        answer!(r, reply, |()| reply.opened(FileHandle(0), FopenFlags::empty()));
     }
 
     fn readdir(
@@ -1304,7 +1544,7 @@ impl Filesystem for MemFs {
 
     fn setxattr(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
         value: &[u8],
@@ -1312,15 +1552,19 @@ impl Filesystem for MemFs {
         _setxattr_flags: SetxattrFlags,
         reply: ReplyEmpty,
     ) {
-        answer!(self.do_setxattr(ino, name, value, flags), reply, |()| reply.ok());
+        let r = self.do_setxattr(&Caller::of(ctx), ino, name, value, flags);
+        answer!(r, reply, |()| reply.ok());
     }
 
-    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
         let d = node.read();
+        if let Err(e) = self.xattr_allowed(&Caller::of(ctx), &d, name.to_bytes(), false) {
+            return reply.error(e);
+        }
         match d.xattrs.get(name.to_bytes()) {
             None => reply.error(Errno::ENODATA),
             Some(v) if size == 0 => reply.size(v.len() as u32),
@@ -1329,13 +1573,18 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        // trusted.* is invisible to unprivileged callers.
+        let root = ctx.uid() == 0;
         let mut names = Vec::new();
         for name in node.read().xattrs.keys() {
+            if !root && name.starts_with(TRUSTED) {
+                continue;
+            }
             names.extend_from_slice(name);
             names.push(0);
         }
@@ -1348,12 +1597,15 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
         let mut d = node.write();
+        if let Err(e) = self.xattr_allowed(&Caller::of(ctx), &d, name.to_bytes(), true) {
+            return reply.error(e);
+        }
         if d.xattrs.remove(name.to_bytes()).is_some() {
             d.ctime = Time::now();
             reply.ok()
@@ -1388,7 +1640,7 @@ impl Filesystem for MemFs {
 
     fn fallocate(
         &self,
-        _ctx: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
         offset: u64,
@@ -1396,8 +1648,8 @@ impl Filesystem for MemFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        answer!(self.do_fallocate(ino, offset, length, mode), reply, |()| reply
-            .ok());
+        let r = self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode);
+        answer!(r, reply, |()| reply.ok());
     }
 
     fn lseek(
