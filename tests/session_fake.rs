@@ -2890,3 +2890,24 @@ fn workers_grow_while_handlers_are_stuck() {
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(report.workers_started, 3);
 }
+
+#[test]
+fn statistics_are_up_to_date_when_the_reply_arrives() {
+    // The kernel sends each request only after the previous reply: at no
+    // time are two in flight, whichever worker serves them, and a reply's
+    // error is counted by the time the kernel has it.
+    let fake = Fake::start(TestFs::new(), two_workers());
+    fake.init_ready(45, offer_745());
+    for i in 0..300 {
+        let x = 10 + 2 * i;
+        assert_bytes(
+            "sequential LOOKUP",
+            &fake.roundtrip(request(1, x, 1, &B::new().cstr("enoent").done())),
+            &err_reply(x, libc::ENOENT),
+        );
+        let live = fake.handle.stats().get(Opcode::Lookup);
+        assert_eq!((live.count, live.errors), (i + 1, i + 1), "after reply {i}");
+    }
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 1);
+}

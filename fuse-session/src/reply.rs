@@ -64,8 +64,9 @@ impl ReplyCore {
     fn finish(&mut self, msg: &Reply<'_>) {
         self.done = true;
         let is_error = msg.header().error != 0;
+        self.worker.finished(self.opcode, is_error);
         self.worker.send_reply(self.opcode, self.unique, msg);
-        self.worker.complete(self.opcode, &self.slot, is_error);
+        self.worker.release(&self.slot);
     }
 
     fn error(mut self, errno: Errno) {
