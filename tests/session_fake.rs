@@ -243,6 +243,13 @@ impl Filesystem for TestFs {
                 self.rec(format!("notify ok={}", r.is_ok()));
                 reply.entry(&entry(60))
             }
+            "later" => {
+                // Answer from another thread, after this handler returned.
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    reply.entry(&entry(61))
+                });
+            }
             "enoent" => reply.error(Errno::ENOENT),
             "negative" => reply.negative(ENTRY_TTL),
             _ => reply.entry(&entry(10)),
@@ -2139,6 +2146,32 @@ fn init_newer_major_gets_our_major_then_a_second_init() {
 }
 
 #[test]
+fn init_flags2_is_ignored_without_init_ext() {
+    // A 7.36 kernel that does not set INIT_EXT: its flags2 is not an offer.
+    let fs = TestFs::with_init(|c| {
+        c.want(InitFlags::SECURITY_CTX);
+        Ok(())
+    });
+    let fake = Fake::start(fs, one_worker());
+    let offer = (offer_at(36) & !InitFlags::INIT_EXT.bits()) | InitFlags::SECURITY_CTX.bits();
+    let r = fake.init_ready(36, offer);
+    let want = InitOutFields {
+        flags: bits(&[0, 3, 5, 12, 15, 18, 22, 29]) as u32,
+        ..BASE
+    };
+    assert_bytes("INIT 7.36 without INIT_EXT", &r, &ok_reply(1, &want.bytes(64)));
+    let mut refused = fake.handle.negotiated().unwrap().refused;
+    refused.sort_by_key(|r| r.0.bits());
+    assert_eq!(
+        refused,
+        [
+            (InitFlags::INIT_EXT, Refusal::NotOffered),
+            (InitFlags::SECURITY_CTX, Refusal::NotOffered),
+        ]
+    );
+}
+
+#[test]
 fn init_too_old_minor_is_refused() {
     let mut fake = Fake::start(TestFs::new(), one_worker());
     fake.send(request(OP_INIT, 1, 0, &init_body(7, 11, 131072, 0)));
@@ -2336,6 +2369,20 @@ fn dropped_reply_and_panicking_handler_answer_eio() {
         &ok_reply(16, &entry_bytes(10)),
     );
     fake.expect_silence("nothing else");
+}
+
+#[test]
+fn a_reply_may_come_later_from_another_thread() {
+    let fake = Fake::start(TestFs::new(), one_worker());
+    fake.init_ready(45, offer_745());
+    fake.send(request(1, 10, 1, &B::new().cstr("later").done()));
+    // The only worker is free again: the next request is answered first.
+    assert_bytes(
+        "a request served meanwhile",
+        &fake.roundtrip(request(3, 12, 5, &[0; 16])),
+        &ok_reply(12, &attr_out_bytes(5)),
+    );
+    assert_bytes("the late reply", &fake.recv(), &ok_reply(10, &entry_bytes(61)));
 }
 
 #[test]
