@@ -65,9 +65,7 @@ impl ReplyCore {
     fn finish(&mut self, msg: &Reply<'_>) {
         self.done = true;
         let is_error = msg.header().error != 0;
-        // Count first, so that statistics read after the caller's syscall
-        // returned include this request; free the slot only once answered.
-        self.worker.count_done(self.opcode, is_error);
+        self.worker.finished(self.opcode, is_error);
         self.worker.send_reply(self.opcode, self.unique, msg);
         self.worker.release(&self.slot);
     }

@@ -385,8 +385,10 @@ impl<F: Filesystem> Session<F> {
             deny_others: self.config.deny_others,
             uring_base: max_workers,
         });
-        let _ = self.handle.0.shared.set(shared.clone());
+        // The notifier learns the negotiation before the handle publishes it,
+        // so that nobody who sees `negotiated()` gets `NotReady` from it.
         self.handle.0.notifier.set_negotiated(negotiated.clone());
+        let _ = self.handle.0.shared.set(shared.clone());
 
         let cloned = AtomicUsize::new(0);
         let mut threads: Vec<JoinHandle<WorkerEnd>> = Vec::new();

@@ -90,10 +90,14 @@ impl WorkerCore {
         }
     }
 
-    pub(crate) fn count_done(&self, opcode: Opcode, is_error: bool) {
+    /// Counts a request as finished. Called before its reply is written, so
+    /// that statistics read once the kernel has the reply include it.
+    pub(crate) fn finished(&self, opcode: Opcode, is_error: bool) {
         crate::stats::finish(&self.shared.stats, self.index, opcode, is_error);
     }
 
+    /// Frees a request's in-flight slot. Called after its reply is written,
+    /// so that an INTERRUPT racing the reply still finds its target.
     pub(crate) fn release(&self, slot: &Slot) {
         self.table().release(slot);
     }

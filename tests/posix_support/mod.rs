@@ -646,7 +646,10 @@ impl Daemon {
             && let Some(j) = &stats
         {
             // The suite is meant to run over the rings: prove it did.
-            let rings = j.get("transport").and_then(|t| t.get("uring")).and_then(Json::as_u64);
+            let rings = j
+                .get("transport")
+                .and_then(|t| t.get("uring"))
+                .and_then(Json::as_u64);
             assert!(
                 rings.is_some_and(|n| n > 0),
                 "FUSE_WIRE_TEST_TRANSPORT=uring but the daemon served no request over io_uring \
