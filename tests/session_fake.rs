@@ -2797,7 +2797,8 @@ fn statistics_as_json() {
     assert_eq!(
         report.stats.to_json(),
         "{\"ops\": {\"GETATTR\": {\"count\": 1, \"errors\": 0, \"max_inflight\": 1}, \
-         \"LOOKUP\": {\"count\": 1, \"errors\": 1, \"max_inflight\": 1}}}"
+         \"LOOKUP\": {\"count\": 1, \"errors\": 1, \"max_inflight\": 1}}, \
+         \"transport\": {\"dev_fuse\": 2, \"uring\": 0, \"queues\": []}}"
     );
 }
 

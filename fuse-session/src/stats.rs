@@ -8,7 +8,7 @@
 
 use fuse_proto::Opcode;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
 #[derive(Default)]
 pub(crate) struct OpCounters {
@@ -39,8 +39,12 @@ pub(crate) fn start(all: &[WorkerStats], me: usize, op: Opcode) {
     let i = op.index();
     let mine = &all[me].ops[i];
     mine.count.fetch_add(1, Relaxed);
-    mine.inflight.fetch_add(1, Relaxed);
-    let total: u32 = all.iter().map(|w| w.ops[i].inflight.load(Relaxed)).sum();
+    // SeqCst on the increment and the loads: two workers starting at once
+    // must not both miss each other's increment (store-load reordering), or
+    // the high-water mark would under-count real concurrency. On x86 this
+    // costs nothing over Relaxed (the increment is a locked instruction).
+    mine.inflight.fetch_add(1, SeqCst);
+    let total: u32 = all.iter().map(|w| w.ops[i].inflight.load(SeqCst)).sum();
     mine.max_inflight.fetch_max(total, Relaxed);
 }
 
