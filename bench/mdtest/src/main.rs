@@ -9,10 +9,11 @@
 //!   shared by all threads;
 //! - `write_small`, `read_small`: create+write+close, then open+read+close of
 //!   `--small-size` byte files in the per-thread directories;
-//! - `ls_cold`, `ls_warm` (with `--ls DIR`): the wall time of `ls -l DIR`, twice.
+//! - `ls_cold`, `ls_warm` (with `--ls DIR`): the wall time of `ls -l DIR`, once
+//!   or (`--ls-runs 2`, the default) twice.
 //!
-//! A phase's rate is its operations divided by the wall time from the barrier
-//! to the last thread's end. Stat, unlink and read phases work on the files the
+//! A phase's rate is its operations divided by the wall time from the first
+//! thread's start to the last thread's end. Stat, unlink and read phases work on the files the
 //! phase before made, so a faster create phase gives them more work, never
 //! less time. The result is one JSON object on stdout; the exit status is 1
 //! when any operation failed (the JSON says which phase and the first error).
@@ -25,7 +26,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: mdtest --dir DIR [--threads T] [--seconds S] [--max-files N] \
-[--small-size BYTES] [--ls DIR]";
+[--small-size BYTES] [--ls DIR [--ls-runs 1|2]]";
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -35,6 +36,7 @@ struct Config {
     max_files: usize,
     small_size: usize,
     ls: Option<PathBuf>,
+    ls_runs: usize,
 }
 
 fn parse_args(args: &[String]) -> Result<Config, String> {
@@ -45,6 +47,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         max_files: 100_000,
         small_size: 4096,
         ls: None,
+        ls_runs: 2,
     };
     let mut dir = None;
     let mut it = args.iter();
@@ -60,6 +63,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--max-files" => cfg.max_files = num(&val("--max-files")?)?,
             "--small-size" => cfg.small_size = num(&val("--small-size")?)?,
             "--ls" => cfg.ls = Some(PathBuf::from(val("--ls")?)),
+            "--ls-runs" => cfg.ls_runs = num(&val("--ls-runs")?)?,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -67,6 +71,9 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
     cfg.dir = dir.ok_or_else(|| format!("--dir is required\n{USAGE}"))?;
     if cfg.threads == 0 || cfg.max_files == 0 {
         return Err("--threads and --max-files must be at least 1".into());
+    }
+    if !(1..=2).contains(&cfg.ls_runs) {
+        return Err("--ls-runs must be 1 or 2".into());
     }
     if !(cfg.seconds > 0.0 && cfg.seconds.is_finite()) {
         return Err("--seconds must be a positive number".into());
@@ -135,13 +142,15 @@ impl Tally {
 }
 
 /// Runs `work(thread_index, deadline, tally)` on `threads` threads released
-/// together, and times the phase from the release to the last thread's end.
+/// together, and times the phase from the first thread's start to the last
+/// thread's end (each thread reads the clock itself: the releasing thread may
+/// well be scheduled out while the workers run).
 fn phase<F>(name: &'static str, threads: usize, seconds: f64, work: F) -> PhaseResult
 where
     F: Fn(usize, Instant, &mut Tally) + Sync,
 {
-    let barrier = Barrier::new(threads + 1);
-    let (tallies, elapsed) = std::thread::scope(|s| {
+    let barrier = Barrier::new(threads);
+    let runs: Vec<(Tally, Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let barrier = &barrier;
@@ -149,26 +158,25 @@ where
                 s.spawn(move || {
                     let mut tally = Tally::default();
                     barrier.wait();
-                    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-                    work(t, deadline, &mut tally);
-                    tally
+                    let start = Instant::now();
+                    work(t, start + Duration::from_secs_f64(seconds), &mut tally);
+                    (tally, start, Instant::now())
                 })
             })
             .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let tallies: Vec<Tally> = handles
+        handles
             .into_iter()
             .map(|h| h.join().expect("worker panicked"))
-            .collect();
-        (tallies, start.elapsed())
+            .collect()
     });
+    let first = runs.iter().map(|r| r.1).min().expect("at least one thread");
+    let last = runs.iter().map(|r| r.2).max().expect("at least one thread");
     let mut r = PhaseResult {
         name,
-        seconds: elapsed.as_secs_f64(),
+        seconds: (last - first).as_secs_f64(),
         ..Default::default()
     };
-    for t in tallies {
+    for (t, _, _) in runs {
         r.ops += t.ops;
         r.bytes += t.bytes;
         r.errors += t.errors;
@@ -383,7 +391,9 @@ fn run(cfg: &Config) -> Result<Vec<PhaseResult>, String> {
     results.extend(small_files(cfg, &root));
     if let Some(dir) = &cfg.ls {
         results.push(ls_phase("ls_cold", dir));
-        results.push(ls_phase("ls_warm", dir));
+        if cfg.ls_runs == 2 {
+            results.push(ls_phase("ls_warm", dir));
+        }
     }
     // Not timed; files left by a phase cut short by its deadline go here too.
     fs::remove_dir_all(&root).map_err(|e| format!("cleanup {}: {e}", root.display()))?;
@@ -441,6 +451,7 @@ mod tests {
         assert!(parse_args(&args("--dir /x --threads 0")).is_err());
         assert!(parse_args(&args("--dir /x --seconds -1")).is_err());
         assert!(parse_args(&args("--dir /x --bogus")).is_err());
+        assert!(parse_args(&args("--dir /x --ls-runs 3")).is_err());
     }
 
     #[test]
@@ -465,6 +476,7 @@ mod tests {
             max_files: 20,
             small_size: 100,
             ls: Some(lsdir),
+            ls_runs: 2,
         };
         let r = run(&cfg).unwrap();
         let names: Vec<_> = r.iter().map(|p| p.name).collect();
