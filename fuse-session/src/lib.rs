@@ -14,6 +14,7 @@ mod dispatch;
 pub mod filesystem;
 pub mod init;
 mod interrupt;
+pub mod mount;
 pub mod notify;
 pub mod reply;
 pub mod session;

@@ -1,0 +1,305 @@
+//! The command line: `passthrough_ll [-f] [-d] [-s] [-o opt,...] [--stats FILE] [SOURCE] MOUNTPOINT`.
+//!
+//! `-o` may appear anywhere (mount.fuse3 puts it after the mountpoint). With
+//! two positional arguments the first is the source directory, as mount.fuse3
+//! passes an fstab line's first field; `-o source=DIR` wins over it.
+
+use crate::fs::{Cache, FsOptions};
+use fuse_wire::session::mount::MountOptions;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything the command line says.
+#[derive(Debug)]
+pub struct Args {
+    pub mountpoint: PathBuf,
+    pub source: PathBuf,
+    pub mount: MountOptions,
+    pub fs: FsOptions,
+    pub threads: usize,
+    pub clone_fd: bool,
+    pub atomic_open: bool,
+    pub stats: Option<PathBuf>,
+    pub debug: bool,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    Run(Box<Args>),
+    Help,
+    Version,
+}
+
+pub const USAGE: &str = "\
+usage: passthrough_ll [-f] [-d] [-s] [-o opt,[opt...]] [--stats FILE] [SOURCE] MOUNTPOINT
+
+Mirrors the directory SOURCE (or -o source=DIR; default /) at MOUNTPOINT.
+Runs in the foreground until unmounted, SIGINT or SIGTERM.
+
+    -f                 foreground (always)
+    -d                 debug logging (also -o debug)
+    -s                 one worker thread
+    --stats FILE       write the session's statistics as JSON to FILE at exit
+    -h, --help         this help
+    -V, --version      version
+
+filesystem options (-o):
+    source=DIR         directory to mirror (default /)
+    cache=never|auto|always
+                       entry/attribute timeouts 0 / 1 s / 86400 s; never opens
+                       with DIRECT_IO, always with KEEP_CACHE (default auto)
+    timeout=SECS       entry/attribute timeout (overrides cache's)
+    writeback, no_writeback   kernel writeback cache (default off)
+    xattr, no_xattr    extended attributes (default off)
+    flock              BSD flock locks served by the daemon
+    posix_lock         POSIX locks served by the daemon (open file description locks)
+    readdirplus, no_readdirplus   (default on)
+    threads=N          worker threads (default: one per CPU)
+    clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
+    passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
+                       not with writeback)
+    parallel_direct_writes    open files with DIRECT_IO | PARALLEL_DIRECT_WRITES
+    atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
+
+mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
+    ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
+    dirsync, max_read=, auto_unmount
+";
+
+/// fstab and mount(8) options that mean nothing to the filesystem itself.
+const IGNORED: &[&str] = &[
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail",
+    "nonempty", "debug",
+];
+
+/// Parses the arguments after the program name.
+pub fn parse(argv: &[String]) -> Result<Command, String> {
+    let mut opts: Vec<String> = Vec::new();
+    let mut positional: Vec<String> = Vec::new();
+    let mut debug = false;
+    let mut single = false;
+    let mut stats = None;
+    let mut it = argv.iter();
+    let mut only_positional = false;
+    while let Some(a) = it.next() {
+        if only_positional || !a.starts_with('-') || a == "-" {
+            positional.push(a.clone());
+            continue;
+        }
+        match a.as_str() {
+            "--" => only_positional = true,
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "-f" => {}
+            "-d" => debug = true,
+            "-s" => single = true,
+            "-o" => opts.push(it.next().ok_or("-o needs an option list")?.clone()),
+            "--stats" => stats = Some(PathBuf::from(it.next().ok_or("--stats needs a file name")?)),
+            s if s.starts_with("--stats=") => stats = Some(PathBuf::from(&s["--stats=".len()..])),
+            s if s.starts_with("-o") => opts.push(s[2..].to_string()),
+            s => return Err(format!("unknown argument `{s}`")),
+        }
+    }
+    let (mut source, mountpoint) = match positional.len() {
+        0 => return Err("no mountpoint given".into()),
+        1 => (None, PathBuf::from(&positional[0])),
+        2 => (Some(PathBuf::from(&positional[0])), PathBuf::from(&positional[1])),
+        _ => return Err(format!("too many arguments: {}", positional[2..].join(" "))),
+    };
+
+    let all = opts.join(",");
+    let (mount, rest) = MountOptions::parse_known(&all).map_err(|e| e.to_string())?;
+    let mut fs = FsOptions::default();
+    let mut timeout: Option<f64> = None;
+    let mut threads = if single { 1 } else { 0 };
+    let mut clone_fd = true;
+    let mut atomic_open = false;
+    for o in &rest {
+        let (k, v) = match o.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (o.as_str(), None),
+        };
+        let flag = |on: bool| -> Result<bool, String> {
+            match v {
+                None => Ok(on),
+                Some(_) => Err(format!("option `{k}` takes no value")),
+            }
+        };
+        let value = || v.ok_or_else(|| format!("option `{k}` needs a value"));
+        match k {
+            "source" => source = Some(PathBuf::from(value()?)),
+            "cache" => {
+                fs.cache = match value()? {
+                    "never" => Cache::Never,
+                    "auto" => Cache::Auto,
+                    "always" => Cache::Always,
+                    x => return Err(format!("cache={x}: expected never, auto or always")),
+                }
+            }
+            "timeout" => {
+                let t: f64 = value()?
+                    .parse()
+                    .map_err(|_| format!("timeout={}: not a number of seconds", v.unwrap_or("")))?;
+                if !(0.0..=1e9).contains(&t) {
+                    return Err(format!("timeout={t}: out of range"));
+                }
+                timeout = Some(t);
+            }
+            "writeback" => fs.writeback = flag(true)?,
+            "no_writeback" => fs.writeback = flag(false)?,
+            "xattr" => fs.xattr = flag(true)?,
+            "no_xattr" => fs.xattr = flag(false)?,
+            "flock" => fs.flock = flag(true)?,
+            "no_flock" => fs.flock = flag(false)?,
+            "posix_lock" => fs.posix_lock = flag(true)?,
+            "no_posix_lock" => fs.posix_lock = flag(false)?,
+            "readdirplus" => fs.readdirplus = flag(true)?,
+            "no_readdirplus" => fs.readdirplus = flag(false)?,
+            "passthrough" => fs.passthrough = flag(true)?,
+            "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
+            "atomic_open" => atomic_open = flag(true)?,
+            "clone_fd" => clone_fd = flag(true)?,
+            "no_clone_fd" => clone_fd = flag(false)?,
+            "threads" => {
+                threads = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or_else(|| format!("threads={}: expected 1 to 1024", v.unwrap_or("")))?
+            }
+            "debug" => debug = true,
+            k if IGNORED.contains(&k) || k.starts_with("x-") || k == "comment" => {}
+            _ => return Err(format!("unknown option `{o}`")),
+        }
+    }
+    fs.timeout = match (timeout, fs.cache) {
+        (Some(t), _) => Duration::from_secs_f64(t),
+        (None, Cache::Never) => Duration::ZERO,
+        (None, Cache::Auto) => Duration::from_secs(1),
+        (None, Cache::Always) => Duration::from_secs(86400),
+    };
+    fs.default_permissions = mount.default_permissions;
+    if fs.passthrough && fs.writeback {
+        return Err(
+            "`passthrough` and `writeback` cannot be combined: the kernel refuses passthrough \
+                    on a connection with the writeback cache (drop one of them)"
+                .into(),
+        );
+    }
+    if fs.passthrough && atomic_open {
+        return Err(
+            "`passthrough` and `atomic_open` cannot be combined: the atomic-open extension's \
+                    FOPEN_FILE_CREATED is the same bit as FOPEN_PASSTHROUGH"
+                .into(),
+        );
+    }
+    let mut mount = mount;
+    if mount.subtype.is_none() {
+        mount.subtype = Some("passthrough_ll".into());
+    }
+    let source = source.unwrap_or_else(|| PathBuf::from("/"));
+    if mount.fsname.is_none() {
+        let s = source.to_string_lossy();
+        if !s.contains([',', '\0']) {
+            mount.fsname = Some(s.into_owned());
+        }
+    }
+    Ok(Command::Run(Box::new(Args {
+        mountpoint,
+        source,
+        mount,
+        fs,
+        threads,
+        clone_fd,
+        atomic_open,
+        stats,
+        debug,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Args, String> {
+        let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match parse(&v)? {
+            Command::Run(a) => Ok(*a),
+            c => Err(format!("{c:?}")),
+        }
+    }
+
+    #[test]
+    fn one_positional_is_the_mountpoint() {
+        let a = run(&["-f", "-o", "source=/srv,cache=never", "/mnt"]).unwrap();
+        assert_eq!(a.mountpoint, PathBuf::from("/mnt"));
+        assert_eq!(a.source, PathBuf::from("/srv"));
+        assert_eq!(a.fs.cache, Cache::Never);
+        assert_eq!(a.fs.timeout, Duration::ZERO);
+        assert_eq!(a.mount.subtype.as_deref(), Some("passthrough_ll"));
+        assert_eq!(a.mount.fsname.as_deref(), Some("/srv"));
+    }
+
+    #[test]
+    fn mount_fuse3_form_source_mountpoint_then_options() {
+        let a = run(&[
+            "/data",
+            "/mnt",
+            "-o",
+            "rw,nodev,allow_other,xattr,threads=3,_netdev",
+        ])
+        .unwrap();
+        assert_eq!(a.source, PathBuf::from("/data"));
+        assert_eq!(a.mountpoint, PathBuf::from("/mnt"));
+        assert!(a.mount.allow_other);
+        assert!(a.fs.xattr);
+        assert_eq!(a.threads, 3);
+        // -o source= wins over the positional source.
+        let a = run(&["dummy", "/mnt", "-osource=/real"]).unwrap();
+        assert_eq!(a.source, PathBuf::from("/real"));
+    }
+
+    #[test]
+    fn cache_timeouts_and_overrides() {
+        assert_eq!(run(&["/m"]).unwrap().fs.timeout, Duration::from_secs(1));
+        let a = run(&["-o", "cache=always", "/m"]).unwrap();
+        assert_eq!(a.fs.timeout, Duration::from_secs(86400));
+        let a = run(&["-o", "cache=always,timeout=2.5", "/m"]).unwrap();
+        assert_eq!(a.fs.timeout, Duration::from_millis(2500));
+        assert!(run(&["-o", "cache=sometimes", "/m"]).is_err());
+        assert!(run(&["-o", "timeout=x", "/m"]).is_err());
+    }
+
+    #[test]
+    fn conflicts_and_unknowns_are_errors() {
+        let e = run(&["-o", "passthrough,writeback", "/m"]).unwrap_err();
+        assert!(e.contains("writeback"), "{e}");
+        assert!(run(&["-o", "passthrough,atomic_open", "/m"]).is_err());
+        assert!(run(&["-o", "bogus", "/m"]).is_err());
+        assert!(run(&["-o", "threads=0", "/m"]).is_err());
+        assert!(run(&["-o", "xattr=1", "/m"]).is_err());
+        assert!(run(&[]).is_err());
+        assert!(run(&["a", "b", "c"]).is_err());
+        assert!(run(&["-x", "/m"]).is_err());
+    }
+
+    #[test]
+    fn toggles_and_flags() {
+        let a = run(&[
+            "-d",
+            "-s",
+            "--stats",
+            "/tmp/s.json",
+            "-o",
+            "writeback,no_writeback,no_readdirplus,flock,posix_lock,no_clone_fd,parallel_direct_writes",
+            "/m",
+        ])
+        .unwrap();
+        assert!(a.debug && !a.fs.writeback && !a.fs.readdirplus && a.fs.flock && a.fs.posix_lock);
+        assert!(!a.clone_fd && a.fs.parallel_direct_writes);
+        assert_eq!(a.threads, 1);
+        assert_eq!(a.stats, Some(PathBuf::from("/tmp/s.json")));
+        assert!(matches!(parse(&["-h".to_string()]), Ok(Command::Help)));
+    }
+}

@@ -1,0 +1,1325 @@
+//! The passthrough filesystem: every operation is done on the source tree
+//! with the `*at` system calls relative to the inode's `O_PATH` descriptor
+//! (`O_NOFOLLOW`, `AT_EMPTY_PATH`, `/proc/self/fd/N`), so no symbolic link or
+//! `..` leads outside the source directory.
+
+use crate::handles::{DirStream, Handle, HandleTable};
+use crate::inodes::{Found, InodeData, InodeTable};
+use crate::sys::{self, Dir, EMPTY, proc_path};
+use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
+use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::session::reply::*;
+use fuse_wire::session::types::attr_from_stat;
+use fuse_wire::session::{
+    BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
+};
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Kernel caching policy (`cache=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cache {
+    /// No caching: zero timeouts and `DIRECT_IO` opens.
+    Never,
+    /// 1 s timeouts; page cache kept only while unchanged.
+    Auto,
+    /// Long timeouts and `KEEP_CACHE`.
+    Always,
+}
+
+/// How the filesystem behaves (from the `-o` options).
+#[derive(Clone, Debug)]
+pub struct FsOptions {
+    pub cache: Cache,
+    /// Entry and attribute timeout.
+    pub timeout: Duration,
+    pub writeback: bool,
+    pub xattr: bool,
+    pub flock: bool,
+    pub posix_lock: bool,
+    pub readdirplus: bool,
+    pub passthrough: bool,
+    pub parallel_direct_writes: bool,
+    pub default_permissions: bool,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        Self {
+            cache: Cache::Auto,
+            timeout: Duration::from_secs(1),
+            writeback: false,
+            xattr: false,
+            flock: false,
+            posix_lock: false,
+            readdirplus: true,
+            passthrough: false,
+            parallel_direct_writes: false,
+            default_permissions: false,
+        }
+    }
+}
+
+/// The filesystem.
+pub struct PassthroughFs {
+    opts: FsOptions,
+    inodes: InodeTable,
+    handles: HandleTable,
+    creds: Creds,
+    passthrough_warned: AtomicBool,
+}
+
+type Res<T> = io::Result<T>;
+
+fn err(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
+}
+
+fn stale() -> io::Error {
+    err(libc::ESTALE)
+}
+
+/// Answers `$reply` with the error of `$e` and returns.
+macro_rules! tri {
+    ($reply:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => {
+                log::debug!("error: {e}");
+                return $reply.io_error(&e);
+            }
+        }
+    };
+}
+
+/// Rejects names that could step outside the directory they are looked up in.
+fn check_name(name: &CStr) -> Res<()> {
+    let b = name.to_bytes();
+    if b.is_empty() || b.contains(&b'/') {
+        return Err(err(libc::EINVAL));
+    }
+    Ok(())
+}
+
+fn is_dot_or_dotdot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl PassthroughFs {
+    /// Serves the directory behind `root` (an `O_PATH` descriptor).
+    pub fn new(root: OwnedFd, opts: FsOptions) -> Res<Self> {
+        Ok(Self {
+            opts,
+            inodes: InodeTable::new(root)?,
+            handles: HandleTable::new(),
+            creds: Creds::new()?,
+            passthrough_warned: AtomicBool::new(false),
+        })
+    }
+
+    /// Inodes the kernel holds lookups on (the root not counted).
+    pub fn live_inodes(&self) -> usize {
+        self.inodes.live()
+    }
+
+    /// Open files and directories.
+    pub fn open_handles(&self) -> usize {
+        self.handles.len()
+    }
+
+    fn inode(&self, ino: Inode) -> Res<Arc<InodeData>> {
+        self.inodes.get(ino.0).ok_or_else(stale)
+    }
+
+    fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
+        self.handles.get(fh.0).ok_or_else(|| err(libc::EBADF))
+    }
+
+    fn entry(&self, found: &Found, st: &libc::stat) -> Entry {
+        Entry {
+            ino: Inode(found.id),
+            generation: found.generation,
+            attr: attr_from_stat(st),
+            entry_ttl: self.opts.timeout,
+            attr_ttl: self.opts.timeout,
+        }
+    }
+
+    /// Looks `name` up in `parent` and counts one lookup of the result.
+    fn do_lookup(&self, parent: &Arc<InodeData>, name: &CStr) -> Res<(Found, libc::stat)> {
+        check_name(name)?;
+        let b = name.to_bytes();
+        if b == b"." || (b == b".." && Arc::ptr_eq(parent, self.inodes.root())) {
+            // The directory itself, or the root's parent, which is the root.
+            let fd = sys::openat(Dir::Fd(parent.fd()), c".", libc::O_PATH, 0)?;
+            let st = sys::stat_fd(fd.as_fd())?;
+            let found = self.inodes.lookup_or_insert(fd, &st);
+            return Ok((found, st));
+        }
+        let fd = sys::openat(Dir::Fd(parent.fd()), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let st = sys::stat_fd(fd.as_fd())?;
+        let found = self.inodes.lookup_or_insert(fd, &st);
+        Ok((found, st))
+    }
+
+    fn reply_new_entry(&self, parent: &Arc<InodeData>, name: &CStr, reply: ReplyEntry) {
+        let (found, st) = tri!(reply, self.do_lookup(parent, name));
+        reply.entry(&self.entry(&found, &st));
+    }
+
+    /// Open flags for a reopen or create on the source side.
+    fn source_flags(&self, flags: i32) -> i32 {
+        let mut f = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        if self.opts.writeback {
+            // The kernel reads pages around partial writes, and keeps the
+            // file size itself: a write-only or append-only descriptor
+            // would fail those reads or write at the wrong place.
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+            f &= !libc::O_APPEND;
+        }
+        f
+    }
+
+    fn file_open_flags(&self, kind: u32, passthrough: bool) -> FopenFlags {
+        let mut f = FopenFlags::empty();
+        let regular = kind == libc::S_IFREG;
+        if !passthrough {
+            match self.opts.cache {
+                Cache::Never => f |= FopenFlags::DIRECT_IO,
+                Cache::Always => f |= FopenFlags::KEEP_CACHE,
+                Cache::Auto => {}
+            }
+        }
+        if self.opts.parallel_direct_writes && regular {
+            f |= FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES;
+            f -= FopenFlags::KEEP_CACHE;
+        }
+        f
+    }
+
+    /// Whether opens of this inode go through a kernel backing file.
+    fn use_passthrough(&self, ctx: &RequestContext<'_>, inode: &InodeData) -> bool {
+        if !self.opts.passthrough || inode.kind != libc::S_IFREG {
+            return false;
+        }
+        if ctx.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
+            return true;
+        }
+        if !self.passthrough_warned.swap(true, Ordering::Relaxed) {
+            log::warn!("passthrough was requested but the kernel did not grant it; serving reads and writes");
+        }
+        false
+    }
+
+    /// Takes a reference on the inode's backing file, registering it first
+    /// if this is the inode's first passthrough open.
+    fn attach_backing(&self, ctx: &RequestContext<'_>, inode: &InodeData, write: bool) -> Res<BackingFile> {
+        let mut pt = inode.passthrough();
+        if let Some(b) = &pt.backing {
+            if write && !pt.writable {
+                return Err(err(pt.write_errno));
+            }
+            let b = b.clone();
+            pt.opens += 1;
+            return Ok(b);
+        }
+        // One backing file serves every open of the inode, so open it for
+        // reading and writing when the source allows.
+        let path = proc_path(inode.fd());
+        let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
+            Ok(fd) => (fd, true, 0),
+            Err(e) => {
+                let werr = e.raw_os_error().unwrap_or(libc::EACCES);
+                (sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0)?, false, werr)
+            }
+        };
+        if write && !writable {
+            return Err(err(write_errno));
+        }
+        let b = ctx.open_backing(fd.as_fd()).map_err(|e| {
+            log::error!("registering a passthrough backing file: {e}");
+            err(libc::EIO)
+        })?;
+        pt.backing = Some(b.clone());
+        pt.opens = 1;
+        pt.writable = writable;
+        pt.write_errno = write_errno;
+        Ok(b)
+    }
+
+    /// Makes a handle of `fd`, with a backing file in passthrough mode.
+    fn new_handle(
+        &self,
+        ctx: &RequestContext<'_>,
+        inode: Arc<InodeData>,
+        fd: OwnedFd,
+        flags: i32,
+    ) -> Res<(FileHandle, FopenFlags, Option<BackingFile>)> {
+        let passthrough = self.use_passthrough(ctx, &inode);
+        let backing = if passthrough {
+            let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+            Some(self.attach_backing(ctx, &inode, write)?)
+        } else {
+            None
+        };
+        let open_flags = self.file_open_flags(inode.kind, passthrough);
+        let fh = self.handles.insert(Handle::new(fd, inode, passthrough));
+        Ok((FileHandle(fh), open_flags, backing))
+    }
+
+    /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
+    fn open_at(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: &Arc<InodeData>,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+    ) -> Res<(OwnedFd, bool)> {
+        let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
+        let create = flags & libc::O_CREAT != 0;
+        let exclusive = flags & libc::O_EXCL != 0;
+        let _as_caller = if create {
+            Some(self.creds.as_caller(ctx)?)
+        } else {
+            None
+        };
+        let dir = Dir::Fd(parent.fd());
+        // Creating with O_EXCL tells exactly whether this call created the
+        // file; an existing one is then opened without O_CREAT. A file
+        // removed in between is retried.
+        for _ in 0..8 {
+            if create {
+                match sys::openat(dir, name, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
+                    Ok(fd) => return Ok((fd, true)),
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !exclusive => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match sys::openat(dir, name, oflags, 0) {
+                Ok(fd) => return Ok((fd, false)),
+                Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(err(libc::EAGAIN))
+    }
+
+    /// Registers the open `fd` (created or not) as an inode and a handle,
+    /// and answers the CREATE-style reply.
+    fn finish_create(
+        &self,
+        ctx: &RequestContext<'_>,
+        fd: OwnedFd,
+        flags: i32,
+        created: bool,
+        reply: ReplyCreate,
+    ) {
+        let st = tri!(reply, sys::stat_fd(fd.as_fd()));
+        let path_fd = tri!(
+            reply,
+            sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), libc::O_PATH, 0)
+        );
+        let found = self.inodes.lookup_or_insert(path_fd, &st);
+        let entry = self.entry(&found, &st);
+        if found.data.is_dir() {
+            // An atomic open of an existing directory: a directory handle.
+            let fh = self.handles.insert(Handle::new(fd, found.data.clone(), false));
+            return reply.opened(&entry, FileHandle(fh), FopenFlags::empty());
+        }
+        match self.new_handle(ctx, found.data.clone(), fd, flags) {
+            Ok((fh, fl, None)) if created => reply.created(&entry, fh, fl),
+            Ok((fh, fl, None)) => reply.opened(&entry, fh, fl),
+            Ok((fh, fl, Some(b))) => reply.passthrough(&entry, fh, fl, &b, created),
+            Err(e) => {
+                // The kernel never sees this entry: drop the lookup it counted.
+                self.inodes.forget(found.id, 1);
+                reply.io_error(&e)
+            }
+        }
+    }
+
+    fn set_times(
+        &self,
+        inode: &InodeData,
+        h: Option<&Handle>,
+        attr: &SetattrIn,
+        valid: SetattrValid,
+    ) -> Res<()> {
+        let ts = |set: bool, now: bool, sec: u64, nsec: u32| libc::timespec {
+            tv_sec: if set && !now { sec as libc::time_t } else { 0 },
+            tv_nsec: if now {
+                libc::UTIME_NOW
+            } else if set {
+                nsec as libc::c_long
+            } else {
+                libc::UTIME_OMIT
+            },
+        };
+        let times = [
+            ts(
+                valid.contains(SetattrValid::ATIME),
+                valid.contains(SetattrValid::ATIME_NOW),
+                attr.atime,
+                attr.atimensec,
+            ),
+            ts(
+                valid.contains(SetattrValid::MTIME),
+                valid.contains(SetattrValid::MTIME_NOW),
+                attr.mtime,
+                attr.mtimensec,
+            ),
+        ];
+        if let Some(h) = h {
+            return sys::futimens(h.fd(), &times);
+        }
+        let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+        match sys::utimensat(Dir::Fd(inode.fd()), EMPTY, &times, flags) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !inode.is_symlink() => {
+                sys::utimensat(Dir::Cwd, &proc_path(inode.fd()), &times, 0)
+            }
+            r => r,
+        }
+    }
+
+    fn do_setattr(&self, ino: Inode, attr: &SetattrIn) -> Res<libc::stat> {
+        let inode = self.inode(ino)?;
+        let valid = SetattrValid::from_bits_retain(attr.valid);
+        let h = if valid.contains(SetattrValid::FH) {
+            Some(self.handle(FileHandle(attr.fh))?)
+        } else {
+            None
+        };
+        if valid.contains(SetattrValid::MODE) {
+            let mode = attr.mode & 0o7777;
+            match &h {
+                Some(h) => sys::fchmod(h.fd(), mode)?,
+                None if inode.is_symlink() => return Err(err(libc::EOPNOTSUPP)),
+                None => sys::chmod(&proc_path(inode.fd()), mode)?,
+            }
+        }
+        if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
+            let uid = if valid.contains(SetattrValid::UID) {
+                attr.uid
+            } else {
+                u32::MAX
+            };
+            let gid = if valid.contains(SetattrValid::GID) {
+                attr.gid
+            } else {
+                u32::MAX
+            };
+            sys::fchown_fd(inode.fd(), uid, gid)?;
+        }
+        if valid.contains(SetattrValid::SIZE) {
+            match &h {
+                Some(h) => sys::ftruncate(h.fd(), attr.size)?,
+                None => sys::truncate(&proc_path(inode.fd()), attr.size)?,
+            }
+        }
+        if valid.intersects(
+            SetattrValid::ATIME | SetattrValid::MTIME | SetattrValid::ATIME_NOW | SetattrValid::MTIME_NOW,
+        ) {
+            self.set_times(&inode, h.as_deref(), attr, valid)?;
+        }
+        sys::stat_fd(inode.fd())
+    }
+
+    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
+    /// symbolic links have no race-free way, so they get `EOPNOTSUPP`.
+    fn xattr_path(&self, ino: Inode) -> Res<CString> {
+        if !self.opts.xattr {
+            return Err(err(libc::ENOSYS));
+        }
+        let inode = self.inode(ino)?;
+        if inode.is_symlink() {
+            return Err(err(libc::EOPNOTSUPP));
+        }
+        Ok(proc_path(inode.fd()))
+    }
+
+    fn readdir_common(
+        &self,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(&Arc<InodeData>, u64, i64, u8, &CStr) -> Res<bool>,
+    ) -> Res<()> {
+        let h = self.handle(fh)?;
+        let _ = ino;
+        let mut guard = h.dir();
+        let stream = guard.get_or_insert_with(DirStream::new);
+        let offset = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        stream.seek(h.fd(), offset)?;
+        let mut added = 0usize;
+        loop {
+            let rec = match stream.peek(h.fd()) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) if added == 0 => return Err(e),
+                Err(_) => break,
+            };
+            let (len, next) = (rec.len(), rec.next);
+            match add(&h.inode, rec.ino, rec.next, rec.typ, rec.name) {
+                Ok(true) => break, // full
+                Ok(false) => {}
+                Err(e) if added == 0 => return Err(e),
+                Err(_) => break,
+            }
+            added += 1;
+            stream.advance(len, next);
+        }
+        Ok(())
+    }
+}
+
+/// Switching a worker thread to the caller's identity for calls that create
+/// files, so that they get the caller's owner and group as on a native
+/// filesystem. Linux keeps fsuid, fsgid and the groups per thread; the
+/// previous identity is restored when the guard drops.
+struct Creds {
+    /// Only a daemon running as root switches.
+    root: bool,
+    groups: Vec<libc::gid_t>,
+}
+
+struct AsCaller<'a> {
+    creds: &'a Creds,
+}
+
+impl Creds {
+    fn new() -> Res<Self> {
+        Ok(Self {
+            root: sys::geteuid() == 0,
+            groups: sys::getgroups()?,
+        })
+    }
+
+    fn switch(&self, uid: u32, gid: u32, groups: &[libc::gid_t]) -> Res<Option<AsCaller<'_>>> {
+        if !self.root || (uid == 0 && gid == 0) {
+            return Ok(None);
+        }
+        if uid == u32::MAX || gid == u32::MAX {
+            return Err(err(libc::EOVERFLOW));
+        }
+        let guard = AsCaller { creds: self };
+        sys::setgroups_thread(groups)?;
+        sys::setfsgid(gid);
+        sys::setfsuid(uid);
+        // setfs[ug]id report failure only by not changing: check.
+        if sys::setfsgid(u32::MAX) != gid || sys::setfsuid(u32::MAX) != uid {
+            return Err(err(libc::EPERM));
+        }
+        Ok(Some(guard))
+    }
+
+    /// For creating: the caller's uid and gid, and the supplementary
+    /// groups the kernel sent (the parent's group when the caller is in it),
+    /// which decides whether a setgid directory's group keeps S_ISGID.
+    fn as_caller(&self, ctx: &RequestContext<'_>) -> Res<Option<AsCaller<'_>>> {
+        let groups: Vec<libc::gid_t> = ctx.supp_groups().collect();
+        self.switch(ctx.uid(), ctx.gid(), &groups)
+    }
+}
+
+impl Drop for AsCaller<'_> {
+    fn drop(&mut self) {
+        sys::setfsuid(0);
+        sys::setfsgid(0);
+        if let Err(e) = sys::setgroups_thread(&self.creds.groups) {
+            log::error!("restoring the worker's groups: {e}");
+        }
+    }
+}
+
+/// The supplementary groups of process `pid` (from `/proc/PID/status`).
+fn process_groups(pid: u32) -> Vec<libc::gid_t> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn statx_time(t: libc::statx_timestamp) -> SxTime {
+    SxTime {
+        tv_sec: t.tv_sec,
+        tv_nsec: t.tv_nsec,
+        reserved: 0,
+    }
+}
+
+fn to_fuse_statx(s: &libc::statx) -> Statx {
+    Statx {
+        mask: s.stx_mask,
+        blksize: s.stx_blksize,
+        attributes: s.stx_attributes,
+        nlink: s.stx_nlink,
+        uid: s.stx_uid,
+        gid: s.stx_gid,
+        mode: s.stx_mode,
+        spare0: [0],
+        ino: s.stx_ino,
+        size: s.stx_size,
+        blocks: s.stx_blocks,
+        attributes_mask: s.stx_attributes_mask,
+        atime: statx_time(s.stx_atime),
+        btime: statx_time(s.stx_btime),
+        ctime: statx_time(s.stx_ctime),
+        mtime: statx_time(s.stx_mtime),
+        rdev_major: s.stx_rdev_major,
+        rdev_minor: s.stx_rdev_minor,
+        dev_major: s.stx_dev_major,
+        dev_minor: s.stx_dev_minor,
+        spare2: [0; 14],
+    }
+}
+
+/// `struct flock` for the byte range of a FUSE lock (`end` inclusive,
+/// `OFFSET_MAX` meaning to the end of the file).
+fn to_flock(lock: &Lock) -> Res<libc::flock> {
+    let start = i64::try_from(lock.start).map_err(|_| err(libc::EINVAL))?;
+    let len = if lock.end >= i64::MAX as u64 {
+        0
+    } else if lock.end < lock.start {
+        return Err(err(libc::EINVAL));
+    } else {
+        (lock.end - lock.start + 1) as i64
+    };
+    Ok(libc::flock {
+        l_type: lock.typ as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: start,
+        l_len: len,
+        l_pid: 0,
+    })
+}
+
+fn from_flock(fl: &libc::flock) -> Lock {
+    let start = fl.l_start.max(0) as u64;
+    let end = if fl.l_len == 0 {
+        i64::MAX as u64
+    } else {
+        start + fl.l_len as u64 - 1
+    };
+    Lock {
+        start,
+        end,
+        typ: fl.l_type as i32,
+        pid: 0,
+    }
+}
+
+/// Runs a blocking call that an INTERRUPT from the kernel can cut short:
+/// the interrupt sends this thread a signal whose handler does nothing, so
+/// the call returns `EINTR`.
+fn interruptible<T>(ctx: &RequestContext<'_>, f: impl FnOnce() -> Res<T>) -> Res<T> {
+    if ctx.is_interrupted() {
+        return Err(err(libc::EINTR));
+    }
+    let waiting = Arc::new(Mutex::new(Some(sys::this_thread())));
+    let w = waiting.clone();
+    ctx.on_interrupt(move || {
+        if let Some(t) = *w.lock().unwrap_or_else(|e| e.into_inner()) {
+            sys::kill_thread(t, sys::INTERRUPT_SIGNAL);
+        }
+    });
+    let r = f();
+    *waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    r
+}
+
+impl Filesystem for PassthroughFs {
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        if self.opts.writeback {
+            config.want(InitFlags::WRITEBACK_CACHE);
+        }
+        if self.opts.flock {
+            config.want(InitFlags::FLOCK_LOCKS);
+        }
+        if self.opts.posix_lock {
+            config.want(InitFlags::POSIX_LOCKS);
+        }
+        if self.opts.readdirplus {
+            config.want(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        }
+        if self.creds.root {
+            config.want(InitFlags::CREATE_SUPP_GROUP);
+        }
+        if self.opts.passthrough {
+            config.want(InitFlags::PASSTHROUGH);
+            config.max_stack_depth = 1;
+        }
+        config.default_permissions = self.opts.default_permissions;
+        Ok(())
+    }
+
+    fn destroy(&self) {
+        log::info!(
+            "destroy: {} inodes still looked up, {} handles open",
+            self.live_inodes(),
+            self.open_handles()
+        );
+    }
+
+    fn lookup(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        log::debug!("lookup parent={parent} name={name:?}");
+        let parent = tri!(reply, self.inode(parent));
+        match self.do_lookup(&parent, name) {
+            Ok((found, st)) => reply.entry(&self.entry(&found, &st)),
+            Err(e) => reply.io_error(&e),
+        }
+    }
+
+    fn forget(&self, _ctx: &RequestContext<'_>, ino: Inode, nlookup: u64) {
+        log::debug!("forget ino={ino} n={nlookup}");
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn batch_forget(&self, _ctx: &RequestContext<'_>, nodes: &mut dyn Iterator<Item = (Inode, u64)>) {
+        for (ino, n) in nodes {
+            self.inodes.forget(ino.0, n);
+        }
+    }
+
+    fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        log::debug!("getattr ino={ino} fh={fh:?}");
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
+            Some(h) => tri!(reply, sys::stat_fd(h.fd())),
+            None => {
+                let inode = tri!(reply, self.inode(ino));
+                tri!(reply, sys::stat_fd(inode.fd()))
+            }
+        };
+        reply.attr(self.opts.timeout, &attr_from_stat(&st));
+    }
+
+    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+        log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
+        let st = tri!(reply, self.do_setattr(ino, attr));
+        reply.attr(self.opts.timeout, &attr_from_stat(&st));
+    }
+
+    fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        let inode = tri!(reply, self.inode(ino));
+        let target = tri!(reply, sys::readlink_fd(inode.fd()));
+        reply.data(&target);
+    }
+
+    fn symlink(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        target: &CStr,
+        reply: ReplyEntry,
+    ) {
+        log::debug!("symlink parent={parent} name={name:?} target={target:?}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        {
+            let _c = tri!(reply, self.creds.as_caller(ctx));
+            tri!(reply, sys::symlinkat(target, parent.fd(), name));
+        }
+        self.reply_new_entry(&parent, name, reply);
+    }
+
+    fn mknod(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        {
+            let _c = tri!(reply, self.creds.as_caller(ctx));
+            tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
+        }
+        self.reply_new_entry(&parent, name, reply);
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        {
+            let _c = tri!(reply, self.creds.as_caller(ctx));
+            tri!(reply, sys::mkdirat(parent.fd(), name, mode));
+        }
+        self.reply_new_entry(&parent, name, reply);
+    }
+
+    fn unlink(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        log::debug!("unlink parent={parent} name={name:?}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        tri!(reply, sys::unlinkat(parent.fd(), name, 0));
+        reply.ok();
+    }
+
+    fn rmdir(&self, _ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        log::debug!("rmdir parent={parent} name={name:?}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        tri!(reply, sys::unlinkat(parent.fd(), name, libc::AT_REMOVEDIR));
+        reply.ok();
+    }
+
+    fn rename(
+        &self,
+        _ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        newparent: Inode,
+        newname: &CStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
+        let old = tri!(reply, self.inode(parent));
+        let new = tri!(reply, self.inode(newparent));
+        tri!(reply, check_name(name));
+        tri!(reply, check_name(newname));
+        tri!(reply, sys::renameat2(old.fd(), name, new.fd(), newname, flags));
+        reply.ok();
+    }
+
+    fn link(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        newparent: Inode,
+        newname: &CStr,
+        reply: ReplyEntry,
+    ) {
+        log::debug!("link ino={ino} -> {newparent}/{newname:?}");
+        let inode = tri!(reply, self.inode(ino));
+        let parent = tri!(reply, self.inode(newparent));
+        tri!(reply, check_name(newname));
+        let r = sys::linkat(
+            Dir::Fd(inode.fd()),
+            EMPTY,
+            parent.fd(),
+            newname,
+            libc::AT_EMPTY_PATH,
+        );
+        match r {
+            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) && !inode.is_symlink() => {
+                tri!(
+                    reply,
+                    sys::linkat(
+                        Dir::Cwd,
+                        &proc_path(inode.fd()),
+                        parent.fd(),
+                        newname,
+                        libc::AT_SYMLINK_FOLLOW
+                    )
+                )
+            }
+            r => tri!(reply, r),
+        }
+        self.reply_new_entry(&parent, newname, reply);
+    }
+
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+        log::debug!("open ino={ino} flags={flags:#o}");
+        let inode = tri!(reply, self.inode(ino));
+        let fd = tri!(
+            reply,
+            sys::openat(Dir::Cwd, &proc_path(inode.fd()), self.source_flags(flags), 0)
+        );
+        match tri!(reply, self.new_handle(ctx, inode, fd, flags)) {
+            (fh, fl, None) => reply.opened(fh, fl),
+            (fh, fl, Some(b)) => reply.passthrough(fh, fl, &b),
+        }
+    }
+
+    fn read(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
+        let h = tri!(reply, self.handle(fh));
+        reply.with_buffer(size as usize, |buf| sys::pread(h.fd(), buf, offset));
+    }
+
+    fn write(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
+        let h = tri!(reply, self.handle(fh));
+        let n = tri!(reply, sys::pwrite(h.fd(), data, offset));
+        reply.written(n as u32);
+    }
+
+    fn flush(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        _owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("flush ino={ino} fh={fh}");
+        let h = tri!(reply, self.handle(fh));
+        // Closing a duplicate reports delayed write errors (NFS and the like)
+        // and drops POSIX locks, as the caller's close would.
+        drop(tri!(reply, h.fd.try_clone()));
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        _flags: i32,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        flock_release: bool,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("release ino={ino} fh={fh}");
+        if let Some(h) = self.handles.remove(fh.0)
+            && flock_release
+        {
+            let _ = sys::flock(h.fd(), libc::LOCK_UN);
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = tri!(reply, self.handle(fh));
+        tri!(reply, sys::fsync(h.fd(), datasync));
+        reply.ok();
+    }
+
+    fn opendir(&self, _ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+        log::debug!("opendir ino={ino}");
+        let inode = tri!(reply, self.inode(ino));
+        let fd = tri!(
+            reply,
+            sys::openat(Dir::Fd(inode.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        );
+        let fh = self.handles.insert(Handle::new(fd, inode, false));
+        let flags = if self.opts.cache == Cache::Always {
+            FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        reply.opened(FileHandle(fh), flags);
+    }
+
+    fn readdir(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        log::debug!("readdir ino={ino} fh={fh} off={offset}");
+        let r = self.readdir_common(ino, fh, offset, |_, d_ino, next, typ, name| {
+            Ok(reply.add(d_ino, next as u64, typ as u32, name.to_bytes()))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        log::debug!("readdirplus ino={ino} fh={fh} off={offset}");
+        let r = self.readdir_common(ino, fh, offset, |dir, d_ino, next, typ, name| {
+            let bytes = name.to_bytes();
+            if is_dot_or_dotdot(bytes) {
+                let entry = Entry {
+                    attr: Attr {
+                        ino: d_ino,
+                        mode: (typ as u32) << 12,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                return Ok(reply.add(&entry, next as u64, bytes));
+            }
+            let (found, st) = match self.do_lookup(dir, name) {
+                Ok(x) => x,
+                // Removed since the directory was read: leave it out.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let full = reply.add(&self.entry(&found, &st), next as u64, bytes);
+            if full {
+                // Not sent: the kernel did not get this lookup.
+                self.inodes.forget(found.id, 1);
+            }
+            Ok(full)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("releasedir ino={ino} fh={fh}");
+        self.handles.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = tri!(reply, self.handle(fh));
+        tri!(reply, sys::fsync(h.fd(), datasync));
+        reply.ok();
+    }
+
+    fn statfs(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+        let inode = tri!(reply, self.inode(ino));
+        let s = tri!(reply, sys::fstatvfs(inode.fd()));
+        reply.statfs(&Kstatfs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+            ..Default::default()
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+        setxattr_flags: SetxattrFlags,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("setxattr ino={ino} name={name:?}");
+        let path = tri!(reply, self.xattr_path(ino));
+        tri!(reply, sys::setxattr(&path, name, value, flags));
+        if setxattr_flags.contains(SetxattrFlags::ACL_KILL_SGID)
+            && name.to_bytes() == b"system.posix_acl_access"
+        {
+            // The caller may not keep S_ISGID (the kernel decided); we set the
+            // ACL with privileges that would have kept it, so clear it here.
+            let inode = tri!(reply, self.inode(ino));
+            let st = tri!(reply, sys::stat_fd(inode.fd()));
+            if st.st_mode & libc::S_ISGID != 0 {
+                tri!(reply, sys::chmod(&path, st.st_mode & 0o7777 & !libc::S_ISGID));
+            }
+        }
+        reply.ok();
+    }
+
+    fn getxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        log::debug!("getxattr ino={ino} name={name:?} size={size}");
+        let path = tri!(reply, self.xattr_path(ino));
+        if size == 0 {
+            let n = tri!(reply, sys::getxattr(&path, name, &mut []));
+            return reply.size(n as u32);
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = tri!(reply, sys::getxattr(&path, name, &mut buf));
+        reply.data(&buf[..n]);
+    }
+
+    fn listxattr(&self, _ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        log::debug!("listxattr ino={ino} size={size}");
+        let path = tri!(reply, self.xattr_path(ino));
+        if size == 0 {
+            let n = tri!(reply, sys::listxattr(&path, &mut []));
+            return reply.size(n as u32);
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = tri!(reply, sys::listxattr(&path, &mut buf));
+        reply.data(&buf[..n]);
+    }
+
+    fn removexattr(&self, _ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        log::debug!("removexattr ino={ino} name={name:?}");
+        let path = tri!(reply, self.xattr_path(ino));
+        tri!(reply, sys::removexattr(&path, name));
+        reply.ok();
+    }
+
+    fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
+        log::debug!("access ino={ino} mask={mask:#o}");
+        let inode = tri!(reply, self.inode(ino));
+        let path = proc_path(inode.fd());
+        let groups = if self.creds.root && ctx.uid() != 0 {
+            process_groups(ctx.pid())
+        } else {
+            Vec::new()
+        };
+        let _c = tri!(reply, self.creds.switch(ctx.uid(), ctx.gid(), &groups));
+        tri!(reply, sys::faccessat(&path, mask, libc::AT_EACCESS));
+        reply.ok();
+    }
+
+    fn atomic_open(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+        reply: ReplyCreate,
+    ) {
+        log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
+        let parent = tri!(reply, self.inode(parent));
+        tri!(reply, check_name(name));
+        if is_dot_or_dotdot(name.to_bytes()) {
+            return reply.error(Errno::EISDIR);
+        }
+        let (fd, created) = tri!(reply, self.open_at(ctx, &parent, name, flags, mode));
+        self.finish_create(ctx, fd, flags, created, reply);
+    }
+
+    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
+        log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
+        let parent = tri!(reply, self.inode(parent));
+        let oflags = self.source_flags(flags) | libc::O_TMPFILE;
+        let fd = {
+            let _c = tri!(reply, self.creds.as_caller(ctx));
+            tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode))
+        };
+        self.finish_create(ctx, fd, flags, true, reply);
+    }
+
+    fn getlk(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        fh: FileHandle,
+        _owner: LockOwner,
+        lock: Lock,
+        reply: ReplyLock,
+    ) {
+        let h = tri!(reply, self.handle(fh));
+        let mut fl = tri!(reply, to_flock(&lock));
+        tri!(reply, sys::fcntl_lock(h.fd(), libc::F_OFD_GETLK, &mut fl));
+        reply.lock(from_flock(&fl));
+    }
+
+    fn setlk(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        _owner: LockOwner,
+        lock: Lock,
+        sleep: bool,
+        flock: bool,
+        reply: ReplyEmpty,
+    ) {
+        log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
+        let h = tri!(reply, self.handle(fh));
+        let r = if flock {
+            let mut op = match lock.typ {
+                libc::F_RDLCK => libc::LOCK_SH,
+                libc::F_WRLCK => libc::LOCK_EX,
+                libc::F_UNLCK => libc::LOCK_UN,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            if !sleep {
+                op |= libc::LOCK_NB;
+            }
+            if sleep && op != libc::LOCK_UN {
+                interruptible(ctx, || sys::flock(h.fd(), op))
+            } else {
+                sys::flock(h.fd(), op)
+            }
+        } else {
+            let mut fl = tri!(reply, to_flock(&lock));
+            if sleep {
+                interruptible(ctx, || sys::fcntl_lock(h.fd(), libc::F_OFD_SETLKW, &mut fl))
+            } else {
+                sys::fcntl_lock(h.fd(), libc::F_OFD_SETLK, &mut fl)
+            }
+        };
+        tri!(reply, r);
+        reply.ok();
+    }
+
+    fn fallocate(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let h = tri!(reply, self.handle(fh));
+        tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
+        reply.ok();
+    }
+
+    fn lseek(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let h = tri!(reply, self.handle(fh));
+        let off = tri!(reply, i64::try_from(offset).map_err(|_| err(libc::EINVAL)));
+        let r = tri!(reply, sys::lseek(h.fd(), off, whence));
+        reply.offset(r);
+    }
+
+    fn copy_file_range(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino_in: Inode,
+        fh_in: FileHandle,
+        off_in: u64,
+        _ino_out: Inode,
+        fh_out: FileHandle,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+        reply: ReplyCopy,
+    ) {
+        let hi = tri!(reply, self.handle(fh_in));
+        let ho = tri!(reply, self.handle(fh_out));
+        let flags = tri!(reply, u32::try_from(flags).map_err(|_| err(libc::EINVAL)));
+        let n = tri!(
+            reply,
+            sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)
+        );
+        reply.copied(n as u64);
+    }
+
+    fn statx(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        log::debug!("statx ino={ino} mask={mask:#x}");
+        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
+        let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
+            Some(h) => tri!(reply, sys::statx(h.fd(), at, mask)),
+            None => {
+                let inode = tri!(reply, self.inode(ino));
+                tri!(reply, sys::statx(inode.fd(), at, mask))
+            }
+        };
+        reply.statx(self.opts.timeout, &to_fuse_statx(&st));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ranges_convert_both_ways() {
+        let l = Lock {
+            start: 10,
+            end: 19,
+            typ: libc::F_WRLCK,
+            pid: 5,
+        };
+        let fl = to_flock(&l).unwrap();
+        assert_eq!((fl.l_start, fl.l_len, fl.l_pid), (10, 10, 0));
+        assert_eq!(from_flock(&fl), Lock { pid: 0, ..l });
+        let whole = Lock {
+            start: 0,
+            end: i64::MAX as u64,
+            typ: libc::F_RDLCK,
+            pid: 0,
+        };
+        let fl = to_flock(&whole).unwrap();
+        assert_eq!(fl.l_len, 0);
+        assert_eq!(from_flock(&fl), whole);
+        assert!(
+            to_flock(&Lock {
+                start: 5,
+                end: 1,
+                ..l
+            })
+            .is_err()
+        );
+        assert!(to_flock(&Lock { start: u64::MAX, ..l }).is_err());
+    }
+
+    #[test]
+    fn names_that_leave_the_directory_are_refused() {
+        assert!(check_name(c"a/b").is_err());
+        assert!(check_name(c"").is_err());
+        assert!(check_name(c"ok").is_ok());
+    }
+}

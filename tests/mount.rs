@@ -1,0 +1,574 @@
+//! Real mounts through `fuse_wire::session::mount`: privileged `mount(2)`,
+//! unmount and drop, error paths that must leave nothing mounted and no fd
+//! open, the `/dev/fd/N` handover, and `fusermount3` as an unprivileged user
+//! (with and without `auto_unmount`).
+//!
+//! The session loop is not used: a tiny server thread (tests/common) answers
+//! INIT and GETATTR of the root so that `stat(mountpoint)` works.
+//!
+//! The unprivileged tests re-run this test binary as uid/gid 65534 with
+//! `FUSE_WIRE_MOUNT_TEST_CHILD` set; the `unprivileged_child` test is that
+//! child's entry point and does nothing otherwise.
+
+mod common;
+
+use common::*;
+use fuse_wire::session::mount::{self, Mount, MountError, MountMethod, MountOptions};
+use std::ffi::CString;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "FUSE_WIRE_MOUNT_TEST_CHILD";
+const CHILD_MNT_ENV: &str = "FUSE_WIRE_MOUNT_TEST_MNT";
+const CHILD_UID_ENV: &str = "FUSE_WIRE_MOUNT_TEST_UID";
+const NOBODY: u32 = 65534;
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Mount tests run one at a time, so that counting this process's `/dev/fuse`
+/// fds is meaningful and concurrent mounts cannot confuse each other.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn dev_fuse_fds() -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t == Path::new("/dev/fuse"))
+        .count()
+}
+
+fn opts(subtype: &str) -> MountOptions {
+    MountOptions {
+        subtype: Some(subtype.into()),
+        ..Default::default()
+    }
+}
+
+/// `stat(mnt)` answered by the server: a 0755 directory.
+fn assert_root_is_served(mnt: &Path, uid: u32) {
+    let md = fs::metadata(mnt).unwrap_or_else(|e| panic!("stat {}: {e}", mnt.display()));
+    assert_eq!(md.mode(), libc::S_IFDIR | 0o755, "mode of the served root");
+    assert_eq!(md.ino(), 1);
+    assert_eq!(md.uid(), uid);
+}
+
+#[test]
+fn privileged_mount_serves_and_unmounts() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("priv");
+    let o = MountOptions::parse_opts(
+        "fsname=fwsrc,subtype=fwtest,default_permissions,allow_other,max_read=65536,noexec",
+    )
+    .unwrap();
+    let m = Mount::new(tm.path(), &o).expect("privileged mount");
+    assert_eq!(m.method(), MountMethod::Privileged);
+    assert_eq!(m.mountpoint(), Some(tm.path()));
+
+    let mi = mountinfo(tm.path()).expect("mounted");
+    assert_eq!(mi.fstype, "fuse.fwtest");
+    assert_eq!(mi.source, "fwsrc");
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(
+            mi.mount_opts.split(',').any(|f| f == flag),
+            "{flag} in {}",
+            mi.mount_opts
+        );
+    }
+    for o in [
+        "user_id=0",
+        "group_id=0",
+        "default_permissions",
+        "allow_other",
+        "max_read=65536",
+    ] {
+        assert!(
+            mi.super_opts.split(',').any(|f| f == o),
+            "{o} in {}",
+            mi.super_opts
+        );
+    }
+
+    let (dev, guard) = m.into_parts();
+    let server = serve_root(dev, 0, 0);
+    assert_root_is_served(tm.path(), 0);
+
+    guard.unmount().expect("unmount");
+    assert!(!fuse_mounted_at(tm.path()), "still mounted after unmount");
+    let seen = join_server(server).expect("server ends with ENODEV");
+    assert!(seen.contains(&26), "INIT was served: {seen:?}");
+}
+
+#[test]
+fn mount_unmount_closes_and_unmounts() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("unmount");
+    let m = Mount::new(tm.path(), &opts("fwunmount")).expect("mount");
+    let server = serve_root(m.dev().try_dup().unwrap(), 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    m.unmount().expect("Mount::unmount");
+    assert!(!fuse_mounted_at(tm.path()));
+    join_server(server).expect("server ends with ENODEV");
+}
+
+#[test]
+fn drop_unmounts() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    // Dropping a Mount.
+    let tm = TempMountpoint::new("drop");
+    let m = Mount::new(tm.path(), &opts("fwdrop")).expect("mount");
+    let server = serve_root(m.dev().try_dup().unwrap(), 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    drop(m);
+    assert!(
+        wait_unmounted(tm.path(), STEP_TIMEOUT),
+        "Mount drop did not unmount"
+    );
+    join_server(server).expect("server ends with ENODEV");
+
+    // Dropping the guard while the server still owns the fd.
+    let m = Mount::new(tm.path(), &opts("fwdrop")).expect("mount again");
+    let (dev, guard) = m.into_parts();
+    let server = serve_root(dev, 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    drop(guard);
+    assert!(
+        wait_unmounted(tm.path(), STEP_TIMEOUT),
+        "MountGuard drop did not unmount"
+    );
+    join_server(server).expect("server ends with ENODEV");
+}
+
+#[test]
+fn mount_errors_leave_nothing_behind() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("errors");
+    let before = dev_fuse_fds();
+
+    let missing = tm.root().join("missing");
+    let e = Mount::new(&missing, &opts("fwerr")).unwrap_err();
+    assert!(
+        matches!(&e, MountError::MountpointMissing { path } if *path == missing),
+        "{e}"
+    );
+
+    let file = tm.root().join("file");
+    fs::write(&file, b"x").unwrap();
+    let e = Mount::new(&file, &opts("fwerr")).unwrap_err();
+    assert!(matches!(e, MountError::NotADirectory { .. }), "{e}");
+    assert!(mountinfo(&file).is_none());
+
+    let e = MountOptions::parse_opts("subtype=fwerr,frobnicate").unwrap_err();
+    assert!(
+        matches!(&e, MountError::UnknownOption(o) if o == "frobnicate"),
+        "{e}"
+    );
+
+    let bad = MountOptions {
+        fsname: Some("a,allow_other".into()),
+        ..opts("fwerr")
+    };
+    let e = Mount::new(tm.path(), &bad).unwrap_err();
+    assert!(
+        matches!(&e, MountError::InvalidOption { option, .. } if option == "fsname"),
+        "{e}"
+    );
+
+    let e = Mount::new(tm.path(), &MountOptions::parse_opts("blksize=4096").unwrap()).unwrap_err();
+    assert!(
+        matches!(&e, MountError::InvalidOption { option, .. } if option == "blksize"),
+        "{e}"
+    );
+
+    // mount(2) itself fails after /dev/fuse was opened: fuseblk needs a block device.
+    let blk = MountOptions::parse_opts(&format!("blkdev,fsname={}", file.display())).unwrap();
+    let e = Mount::new(tm.path(), &blk).unwrap_err();
+    assert!(
+        matches!(&e, MountError::Mount { fstype, .. } if fstype == "fuseblk"),
+        "{e}"
+    );
+
+    // Non-empty directories are allowed unless nonempty_check is set.
+    fs::write(tm.path().join("inside"), b"x").unwrap();
+    let check = MountOptions {
+        nonempty_check: true,
+        ..opts("fwerr")
+    };
+    let e = Mount::new(tm.path(), &check).unwrap_err();
+    assert!(matches!(e, MountError::NotEmpty { .. }), "{e}");
+
+    assert!(!fuse_mounted_at(tm.path()), "an error left a mount behind");
+    assert_eq!(dev_fuse_fds(), before, "an error leaked a /dev/fuse fd");
+
+    let m = Mount::new(tm.path(), &opts("fwerr")).expect("mounting over a non-empty dir is allowed");
+    let server = serve_root(m.dev().try_dup().unwrap(), 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    m.unmount().unwrap();
+    join_server(server).unwrap();
+    assert!(tm.path().join("inside").exists(), "the covered file is back");
+}
+
+#[test]
+fn handed_over_fd_is_served_and_never_unmounted() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("handover");
+    // Play the privileged helper: open /dev/fuse and mount(2) it ourselves.
+    let fd = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap()
+        .into_raw_fd();
+    let src = CString::new("fwhand").unwrap();
+    let target = CString::new(tm.path().as_os_str().as_encoded_bytes()).unwrap();
+    let fstype = CString::new("fuse.fwhand").unwrap();
+    let data = CString::new(format!("fd={fd},rootmode=40755,user_id=0,group_id=0")).unwrap();
+    // SAFETY: all pointers are NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    assert_eq!(r, 0, "helper mount(2): {}", std::io::Error::last_os_error());
+
+    let m = Mount::new(format!("/dev/fd/{fd}"), &MountOptions::default()).expect("handover");
+    assert_eq!(m.method(), MountMethod::HandedOver);
+    assert_eq!(m.mountpoint(), None);
+    let server = serve_root(m.dev().try_dup().unwrap(), 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    assert_eq!(mountinfo(tm.path()).unwrap().fstype, "fuse.fwhand");
+
+    m.unmount().expect("unmounting a handed-over fd is a no-op");
+    assert!(
+        fuse_mounted_at(tm.path()),
+        "a handed-over mount must stay mounted"
+    );
+    // fd N now belongs to the Mount, which closed it.
+    assert_eq!(dev_fuse_fds(), 1, "only the server's dup is left");
+
+    mount::unmount(tm.path(), false).expect("standalone unmount");
+    assert!(!fuse_mounted_at(tm.path()));
+    join_server(server).expect("server ends with ENODEV");
+
+    // Mount::from_fd takes any fd as handed over.
+    let f = fs::File::open("/dev/null").unwrap();
+    let m = Mount::from_fd(f.into());
+    assert_eq!(m.method(), MountMethod::HandedOver);
+    drop(m);
+}
+
+#[test]
+fn root_auto_unmount_goes_through_fusermount3() {
+    if !require_fusermount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("rootauto");
+    let o = MountOptions {
+        auto_unmount: true,
+        ..opts("fwrootauto")
+    };
+    let m = Mount::new(tm.path(), &o).expect("auto_unmount mount as root");
+    assert_eq!(m.method(), MountMethod::Fusermount);
+    assert_eq!(mountinfo(tm.path()).unwrap().fstype, "fuse.fwrootauto");
+    let (dev, guard) = m.into_parts();
+    let server = serve_root(dev, 0, 0);
+    assert_root_is_served(tm.path(), 0);
+    guard.unmount().expect("fusermount3 -u -z");
+    assert!(wait_unmounted(tm.path(), STEP_TIMEOUT));
+    join_server(server).expect("server ends with ENODEV");
+}
+
+// ---------------------------------------------------------------------------
+// Unprivileged: fusermount3 from a child running as nobody.
+
+/// A re-run of this test binary as uid/gid `uid` in one child mode.
+struct Unprivileged {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Receiver<String>,
+}
+
+impl Unprivileged {
+    fn spawn(mode: &str, tm: &TempMountpoint, uid: u32) -> Self {
+        std::os::unix::fs::chown(tm.path(), Some(uid), Some(uid)).unwrap();
+        // The child must be able to execute the binary whatever the
+        // permissions of the build directory: run a copy next to the mountpoint.
+        let exe = tm.root().join("mount-test");
+        fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = Command::new(&exe)
+            .args(["--exact", "unprivileged_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, mode)
+            .env(CHILD_MNT_ENV, tm.path())
+            .env(CHILD_UID_ENV, uid.to_string())
+            .current_dir("/")
+            .uid(uid)
+            .gid(uid)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the unprivileged child");
+        let stdin = child.stdin.take();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                // The harness prints `test unprivileged_child ... ` before the first one.
+                if let Some((_, msg)) = l.split_once("CHILD:") {
+                    let _ = tx.send(msg.to_string());
+                }
+            }
+        });
+        let (etx, stderr) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = etx.send(l);
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        std::thread::sleep(Duration::from_millis(100));
+        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+    }
+
+    /// The next `CHILD:` line, or a panic with the child's stderr.
+    fn expect_line(&mut self, prefix: &str) -> String {
+        match self.lines.recv_timeout(STEP_TIMEOUT) {
+            Ok(l) if l.starts_with(prefix) => l,
+            Ok(l) => self.fail(&format!("expected {prefix}, child said {l}")),
+            Err(RecvTimeoutError::Timeout) => self.fail(&format!("timed out waiting for {prefix}")),
+            Err(RecvTimeoutError::Disconnected) => self.fail(&format!("child exited before {prefix}")),
+        }
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("{what}; child stderr:\n{}", self.stderr_text());
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits (bounded) for the child to exit successfully.
+    fn expect_success(&mut self) {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            match self.child.try_wait().unwrap() {
+                Some(st) if st.success() => return,
+                Some(st) => {
+                    let err = self.stderr_text();
+                    panic!("child failed with {st}; stderr:\n{err}");
+                }
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                None => self.fail("child did not exit"),
+            }
+        }
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn unprivileged_fusermount3_mount_and_unmount() {
+    if !require_fusermount_capability() {
+        return;
+    }
+    let _s = serial();
+    let _open = DevFuseOpenToAll::new().expect("make /dev/fuse 0666 for the test");
+    let tm = TempMountpoint::new("unpriv");
+    let mut c = Unprivileged::spawn("mount", &tm, NOBODY);
+    c.expect_line("MOUNTED");
+    let mi = mountinfo(tm.path()).expect("the child's mount is visible");
+    assert_eq!(mi.fstype, "fuse.fwunpriv");
+    assert_eq!(mi.source, "fwunpriv");
+    assert!(mi.super_opts.contains("user_id=65534"), "{}", mi.super_opts);
+    assert!(mi.mount_opts.contains("nosuid") && mi.mount_opts.contains("nodev"));
+    c.send("unmount");
+    c.expect_line("DONE");
+    c.expect_success();
+    assert!(!fuse_mounted_at(tm.path()));
+}
+
+/// Kills a child serving an `auto_unmount` mount; fusermount3 must unmount.
+fn kill_and_expect_auto_unmount(mode: &str, uid: u32, fstype: &str) {
+    let tm = TempMountpoint::new("auto");
+    let mut c = Unprivileged::spawn(mode, &tm, uid);
+    c.expect_line("MOUNTED");
+    assert_eq!(mountinfo(tm.path()).expect("mounted").fstype, fstype);
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    assert!(
+        wait_unmounted(tm.path(), STEP_TIMEOUT),
+        "{mode} as uid {uid}: fusermount3 did not auto-unmount after the server was killed"
+    );
+}
+
+#[test]
+fn auto_unmount_when_the_server_dies() {
+    if !require_fusermount_capability() {
+        return;
+    }
+    let _s = serial();
+    let mut grant = DevFuseOpenToAll::new().expect("make /dev/fuse 0666 for the test");
+
+    // A root server (fusermount3 is still the one that unmounts).
+    kill_and_expect_auto_unmount("auto", 0, "fuse.fwauto");
+
+    // An unprivileged server. fusermount3 before 3.15 checks the dead mount as
+    // root, which only works with allow_other/allow_root (libfuse #586), so
+    // allow_root (with user_allow_other granted) runs everywhere and the plain
+    // case only where fusermount3 handles it.
+    grant
+        .allow_other_for_users()
+        .expect("add user_allow_other to /etc/fuse.conf");
+    kill_and_expect_auto_unmount("auto_allow_root", NOBODY, "fuse.fwauto");
+    match fusermount_version() {
+        Some(v) if v >= (3, 15) => kill_and_expect_auto_unmount("auto", NOBODY, "fuse.fwauto"),
+        v => eprintln!(
+            "NOTE: fusermount3 {v:?} cannot auto-unmount for a user without allow_other/allow_root \
+             (libfuse #586, fixed in 3.15); that variant was not run"
+        ),
+    }
+}
+
+#[test]
+fn unprivileged_fusermount3_failure_reports_its_stderr() {
+    if !require_fusermount_capability() {
+        return;
+    }
+    let _s = serial();
+    let _open = DevFuseOpenToAll::new().expect("make /dev/fuse 0666 for the test");
+    let tm = TempMountpoint::new("fail");
+    // A mountpoint the child may not write to (fusermount3 refuses it).
+    fs::create_dir(tm.root().join("rootowned")).unwrap();
+    let mut c = Unprivileged::spawn("failures", &tm, NOBODY);
+    c.expect_line("OK");
+    c.expect_success();
+    assert!(!fuse_mounted_at(tm.path()));
+    assert!(!fuse_mounted_at(&tm.root().join("rootowned")));
+}
+
+/// The child side of the unprivileged tests (a no-op in a normal run).
+#[test]
+fn unprivileged_child() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mnt = PathBuf::from(std::env::var(CHILD_MNT_ENV).expect("mountpoint"));
+    let uid: u32 = std::env::var(CHILD_UID_ENV).unwrap().parse().unwrap();
+    assert_eq!(euid(), uid, "the child runs as the requested user");
+    match mode.as_str() {
+        "mount" => {
+            let m = Mount::new(&mnt, &opts("fwunpriv")).expect("mount through fusermount3");
+            assert_eq!(m.method(), MountMethod::Fusermount);
+            let (dev, guard) = m.into_parts();
+            let server = serve_root(dev, uid, uid);
+            assert_root_is_served(&mnt, uid);
+            assert_eq!(mountinfo(&mnt).unwrap().fstype, "fuse.fwunpriv");
+            println!("CHILD:MOUNTED");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "unmount");
+            guard.unmount().expect("fusermount3 -u -z");
+            assert!(wait_unmounted(&mnt, STEP_TIMEOUT));
+            join_server(server).expect("server ends with ENODEV");
+            println!("CHILD:DONE");
+        }
+        "auto" | "auto_allow_root" => {
+            let o = MountOptions {
+                auto_unmount: true,
+                allow_root: mode == "auto_allow_root",
+                ..opts("fwauto")
+            };
+            let m = Mount::new(&mnt, &o).expect("auto_unmount mount through fusermount3");
+            assert_eq!(m.method(), MountMethod::Fusermount);
+            assert_eq!(m.allow_root(), o.allow_root);
+            let (dev, _guard) = m.into_parts();
+            let _server = serve_root(dev, uid, uid);
+            assert_root_is_served(&mnt, uid);
+            println!("CHILD:MOUNTED");
+            // The parent kills us; never outlive the test.
+            std::thread::sleep(STEP_TIMEOUT * 2);
+            std::process::exit(3);
+        }
+        "failures" => {
+            let expect_failure = |mnt: &Path, o: &MountOptions, needle: &str| {
+                let e = Mount::new(mnt, o).unwrap_err();
+                match &e {
+                    MountError::FusermountFailed { stderr, status, .. } => {
+                        assert!(!status.success());
+                        assert!(stderr.contains(needle), "stderr: {stderr}");
+                        assert!(e.to_string().contains(needle), "{e}");
+                    }
+                    other => panic!("expected FusermountFailed, got {other:?}"),
+                }
+                assert!(!fuse_mounted_at(mnt));
+            };
+            let rootowned = mnt.parent().unwrap().join("rootowned");
+            expect_failure(&rootowned, &opts("fwfail"), "write access");
+            let allowed = fs::read_to_string("/etc/fuse.conf")
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.trim() == "user_allow_other");
+            if !allowed {
+                let o = MountOptions {
+                    allow_other: true,
+                    ..opts("fwfail")
+                };
+                expect_failure(&mnt, &o, "user_allow_other");
+            }
+            println!("CHILD:OK");
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}

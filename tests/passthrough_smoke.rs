@@ -1,0 +1,603 @@
+//! Smoke tests of the passthrough_ll example through a real mount: one test
+//! per family of operations, each on its own temporary source and
+//! mountpoint, with the daemon started the way mount.fuse3 starts it
+//! (`passthrough_ll SOURCE MOUNTPOINT -o OPTIONS`) and stopped by SIGTERM.
+//!
+//! The example binary is the one `cargo test --all-targets` builds next to
+//! this test's directory (`target/<profile>/examples/passthrough_ll`); if it
+//! is missing, it is built with the same cargo.
+
+mod common;
+
+use common::TempMountpoint;
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn example_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        // target/<profile>/deps/<this test> -> target/<profile>/examples/passthrough_ll
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+        let bin = profile_dir.join("examples").join("passthrough_ll");
+        if !bin.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--example", "passthrough_ll"]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build --example passthrough_ll");
+            assert!(status.success(), "building the passthrough_ll example failed");
+        }
+        assert!(bin.exists(), "{} not found", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// A running daemon; SIGTERM (then SIGKILL) on drop, and the mount detached
+/// by the [`TempMountpoint`] if anything is left.
+struct Daemon {
+    child: Option<Child>,
+    mnt: PathBuf,
+    stats: PathBuf,
+}
+
+impl Daemon {
+    fn start(tm: &TempMountpoint, opts: &str) -> Daemon {
+        let src = tm.root().join("src");
+        fs::create_dir_all(&src).unwrap();
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
+        let stats = tm.root().join("stats.json");
+        let mut child = Command::new(example_binary())
+            .arg(&src)
+            .arg(tm.path())
+            .arg("-o")
+            .arg(opts)
+            .arg("--stats")
+            .arg(&stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start passthrough_ll");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !common::fuse_mounted_at(tm.path()) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("passthrough_ll exited with {status} before mounting: {err}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("passthrough_ll did not mount within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child: Some(child),
+            mnt: tm.path().to_path_buf(),
+            stats,
+        }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// SIGTERM, wait (10 s at most), and return the `--stats` JSON.
+    fn stop(mut self) -> String {
+        let status = self.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "daemon ended with {status:?}"
+        );
+        assert!(!common::fuse_mounted_at(&self.mnt), "still mounted after SIGTERM");
+        fs::read_to_string(&self.stats).expect("stats file")
+    }
+
+    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// The number after `"key": ` in `json` (a flat search is enough here).
+fn json_number(json: &str, key: &str) -> Option<u64> {
+    let at = json.find(&format!("\"{key}\": "))? + key.len() + 4;
+    json[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn op_count(json: &str, op: &str) -> u64 {
+    match json.find(&format!("\"{op}\": {{")) {
+        Some(at) => json_number(&json[at..], "count").unwrap_or(0),
+        None => 0,
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn files_directories_links_and_attributes() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-files");
+    let d = Daemon::start(&tm, "cache=auto");
+    let src = tm.root().join("src");
+
+    fs::write(d.p("a"), b"hello world").unwrap();
+    assert_eq!(fs::read(d.p("a")).unwrap(), b"hello world");
+    assert_eq!(fs::read(src.join("a")).unwrap(), b"hello world");
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.p("a"))
+        .unwrap();
+    f.seek(SeekFrom::Start(6)).unwrap();
+    f.write_all(b"fuse!").unwrap();
+    drop(f);
+    assert_eq!(fs::read_to_string(d.p("a")).unwrap(), "hello fuse!");
+
+    fs::create_dir(d.p("dir")).unwrap();
+    fs::rename(d.p("a"), d.p("dir/b")).unwrap();
+    assert!(!d.p("a").exists());
+    assert!(src.join("dir/b").exists());
+    let mut names: Vec<String> = fs::read_dir(d.p("dir"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b"]);
+
+    // A directory larger than one READDIR reply, read to the end.
+    for i in 0..300 {
+        fs::write(d.p(&format!("dir/file-with-a-longish-name-{i:04}")), b"").unwrap();
+    }
+    assert_eq!(fs::read_dir(d.p("dir")).unwrap().count(), 301);
+
+    std::os::unix::fs::symlink("dir/b", d.p("sl")).unwrap();
+    assert_eq!(fs::read_link(d.p("sl")).unwrap(), PathBuf::from("dir/b"));
+    assert_eq!(fs::read_to_string(d.p("sl")).unwrap(), "hello fuse!");
+    assert!(fs::symlink_metadata(d.p("sl")).unwrap().file_type().is_symlink());
+    fs::hard_link(d.p("dir/b"), d.p("hl")).unwrap();
+    assert_eq!(fs::metadata(d.p("hl")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(d.p("hl")).unwrap().ino(),
+        fs::metadata(src.join("dir/b")).unwrap().ino()
+    );
+
+    // setattr: size, mode, times (including "now"), owner.
+    let f = fs::OpenOptions::new().write(true).open(d.p("hl")).unwrap();
+    f.set_len(5).unwrap();
+    drop(f);
+    assert_eq!(fs::read_to_string(d.p("dir/b")).unwrap(), "hello");
+    fs::set_permissions(d.p("hl"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(src.join("hl")).unwrap().mode() & 0o7777, 0o640);
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    fs::File::options()
+        .write(true)
+        .open(d.p("hl"))
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .unwrap();
+    assert_eq!(fs::metadata(src.join("hl")).unwrap().mtime(), 1_000_000);
+    // SAFETY: utimensat with a NUL-terminated path and a null times pointer (both "now").
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, cstr(&d.p("hl")).as_ptr(), std::ptr::null(), 0) };
+    assert_eq!(r, 0, "utimensat now: errno {}", errno());
+    assert!(fs::metadata(src.join("hl")).unwrap().mtime() > 1_000_000);
+    std::os::unix::fs::chown(d.p("hl"), Some(65534), Some(65534)).unwrap();
+    let m = fs::metadata(src.join("hl")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 65534));
+
+    // statfs
+    // SAFETY: an all-zero statvfs is valid storage for the call to fill.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated path, live out-pointer.
+    assert_eq!(unsafe { libc::statvfs(cstr(&d.mnt).as_ptr(), &mut sv) }, 0);
+    assert!(sv.f_blocks > 0 && sv.f_namemax > 0);
+
+    // Removal, and errors come back as errnos.
+    assert_eq!(
+        fs::remove_dir(d.p("dir")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    fs::remove_file(d.p("hl")).unwrap();
+    fs::remove_file(d.p("sl")).unwrap();
+    fs::remove_dir_all(d.p("dir")).unwrap();
+    assert_eq!(
+        fs::metadata(d.p("nope")).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(fs::read_dir(&d.mnt).unwrap().count(), 0);
+
+    let json = d.stop();
+    for op in [
+        "CREATE", "WRITE", "READ", "MKDIR", "RENAME", "SYMLINK", "LINK", "SETATTR", "UNLINK", "RMDIR",
+    ] {
+        assert!(op_count(&json, op) > 0, "{op} never reached the daemon: {json}");
+    }
+}
+
+#[test]
+fn rename_flags_mknod_tmpfile_and_ranges() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-misc");
+    let d = Daemon::start(&tm, "cache=never");
+    fs::write(d.p("x"), b"x").unwrap();
+    fs::write(d.p("y"), b"yy").unwrap();
+    let (x, y) = (cstr(&d.p("x")), cstr(&d.p("y")));
+    // SAFETY: renameat2 with NUL-terminated paths.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            x.as_ptr(),
+            libc::AT_FDCWD,
+            y.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!((r, errno()), (-1, libc::EEXIST));
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            x.as_ptr(),
+            libc::AT_FDCWD,
+            y.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0);
+    assert_eq!(fs::read(d.p("x")).unwrap(), b"yy");
+
+    // SAFETY: mknod of a FIFO at a NUL-terminated path.
+    let r = unsafe { libc::mknod(cstr(&d.p("fifo")).as_ptr(), libc::S_IFIFO | 0o600, 0) };
+    assert_eq!(r, 0);
+    assert!(
+        fs::symlink_metadata(tm.root().join("src/fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+
+    // O_TMPFILE, then give it a name.
+    let mut t = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(&d.mnt)
+        .unwrap();
+    t.write_all(b"temporary").unwrap();
+    let proc = cstr(Path::new(&format!("/proc/self/fd/{}", t.as_raw_fd())));
+    // SAFETY: linkat with NUL-terminated paths.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc.as_ptr(),
+            libc::AT_FDCWD,
+            cstr(&d.p("named")).as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "linkat of a tmpfile: errno {}", errno());
+    assert_eq!(fs::read(d.p("named")).unwrap(), b"temporary");
+
+    // fallocate, lseek(SEEK_DATA/SEEK_HOLE), copy_file_range.
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.p("sparse"))
+        .unwrap();
+    // SAFETY: plain calls on a live descriptor.
+    unsafe {
+        assert_eq!(
+            libc::fallocate(f.as_raw_fd(), 0, 1 << 20, 4096),
+            0,
+            "errno {}",
+            errno()
+        );
+        // Allocated but unwritten blocks count as a hole: write data after it.
+        assert_eq!(
+            libc::pwrite(f.as_raw_fd(), b"data".as_ptr().cast(), 4, 2 << 20),
+            4
+        );
+        assert_eq!(libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA), 2 << 20);
+        assert_eq!(libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE), 0);
+    }
+    assert_eq!(f.metadata().unwrap().len(), (2 << 20) + 4);
+    let src = fs::File::open(d.p("named")).unwrap();
+    let dst = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.p("copy"))
+        .unwrap();
+    let mut off_in: i64 = 0;
+    let mut off_out: i64 = 0;
+    // SAFETY: copy_file_range between live descriptors with live offsets.
+    let n = unsafe {
+        libc::copy_file_range(
+            src.as_raw_fd(),
+            &mut off_in,
+            dst.as_raw_fd(),
+            &mut off_out,
+            100,
+            0,
+        )
+    };
+    assert_eq!(n, 9, "errno {}", errno());
+    assert_eq!(fs::read(d.p("copy")).unwrap(), b"temporary");
+    drop((t, f, src, dst));
+    let json = d.stop();
+    for op in ["RENAME2", "MKNOD", "TMPFILE", "FALLOCATE", "LSEEK"] {
+        assert!(op_count(&json, op) > 0, "{op} never reached the daemon: {json}");
+    }
+}
+
+#[test]
+fn xattrs_and_locks() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-xattr");
+    let d = Daemon::start(&tm, "xattr,posix_lock,flock");
+    fs::write(d.p("f"), b"data").unwrap();
+    let p = cstr(&d.p("f"));
+    let name = c"user.test";
+    // SAFETY: NUL-terminated strings; value and buffers are live for their lengths.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(p.as_ptr(), name.as_ptr(), b"v1".as_ptr().cast(), 2, 0),
+            0,
+            "errno {}",
+            errno()
+        );
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()),
+            2
+        );
+        assert_eq!(&buf[..2], b"v1");
+        assert_eq!(
+            libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0),
+            2
+        );
+        let n = libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n as usize], b"user.test\0");
+        assert_eq!(
+            libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 1),
+            -1
+        );
+        assert_eq!(errno(), libc::ERANGE);
+        assert_eq!(libc::removexattr(p.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(
+            libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()),
+            -1
+        );
+        assert_eq!(errno(), libc::ENODATA);
+    }
+
+    // Two opens are two lock owners.
+    let a = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.p("f"))
+        .unwrap();
+    let b = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.p("f"))
+        .unwrap();
+    let lock = |typ: i32, start: i64, len: i64| libc::flock {
+        l_type: typ as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: start,
+        l_len: len,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl lock commands with live flock structs; flock on live fds.
+    unsafe {
+        let mut l = lock(libc::F_WRLCK, 0, 10);
+        assert_eq!(
+            libc::fcntl(a.as_raw_fd(), libc::F_OFD_SETLK, &mut l),
+            0,
+            "errno {}",
+            errno()
+        );
+        let mut l = lock(libc::F_WRLCK, 5, 10);
+        assert_eq!(libc::fcntl(b.as_raw_fd(), libc::F_OFD_SETLK, &mut l), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        let mut l = lock(libc::F_RDLCK, 0, 0);
+        assert_eq!(libc::fcntl(b.as_raw_fd(), libc::F_OFD_GETLK, &mut l), 0);
+        assert_eq!(l.l_type, libc::F_WRLCK as libc::c_short);
+        assert_eq!((l.l_start, l.l_len), (0, 10));
+        let mut l = lock(libc::F_WRLCK, 20, 10);
+        assert_eq!(libc::fcntl(b.as_raw_fd(), libc::F_OFD_SETLK, &mut l), 0);
+        let mut l = lock(libc::F_UNLCK, 0, 10);
+        assert_eq!(libc::fcntl(a.as_raw_fd(), libc::F_OFD_SETLK, &mut l), 0);
+        let mut l = lock(libc::F_WRLCK, 5, 10);
+        assert_eq!(libc::fcntl(b.as_raw_fd(), libc::F_OFD_SETLKW, &mut l), 0);
+
+        assert_eq!(libc::flock(a.as_raw_fd(), libc::LOCK_EX), 0);
+        assert_eq!(libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), -1);
+        assert_eq!(errno(), libc::EWOULDBLOCK);
+        assert_eq!(libc::flock(a.as_raw_fd(), libc::LOCK_UN), 0);
+        assert_eq!(libc::flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), 0);
+    }
+    drop((a, b));
+    let json = d.stop();
+    for op in [
+        "SETXATTR",
+        "GETXATTR",
+        "LISTXATTR",
+        "REMOVEXATTR",
+        "SETLK",
+        "SETLKW",
+        "GETLK",
+    ] {
+        assert!(op_count(&json, op) > 0, "{op} never reached the daemon: {json}");
+    }
+}
+
+#[test]
+fn files_created_by_another_user_belong_to_that_user() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-owner");
+    let src = tm.root().join("src");
+    fs::create_dir_all(src.join("sgid")).unwrap();
+    std::os::unix::fs::chown(src.join("sgid"), None, Some(4242)).unwrap();
+    fs::set_permissions(src.join("sgid"), fs::Permissions::from_mode(0o2777)).unwrap();
+    let d = Daemon::start(&tm, "allow_other");
+    let status = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("touch f && mkdir d && ln -s f l && mkfifo p && touch sgid/g && mkdir sgid/sd")
+        .current_dir(&d.mnt)
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .expect("run sh as uid 65534");
+    assert!(status.success());
+    for name in ["f", "d", "l", "p"] {
+        let m = fs::symlink_metadata(src.join(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (65534, 65534), "{name}");
+    }
+    let g = fs::metadata(src.join("sgid/g")).unwrap();
+    assert_eq!((g.uid(), g.gid()), (65534, 4242), "setgid directory's group");
+    let sd = fs::metadata(src.join("sgid/sd")).unwrap();
+    assert_eq!(sd.gid(), 4242);
+    assert!(sd.mode() & libc::S_ISGID != 0, "subdirectory inherits S_ISGID");
+    // Root's own creations stay root's.
+    fs::write(d.p("r"), b"").unwrap();
+    assert_eq!(fs::metadata(src.join("r")).unwrap().uid(), 0);
+    d.stop();
+}
+
+#[test]
+fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-forget");
+    let d = Daemon::start(&tm, "cache=always");
+    fs::create_dir_all(d.p("a/b/c")).unwrap();
+    for i in 0..50 {
+        fs::write(d.p(&format!("a/b/c/f{i}")), b"x").unwrap();
+        fs::hard_link(d.p(&format!("a/b/c/f{i}")), d.p(&format!("a/h{i}"))).unwrap();
+    }
+    for e in fs::read_dir(d.p("a/b/c")).unwrap() {
+        fs::metadata(e.unwrap().path()).unwrap();
+    }
+    // Make the kernel evict the mount's dentries and inodes: it sends FORGETs.
+    for _ in 0..3 {
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let json = d.stop();
+    assert!(
+        op_count(&json, "FORGET") + op_count(&json, "BATCH_FORGET") > 0,
+        "{json}"
+    );
+    assert_eq!(json_number(&json, "inodes"), Some(0), "{json}");
+}
+
+#[test]
+fn passthrough_reads_and_writes_bypass_the_daemon() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-passthrough");
+    let d = Daemon::start(&tm, "passthrough");
+    let data: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    fs::write(d.p("big"), &data).unwrap();
+    assert_eq!(fs::read(d.p("big")).unwrap(), data);
+    assert_eq!(fs::read(tm.root().join("src/big")).unwrap(), data);
+    // Several opens of one inode share its backing file.
+    let mut r1 = fs::File::open(d.p("big")).unwrap();
+    let mut w = fs::OpenOptions::new().write(true).open(d.p("big")).unwrap();
+    w.write_all(b"HEAD").unwrap();
+    let mut head = [0u8; 4];
+    r1.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HEAD");
+    drop((r1, w));
+    // Reopened after the last release: a new backing file.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(d.p("big"))
+        .unwrap()
+        .write_all(b"TAIL")
+        .unwrap();
+    assert!(fs::read(d.p("big")).unwrap().ends_with(b"TAIL"));
+    let json = d.stop();
+    assert!(op_count(&json, "OPEN") + op_count(&json, "CREATE") >= 4, "{json}");
+    assert_eq!(op_count(&json, "READ"), 0, "reads reached the daemon: {json}");
+    assert_eq!(op_count(&json, "WRITE"), 0, "writes reached the daemon: {json}");
+}
+
+#[test]
+fn bad_options_fail_before_mounting() {
+    let out = Command::new(example_binary())
+        .args(["-o", "passthrough,writeback", "/nonexistent-mountpoint"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("writeback"), "{err}");
+    let out = Command::new(example_binary())
+        .args(["-o", "frobnicate", "/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
