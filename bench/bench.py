@@ -277,6 +277,13 @@ class Daemon:
         self.log.close()
 
 
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def reset_hwm(pid: int) -> None:
     """Resets the peak resident set size (VmHWM) of pid to its current RSS."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")
@@ -499,6 +506,7 @@ def main() -> int:
     suite = Suite(cfg, work, mdtest)
     samples = {t["id"]: {} for t in targets}
     rss = {t["id"]: [] for t in targets}
+    daemon_stats: dict[str, list] = {t["id"]: [] for t in targets if t["kind"] == "ours"}
     errors: list[dict] = []
     loads = [os.getloadavg()[0]]
     daemon: Daemon | None = None
@@ -524,7 +532,12 @@ def main() -> int:
                         root, daemon = suite.src, None
                     else:
                         opts = ",".join([f"source={suite.src}", *t["opts"]])
-                        daemon = Daemon([*t["cmd"], "-o", opts, str(suite.mnt)], suite.mnt,
+                        extra = []
+                        if t["kind"] == "ours":
+                            # Our example writes its session statistics (requests per opcode) at exit.
+                            stats_file = work / f"{t['id']}-r{rnd + 1}.stats.json"
+                            extra = ["--stats", str(stats_file)]
+                        daemon = Daemon([*t["cmd"], *extra, "-o", opts, str(suite.mnt)], suite.mnt,
                                         work / f"{t['id']}.log")
                         root = suite.mnt
                     vals, errs, hwm = suite.run_target(root, daemon)
@@ -535,6 +548,8 @@ def main() -> int:
                     if daemon:
                         daemon.stop()
                         daemon = None
+                        if t["kind"] == "ours":
+                            daemon_stats[t["id"]].append(read_json(stats_file))
                 for wid, v in vals.items():
                     samples[t["id"]].setdefault(wid, []).append(v)
                 for wid, e in errs.items():
@@ -557,7 +572,7 @@ def main() -> int:
             ours_error=ours["error"], shared_bs=SHARED_BS,
         ),
         targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
-        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors,
+        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, daemon_stats=daemon_stats,
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
