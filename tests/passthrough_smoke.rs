@@ -3,9 +3,8 @@
 //! mountpoint, with the daemon started the way mount.fuse3 starts it
 //! (`passthrough_ll SOURCE MOUNTPOINT -o OPTIONS`) and stopped by SIGTERM.
 //!
-//! The example binary is the one `cargo test --all-targets` builds next to
-//! this test's directory (`target/<profile>/examples/passthrough_ll`); if it
-//! is missing, it is built with the same cargo.
+//! The example binary is `target/<profile>/examples/passthrough_ll`, built
+//! (or found fresh) with the cargo that runs the tests.
 
 mod common;
 
@@ -28,10 +27,12 @@ fn example_binary() -> PathBuf {
         // target/<profile>/deps/<this test> -> target/<profile>/examples/passthrough_ll
         let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
         let bin = profile_dir.join("examples").join("passthrough_ll");
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // `cargo test --all-targets` builds examples only as test harnesses,
+        // and an older plain build may be stale: (re)build it with the cargo
+        // that runs us (a no-op when fresh; the build lock is free by now).
+        if let Ok(cargo) = std::env::var("CARGO") {
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--example", "passthrough_ll"]);
+            cmd.args(["build", "--quiet", "--example", "passthrough_ll"]);
             if profile_dir.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }

@@ -62,7 +62,7 @@ filesystem options (-o):
     parallel_direct_writes    open files with DIRECT_IO | PARALLEL_DIRECT_WRITES
     atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
 
-mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
+mount options: fsname=, subtype=, allow_other, default_permissions,
     ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
     dirsync, max_read=, auto_unmount
 ";
@@ -194,6 +194,13 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
+    if mount.allow_root {
+        return Err(
+            "`allow_root` is not supported by this example (it would need a uid check on every \
+                    request); use `allow_other`, perhaps with `default_permissions`"
+                .into(),
+        );
+    }
     let mut mount = mount;
     if mount.subtype.is_none() {
         mount.subtype = Some("passthrough_ll".into());
@@ -282,6 +289,7 @@ mod tests {
         assert!(run(&[]).is_err());
         assert!(run(&["a", "b", "c"]).is_err());
         assert!(run(&["-x", "/m"]).is_err());
+        assert!(run(&["-o", "allow_root", "/m"]).is_err());
     }
 
     #[test]
