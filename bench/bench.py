@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -228,6 +229,26 @@ def abort_fuse(devnum: str) -> None:
         pass
 
 
+def raise_nofile() -> int:
+    """Raises this process's open-file limit, which the daemons inherit; returns it.
+
+    Both passthrough_ll daemons keep an O_PATH descriptor per inode the kernel
+    knows. Raising the hard limit needs CAP_SYS_RESOURCE; without it the soft
+    limit goes up to the hard one, and mdtest's file counts are capped below it
+    (see Suite.md_files_per_thread) so that no daemon runs out.
+    """
+    try:
+        n = int(Path("/proc/sys/fs/nr_open").read_text())
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    except (OSError, ValueError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 class Daemon:
     """One FUSE daemon mounted in the foreground (-f), on its own session."""
 
@@ -303,8 +324,8 @@ def read_hwm_kib(pid: int) -> int | None:
 
 
 class Suite:
-    def __init__(self, cfg: dict, work: Path, mdtest: str):
-        self.cfg, self.work, self.mdtest = cfg, work, mdtest
+    def __init__(self, cfg: dict, work: Path, mdtest: str, nofile: int):
+        self.cfg, self.work, self.mdtest, self.nofile = cfg, work, mdtest, nofile
         self.src = work / "src"
         self.mnt = work / "mnt"
 
@@ -415,10 +436,16 @@ class Suite:
         self.mdtest_run(root, 1, vals, errs, timeout)
         return vals, errs, (max(hwm) if hwm else None)
 
+    def md_files_per_thread(self, threads: int) -> int:
+        """mdtest's file cap per thread: the mode's, or less so that the files of
+        all threads plus the ls directory and a margin fit the daemons' open-file limit."""
+        room = self.nofile - self.cfg["ls_entries"] - 2000
+        return max(100, min(self.cfg["md_max_files"], room // threads))
+
     def mdtest_run(self, root: Path, threads: int, vals: dict, errs: dict, timeout: float) -> None:
         c = self.cfg
         cmd = [self.mdtest, "--dir", str(root / "work"), "--threads", str(threads), "--seconds",
-               str(c["md_seconds"]), "--max-files", str(c["md_max_files"])]
+               str(c["md_seconds"]), "--max-files", str(self.md_files_per_thread(threads))]
         if threads == 1:
             cmd += ["--ls", str(root / "ls10k"), "--ls-runs", str(c["ls_runs"])]
         try:
@@ -477,6 +504,7 @@ def main() -> int:
         sys.exit("bench: /dev/fuse is missing")
 
     started = time.time()
+    nofile = raise_nofile()
     ensure_tools(not a.no_install)
     bins = TARGET_DIR / "bench"
     log("building libfuse's passthrough_ll, our passthrough_ll and mdtest (release)")
@@ -503,7 +531,7 @@ def main() -> int:
 
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="fuse-wire-bench."))
     work.mkdir(parents=True, exist_ok=True)
-    suite = Suite(cfg, work, mdtest)
+    suite = Suite(cfg, work, mdtest, nofile)
     samples = {t["id"]: {} for t in targets}
     rss = {t["id"]: [] for t in targets}
     daemon_stats: dict[str, list] = {t["id"]: [] for t in targets if t["kind"] == "ours"}
@@ -569,7 +597,8 @@ def main() -> int:
             loadavg_1min=loads, wall_seconds=round(time.time() - started, 1), commit=git_describe(),
             fio=subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip(),
             libfuse=dict((k, v) for k, v in libfuse.items() if k != "binary"),
-            ours_error=ours["error"], shared_bs=SHARED_BS,
+            ours_error=ours["error"], shared_bs=SHARED_BS, daemon_nofile=nofile,
+            md_files_per_thread={t: suite.md_files_per_thread(t) for t in MD_THREADS},
         ),
         targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
         workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, daemon_stats=daemon_stats,

@@ -442,7 +442,10 @@ def method(result: dict) -> list[str]:
         f"{cfg['md_max_files']} files per thread. Create, stat and unlink empty files in one directory per "
         "thread, then the same with all threads in one shared directory; then create+write+close and "
         "open+read+close of 4 KiB files. Stat, unlink and read visit the files the phase before made. The "
-        "rate is operations divided by the phase's wall time.",
+        "rate is operations divided by the phase's wall time. The file count is also capped so that the "
+        "daemons, which hold a descriptor per known inode, stay below their open-file limit "
+        f"({m.get('daemon_nofile', '?')} here; caps per thread: "
+        f"{', '.join(f'{v} at T={k}' for k, v in m.get('md_files_per_thread', {}).items()) or '?'}).",
         f"- **ls -l 10k**: `ls -l` of a directory of {cfg['ls_entries']} empty files made on the tmpfs before the "
         "mount: *cold* is the first listing through this mount, *warm* (full runs only) the one right after "
         "(attributes may come from the kernel's cache, depending on the cache mode); entries per second.", "",
