@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""fuse-wire's benchmark driver (run it through `bench/run`; see bench/README.md).
+
+Mounts each target over one fresh tmpfs source directory, runs the same fio and
+mdtest workloads against each, interleaving targets round by round, and writes
+bench/results/latest.json. bench/report.py turns that into tables, docs and SVG.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
+LIBFUSE_EXAMPLES = Path("/usr/share/doc/libfuse3-dev/examples")
+APT_PACKAGES = ["libfuse3-dev", "fuse3", "fio", "pkg-config"]
+
+MiB = 1 << 20
+
+# How long and how big. Every fio workload is bounded by `runtime`, every
+# mdtest phase by `md_seconds` (and `md_max_files` per thread).
+MODES = {
+    "quick": dict(
+        rounds=3,
+        runtime=0.2,
+        md_seconds=0.08,
+        ls_runs=1,
+        md_max_files=20_000,
+        seq_mib=128,
+        rand_mib=64,
+        shared_mib=64,
+        extend_mib=256,
+        ls_entries=10_000,
+        tmpfs_mib=4096,
+    ),
+    "full": dict(
+        rounds=4,
+        runtime=1.5,
+        md_seconds=0.5,
+        ls_runs=2,
+        md_max_files=100_000,
+        seq_mib=1024,
+        rand_mib=256,
+        shared_mib=256,
+        extend_mib=1024,
+        ls_entries=10_000,
+        tmpfs_mib=8192,
+    ),
+}
+
+# Targets, in table order. `base` is the libfuse target with the same cache
+# mode, the one a ratio "to libfuse" divides by.
+TARGETS = [
+    dict(id="native", label="native tmpfs", kind="native", cache="–", base=None),
+    dict(id="libfuse", label="libfuse", kind="libfuse", opts=[], cache="auto", base=None),
+    dict(id="libfuse_never", label="libfuse never", kind="libfuse", opts=["cache=never"], cache="never", base=None),
+    dict(id="ours", label="ours", kind="ours", opts=[], cache="auto", base="libfuse"),
+    dict(id="ours_never", label="ours never", kind="ours", opts=["cache=never"], cache="never", base="libfuse_never"),
+    dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes"], cache="auto", base="libfuse"),
+    dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse"),
+    dict(id="ours_uring", label="ours io_uring", kind="placeholder", cache="auto", base="libfuse",
+         status="not available yet"),
+]
+
+SHARED_BS = 64 * 1024
+JOB_COUNTS = [1, 2, 4]
+MD_THREADS = [1, 4]
+MD_PHASES = ["create_private", "stat_private", "unlink_private", "create_shared", "stat_shared",
+             "unlink_shared", "write_small", "read_small"]
+
+
+def workloads(cfg: dict) -> list[dict]:
+    """Every number the suite reports, in table order; higher is better for all."""
+    w = [
+        dict(id="seq_read", label="seq read 1M buffered", unit="MB/s", group="data"),
+        dict(id="seq_write", label="seq write 1M buffered", unit="MB/s", group="data"),
+        dict(id="rand_read", label="rand read 4k O_DIRECT", unit="kIOPS", group="data"),
+        dict(id="rand_write", label="rand write 4k O_DIRECT", unit="kIOPS", group="data"),
+    ]
+    for kind, what in (("pre", "preallocated"), ("ext", "extending")):
+        for n in JOB_COUNTS:
+            w.append(dict(id=f"shared_{kind}_j{n}", label=f"shared file {what}, {n} job{'s' if n > 1 else ''}",
+                          unit="MB/s", group="shared", jobs=n, kind=kind))
+    for t in MD_THREADS:
+        for p in MD_PHASES:
+            w.append(dict(id=f"md_{p}_t{t}", label=f"{p.replace('_', ' ')}, {t} thr", unit="kops/s",
+                          group=f"meta_t{t}", threads=t, phase=p))
+    w.append(dict(id="ls_cold", label="ls -l 10k cold", unit="kentries/s", group="meta_t1"))
+    if cfg["ls_runs"] == 2:
+        w.append(dict(id="ls_warm", label="ls -l 10k warm", unit="kentries/s", group="meta_t1"))
+    return w
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+# ---------------------------------------------------------------- setup
+
+
+def ensure_tools(allow_install: bool) -> None:
+    """Installs Debian's packages the suite needs when one is missing."""
+    def have_all() -> list[str]:
+        missing = []
+        for tool, pkg in (("fio", "fio"), ("pkg-config", "pkg-config"), ("fusermount3", "fuse3")):
+            if shutil.which(tool) is None:
+                missing.append(pkg)
+        if shutil.which("pkg-config") and subprocess.run(
+                ["pkg-config", "--exists", "fuse3"]).returncode != 0:
+            missing.append("libfuse3-dev")
+        if not (LIBFUSE_EXAMPLES / "passthrough_ll.c").exists() and not (
+                LIBFUSE_EXAMPLES / "passthrough_ll.c.gz").exists():
+            missing.append("libfuse3-dev")
+        if shutil.which("cc") is None:
+            missing.append("gcc")
+        return sorted(set(missing))
+
+    missing = have_all()
+    if not missing:
+        return
+    if not allow_install or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        sys.exit(f"bench: missing packages {missing}; install them (as root: apt-get install "
+                 f"{' '.join(APT_PACKAGES)}) or run bench/run as root")
+    log(f"installing {' '.join(missing)} (apt-get)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-qq"], env=env)
+    run(["apt-get", "install", "-y", "-qq", *sorted(set(APT_PACKAGES + missing))], env=env,
+        stdout=subprocess.DEVNULL)
+    still = have_all()
+    if still:
+        sys.exit(f"bench: still missing after apt-get: {still}")
+
+
+def build_libfuse(out_dir: Path) -> dict:
+    """Builds libfuse's own passthrough_ll from the examples libfuse3-dev ships."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # passthrough_ll.c includes passthrough_helpers.h from the same directory.
+    for name in ("passthrough_ll.c", "passthrough_helpers.h"):
+        plain, gz = LIBFUSE_EXAMPLES / name, LIBFUSE_EXAMPLES / (name + ".gz")
+        if plain.exists():
+            data = plain.read_bytes()
+        else:  # some packagings compress the doc examples
+            import gzip
+            data = gzip.decompress(gz.read_bytes())
+        (out_dir / name).write_bytes(data)
+        if name.endswith(".c"):
+            src, code = (plain if plain.exists() else gz), data
+    c_file = out_dir / "passthrough_ll.c"
+    flags = subprocess.run(["pkg-config", "fuse3", "--cflags", "--libs"], check=True, capture_output=True,
+                           text=True).stdout.split()
+    binary = out_dir / "libfuse_passthrough_ll"
+    cmd = ["cc", "-O2", "-Wall", str(c_file), *flags, "-o", str(binary)]
+    run(cmd, stdout=subprocess.DEVNULL)
+    version = subprocess.run(["pkg-config", "fuse3", "--modversion"], capture_output=True, text=True).stdout.strip()
+    return dict(binary=str(binary), source=str(src), sha256=hashlib.sha256(code).hexdigest(),
+                compile=" ".join(["cc", "-O2", "-Wall", "passthrough_ll.c", *flags]), version=version)
+
+
+def cargo_build(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CARGO_TARGET_DIR=str(TARGET_DIR))
+    return subprocess.run(["cargo", "build", "--release", "--quiet", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+
+
+def build_ours() -> dict:
+    r = cargo_build(["--example", "passthrough_ll"])
+    binary = TARGET_DIR / "release" / "examples" / "passthrough_ll"
+    if r.returncode != 0 or not binary.exists():
+        tail = (r.stderr or "").strip().splitlines()[-3:]
+        return dict(binary=None, error="cargo build --release --example passthrough_ll failed: " + " | ".join(tail))
+    return dict(binary=str(binary), error=None)
+
+
+def build_mdtest() -> str:
+    r = cargo_build(["-p", "mdtest"])
+    if r.returncode != 0:
+        sys.exit("bench: cargo build --release -p mdtest failed:\n" + r.stderr)
+    return str(TARGET_DIR / "release" / "mdtest")
+
+
+def git_describe() -> str:
+    r = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+# ---------------------------------------------------------------- mounts
+
+
+def mounts_under(root: Path) -> list[tuple[str, str, str]]:
+    """(mountpoint, fstype, major:minor) of every mount at or below root, deepest first."""
+    out = []
+    prefix = str(root)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            mp = parts[4].replace("\\040", " ")
+            fstype = parts[parts.index("-") + 1]
+            if mp == prefix or mp.startswith(prefix + "/"):
+                out.append((mp, fstype, parts[2]))
+    return sorted(out, key=lambda m: -len(m[0]))
+
+
+def abort_fuse(devnum: str) -> None:
+    """Aborts a FUSE connection whose daemon no longer answers."""
+    minor = devnum.split(":")[1]
+    try:
+        Path(f"/sys/fs/fuse/connections/{minor}/abort").write_text("1")
+    except OSError:
+        pass
+
+
+def raise_nofile() -> int:
+    """Raises this process's open-file limit, which the daemons inherit; returns it.
+
+    Both passthrough_ll daemons keep an O_PATH descriptor per inode the kernel
+    knows. Raising the hard limit needs CAP_SYS_RESOURCE; without it the soft
+    limit goes up to the hard one, and mdtest's file counts are capped below it
+    (see Suite.md_files_per_thread) so that no daemon runs out.
+    """
+    try:
+        n = int(Path("/proc/sys/fs/nr_open").read_text())
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    except (OSError, ValueError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class Daemon:
+    """One FUSE daemon mounted in the foreground (-f), on its own session."""
+
+    def __init__(self, cmd: list[str], mnt: Path, logfile: Path):
+        self.cmd, self.mnt, self.logfile = cmd, mnt, logfile
+        self.log = open(logfile, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.devnum = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for mp, fstype, dev in mounts_under(mnt):
+                if mp == str(mnt) and fstype.startswith("fuse"):
+                    self.devnum = dev
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"{' '.join(cmd)} did not mount: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return " | ".join(self.logfile.read_text(errors="replace").strip().splitlines()[-3:])
+        except OSError:
+            return ""
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if any(mp == str(self.mnt) for mp, _, _ in mounts_under(self.mnt)):
+            r = subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True)
+            if r.returncode != 0:
+                if self.devnum:
+                    abort_fuse(self.devnum)
+                subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def reset_hwm(pid: int) -> None:
+    """Resets the peak resident set size (VmHWM) of pid to its current RSS."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def read_hwm_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+# ---------------------------------------------------------------- workloads
+
+
+class Suite:
+    def __init__(self, cfg: dict, work: Path, mdtest: str, nofile: int):
+        self.cfg, self.work, self.mdtest, self.nofile = cfg, work, mdtest, nofile
+        self.src = work / "src"
+        self.mnt = work / "mnt"
+
+    def prepare_source(self) -> None:
+        """Mounts the tmpfs and writes the files the read and overwrite workloads use."""
+        self.src.mkdir()
+        self.mnt.mkdir()
+        run(["mount", "-t", "tmpfs", "-o", f"size={self.cfg['tmpfs_mib']}m,mode=0755", "fuse-wire-bench",
+             str(self.src)])
+        data = self.src / "data"
+        data.mkdir()
+        chunk = os.urandom(MiB)
+        for name, mib in (("seq.dat", self.cfg["seq_mib"]), ("seqw.dat", self.cfg["seq_mib"]),
+                          ("rand.dat", self.cfg["rand_mib"]), ("randw.dat", self.cfg["rand_mib"]),
+                          ("shared.dat", self.cfg["shared_mib"])):
+            with open(data / name, "wb") as f:
+                for _ in range(mib):
+                    f.write(chunk)
+        ls = self.src / "ls10k"
+        ls.mkdir()
+        for i in range(self.cfg["ls_entries"]):
+            os.close(os.open(ls / f"e{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+        (self.src / "work").mkdir()
+
+    def reset_work(self) -> None:
+        """Empties src/work (directly on the tmpfs, never through a mount)."""
+        w = self.src / "work"
+        shutil.rmtree(w, ignore_errors=True)
+        w.mkdir()
+
+    def fio(self, root: Path, name: str, opts: dict, timeout: float) -> dict:
+        cmd = ["fio", "--output-format=json", f"--name={name}", "--ioengine=psync"]
+        cmd += [f"--{k}" if v is True else f"--{k}={v}" for k, v in opts.items()]
+        r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"fio {name} failed: {r.stderr.strip()[-300:]}")
+        doc = json.loads(r.stdout[r.stdout.index("{"):])
+        jobs = doc["jobs"]
+        errs = [j["error"] for j in jobs if j.get("error")]
+        if errs:
+            raise RuntimeError(f"fio {name}: job error {errs[0]}")
+        io_bytes = sum(j["read"]["io_bytes"] + j["write"]["io_bytes"] for j in jobs)
+        ios = sum(j["read"]["total_ios"] + j["write"]["total_ios"] for j in jobs)
+        secs = max(j["job_runtime"] for j in jobs) / 1000.0
+        if secs <= 0:
+            raise RuntimeError(f"fio {name}: no runtime")
+        return dict(mbps=io_bytes / secs / 1e6, kiops=ios / secs / 1e3)
+
+    def run_target(self, root: Path, daemon: Daemon | None) -> tuple[dict, dict, int | None]:
+        """All workloads once against root. Returns (values, errors, peak RSS KiB under 4-way load)."""
+        c = self.cfg
+        rt = f"{int(c['runtime'] * 1000)}ms"
+        timeout = c["runtime"] * 4 + 60
+        timed = {"time_based": True, "runtime": rt}
+        vals: dict[str, float] = {}
+        errs: dict[str, str] = {}
+        hwm: list[int] = []
+
+        def attempt(wid: str, fn) -> None:
+            try:
+                vals[wid] = fn()
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+                errs[wid] = str(e)[:400]
+                log(f"  {wid}: FAILED {errs[wid]}")
+
+        seq = f"{c['seq_mib']}m"
+        rnd = f"{c['rand_mib']}m"
+        attempt("seq_read", lambda: self.fio(root, "seq_read", dict(
+            filename="data/seq.dat", rw="read", bs="1m", size=seq, **timed), timeout)["mbps"])
+        attempt("seq_write", lambda: self.fio(root, "seq_write", dict(
+            filename="data/seqw.dat", rw="write", bs="1m", size=seq, **timed), timeout)["mbps"])
+        attempt("rand_read", lambda: self.fio(root, "rand_read", dict(
+            filename="data/rand.dat", rw="randread", bs="4k", direct=1, size=rnd, **timed), timeout)["kiops"])
+        attempt("rand_write", lambda: self.fio(root, "rand_write", dict(
+            filename="data/randw.dat", rw="randwrite", bs="4k", direct=1, size=rnd, **timed), timeout)["kiops"])
+
+        def shared(kind: str, n: int) -> float:
+            # Job k writes blocks k, k+n, k+2n, ...: together they sweep the file
+            # front to back, each block written once per sweep.
+            o = dict(bs=SHARED_BS, direct=1, numjobs=n, offset_increment=SHARED_BS,
+                     rw="write" if n == 1 else f"write:{(n - 1) * SHARED_BS}")
+            if kind == "pre":
+                # Within the preallocated file: never extends it.
+                o.update(filename="data/shared.dat", size=c["shared_mib"] * MiB - 4 * SHARED_BS, **timed)
+            else:
+                # A new file for every run; bounded by size and runtime but not
+                # time_based, so that no write lands below end of file by wrapping.
+                o.update(filename=f"work/extend_j{n}.dat", size=f"{c['extend_mib']}m", runtime=rt)
+            return self.fio(root, f"shared_{kind}_j{n}", o, timeout)["mbps"]
+
+        four_way = [(k, 4) for k in ("pre", "ext")]
+        for kind in ("pre", "ext"):
+            for n in JOB_COUNTS:
+                if (kind, n) in four_way:
+                    continue
+                attempt(f"shared_{kind}_j{n}", lambda kind=kind, n=n: shared(kind, n))
+
+        # The 4-way part: peak RSS of the daemon is measured over these.
+        if daemon:
+            reset_hwm(daemon.pid())
+        for kind, n in four_way:
+            attempt(f"shared_{kind}_j{n}", lambda kind=kind, n=n: shared(kind, n))
+        self.mdtest_run(root, 4, vals, errs, timeout)
+        if daemon:
+            v = read_hwm_kib(daemon.pid())
+            if v is not None:
+                hwm.append(v)
+        self.mdtest_run(root, 1, vals, errs, timeout)
+        return vals, errs, (max(hwm) if hwm else None)
+
+    def md_files_per_thread(self, threads: int) -> int:
+        """mdtest's file cap per thread: the mode's, or less so that the files of
+        all threads plus the ls directory and a margin fit the daemons' open-file limit."""
+        room = self.nofile - self.cfg["ls_entries"] - 2000
+        return max(100, min(self.cfg["md_max_files"], room // threads))
+
+    def mdtest_run(self, root: Path, threads: int, vals: dict, errs: dict, timeout: float) -> None:
+        c = self.cfg
+        cmd = [self.mdtest, "--dir", str(root / "work"), "--threads", str(threads), "--seconds",
+               str(c["md_seconds"]), "--max-files", str(self.md_files_per_thread(threads))]
+        if threads == 1:
+            cmd += ["--ls", str(root / "ls10k"), "--ls-runs", str(c["ls_runs"])]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            doc = json.loads(r.stdout)
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            for p in MD_PHASES:
+                errs[f"md_{p}_t{threads}"] = f"mdtest: {e}"
+            log(f"  mdtest t{threads}: FAILED {e}")
+            return
+        for ph in doc["phases"]:
+            wid = ph["name"] if ph["name"].startswith("ls_") else f"md_{ph['name']}_t{threads}"
+            if ph["errors"]:
+                errs[wid] = f"{ph['errors']} errors, first: {ph['first_error']}"
+                log(f"  {wid}: FAILED {errs[wid]}")
+            elif ph["ops"] == 0:
+                errs[wid] = "no operation done"
+            else:
+                vals[wid] = ph["ops_per_sec"] / 1e3
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run, under 3 minutes")
+    ap.add_argument("--rounds", type=int, help="rounds (default: 3 quick, 4 full; at least 3 for docs)")
+    ap.add_argument("--runtime", type=float, help="seconds per fio workload")
+    ap.add_argument("--md-seconds", type=float, help="seconds per mdtest phase")
+    ap.add_argument("--targets", help="comma-separated target ids (default: all)")
+    ap.add_argument("--workdir", help="empty directory for the tmpfs and mountpoints (default: a new temp dir)")
+    ap.add_argument("--out", default=str(BENCH / "results" / "latest.json"))
+    ap.add_argument("--no-install", action="store_true", help="never apt-get install")
+    ap.add_argument("--no-docs", action="store_true", help="do not regenerate docs/performance.md and docs/img")
+    ap.add_argument("--ours-bin", help="use this passthrough_ll binary instead of building ours")
+    ap.add_argument("--list-targets", action="store_true")
+    a = ap.parse_args()
+
+    if a.list_targets:
+        for t in TARGETS:
+            print(f"{t['id']:18} {t['label']:18} {' '.join(t.get('opts', []))}")
+        return 0
+    mode = "quick" if a.quick else "full"
+    cfg = dict(MODES[mode])
+    for k in ("rounds", "runtime", "md_seconds"):
+        if getattr(a, k) is not None:
+            cfg[k] = getattr(a, k)
+    wanted = set(a.targets.split(",")) if a.targets else {t["id"] for t in TARGETS}
+    unknown = wanted - {t["id"] for t in TARGETS}
+    if unknown:
+        ap.error(f"unknown targets {sorted(unknown)} (see --list-targets)")
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (mount -t tmpfs, FUSE mounts, /proc/PID/clear_refs)")
+    if not Path("/dev/fuse").exists():
+        sys.exit("bench: /dev/fuse is missing")
+
+    started = time.time()
+    nofile = raise_nofile()
+    ensure_tools(not a.no_install)
+    bins = TARGET_DIR / "bench"
+    log("building libfuse's passthrough_ll, our passthrough_ll and mdtest (release)")
+    libfuse = build_libfuse(bins)
+    ours = dict(binary=a.ours_bin, error=None) if a.ours_bin else build_ours()
+    mdtest = build_mdtest()
+    if ours["error"]:
+        log(f"our passthrough_ll is not available: {ours['error']}")
+
+    targets = []
+    for t in TARGETS:
+        t = dict(t)
+        if t["id"] not in wanted:
+            continue
+        if t["kind"] == "libfuse":
+            t["cmd"] = [libfuse["binary"], "-f"]
+        elif t["kind"] == "ours":
+            if ours["binary"]:
+                t["cmd"] = [ours["binary"], "-f"]
+            else:
+                t["status"] = "not built"
+        targets.append(t)
+    runnable = [t for t in targets if t["kind"] == "native" or "cmd" in t]
+
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="fuse-wire-bench."))
+    work.mkdir(parents=True, exist_ok=True)
+    suite = Suite(cfg, work, mdtest, nofile)
+    samples = {t["id"]: {} for t in targets}
+    rss = {t["id"]: [] for t in targets}
+    daemon_stats: dict[str, list] = {t["id"]: [] for t in targets if t["kind"] == "ours"}
+    errors: list[dict] = []
+    loads = [os.getloadavg()[0]]
+    daemon: Daemon | None = None
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # Ctrl-C must reach the cleanup below even when started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        suite.prepare_source()
+        n = len(runnable)
+        for rnd in range(cfg["rounds"]):
+            # Rotate the order each round so no target always runs first or last.
+            order = runnable[rnd % n:] + runnable[:rnd % n] if n else []
+            for t in order:
+                log(f"round {rnd + 1}/{cfg['rounds']}: {t['id']}")
+                suite.reset_work()
+                try:
+                    if t["kind"] == "native":
+                        root, daemon = suite.src, None
+                    else:
+                        opts = ",".join([f"source={suite.src}", *t["opts"]])
+                        extra = []
+                        if t["kind"] == "ours":
+                            # Our example writes its session statistics (requests per opcode) at exit.
+                            stats_file = work / f"{t['id']}-r{rnd + 1}.stats.json"
+                            extra = ["--stats", str(stats_file)]
+                        daemon = Daemon([*t["cmd"], *extra, "-o", opts, str(suite.mnt)], suite.mnt,
+                                        work / f"{t['id']}.log")
+                        root = suite.mnt
+                    vals, errs, hwm = suite.run_target(root, daemon)
+                except RuntimeError as e:
+                    vals, errs, hwm = {}, {"mount": str(e)[:400]}, None
+                    log(f"  {t['id']}: {e}")
+                finally:
+                    if daemon:
+                        daemon.stop()
+                        daemon = None
+                        if t["kind"] == "ours":
+                            daemon_stats[t["id"]].append(read_json(stats_file))
+                for wid, v in vals.items():
+                    samples[t["id"]].setdefault(wid, []).append(v)
+                for wid, e in errs.items():
+                    errors.append(dict(target=t["id"], round=rnd + 1, workload=wid, error=e))
+                if hwm is not None:
+                    rss[t["id"]].append(hwm / 1024)
+            loads.append(os.getloadavg()[0])
+    finally:
+        if daemon:
+            daemon.stop()
+        cleanup(work, created=not a.workdir)
+
+    result = dict(
+        meta=dict(
+            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            mode=mode, config=cfg, kernel=platform.release(), cpus=os.cpu_count(),
+            loadavg_1min=loads, wall_seconds=round(time.time() - started, 1), commit=git_describe(),
+            fio=subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip(),
+            libfuse=dict((k, v) for k, v in libfuse.items() if k != "binary"),
+            ours_error=ours["error"], shared_bs=SHARED_BS, daemon_nofile=nofile,
+            md_files_per_thread={t: suite.md_files_per_thread(t) for t in MD_THREADS},
+        ),
+        targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
+        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, daemon_stats=daemon_stats,
+    )
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+
+    sys.path.insert(0, str(BENCH))
+    import report
+    print(report.console_tables(result))
+    if not a.no_docs:
+        report.write_docs(result, REPO / "docs")
+        log("regenerated docs/performance.md and docs/img/*.svg")
+    log(f"done in {time.time() - started:.0f} s, {len(errors)} errors")
+    return 1 if errors else 0
+
+
+def cleanup(work: Path, created: bool) -> None:
+    """Unmounts everything below work (FUSE mounts first, then the tmpfs) and removes it."""
+    for mp, fstype, dev in mounts_under(work):
+        r = subprocess.run(["umount", mp], capture_output=True)
+        if r.returncode != 0:
+            if fstype.startswith("fuse"):
+                abort_fuse(dev)
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+    if mounts_under(work):
+        log(f"warning: could not unmount everything below {work}")
+        return
+    if created:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        for p in ("src", "mnt"):
+            shutil.rmtree(work / p, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        log(f"interrupted ({e or 'Ctrl-C'}); cleaned up")
+        sys.exit(130)
