@@ -28,10 +28,12 @@ use super::Channel;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
 use crate::worker::{Shared, WorkerCore};
+use fuse_proto::abi::{InHeader, LkIn};
 use fuse_proto::abi::{OutHeader, UringCmdReq, UringEntInOut, UringReqHeader};
 use fuse_proto::consts::{URING_IN_OUT_HEADER_SZ, uring_cmd};
 use fuse_proto::flags::InitFlags;
-use fuse_proto::{Errno, Opcode, Reply, Request};
+use fuse_proto::request::Extensions;
+use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::cell::{Cell, UnsafeCell};
 use std::io;
@@ -700,7 +702,7 @@ pub(crate) fn start<F: Filesystem>(
             .name(format!("fuse-uring-{qid}"))
             .spawn(move || {
                 on_start();
-                queue_thread(&*fs, &shared, &queue, &entries, tx)
+                queue_thread(&fs, &shared, &queue, &entries, tx)
             });
         match t {
             Ok(t) => threads.push(t),
@@ -770,7 +772,7 @@ fn pin_to_cpu(cpu: usize) {
 
 /// The loop of one queue thread.
 fn queue_thread<F: Filesystem>(
-    fs: &F,
+    fs: &Arc<F>,
     shared: &Shared,
     q: &Arc<Queue>,
     entries: &[(Arc<RingEntry>, Arc<WorkerCore>)],
@@ -881,7 +883,7 @@ fn queue_thread<F: Filesystem>(
 }
 
 /// Parses the request in `entry`'s buffers and dispatches it.
-fn serve_entry<F: Filesystem>(fs: &F, entry: &RingEntry, core: &Arc<WorkerCore>) {
+fn serve_entry<F: Filesystem>(fs: &Arc<F>, entry: &RingEntry, core: &Arc<WorkerCore>) {
     let ent = entry.ent_in_out();
     let payload_sz = (ent.payload_sz as usize).min(entry.payload_len);
     let hdr = entry.header.ptr.as_ptr();
@@ -922,20 +924,53 @@ fn serve_entry<F: Filesystem>(fs: &F, entry: &RingEntry, core: &Arc<WorkerCore>)
     entry.flush_stash();
 }
 
+/// Serves a SETLKW on a thread of its own. A queue thread serves every
+/// request of its CPU's ring in turn, so a handler that waits for a lock
+/// would stop the very requests (the FLUSH or RELEASE of the holder) that
+/// could release it. SETLKW carries no borrowed data, so it can leave the
+/// ring's buffers behind; its reply is committed from that thread later.
+fn offload_setlkw<F: Filesystem>(fs: &Arc<F>, core: &Arc<WorkerCore>, header: InHeader, arg: LkIn) {
+    let (fs2, core2) = (fs.clone(), core.clone());
+    let spawned = std::thread::Builder::new()
+        .name("fuse-uring-setlkw".into())
+        .spawn(move || {
+            let req = Request {
+                header,
+                op: Operation::Setlkw { arg },
+                extensions: Extensions::default(),
+            };
+            crate::dispatch::serve(&*fs2, &core2, req)
+        });
+    if let Err(e) = spawned {
+        log::warn!("no thread for a blocking SETLKW ({e}); serving it on the queue thread");
+        let req = Request {
+            header,
+            op: Operation::Setlkw { arg },
+            extensions: Extensions::default(),
+        };
+        crate::dispatch::serve(&**fs, core, req);
+    }
+}
+
 thread_local! {
     /// Private copy of a request payload for [`serve_entry`]; grows once.
     static SIDE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn parse_and_serve<F: Filesystem>(
-    fs: &F,
+    fs: &Arc<F>,
     core: &Arc<WorkerCore>,
     in_out: &[u8],
     op_in: &[u8],
     payload: &[u8],
 ) {
     match Request::parse_split(in_out, op_in, payload, &core.shared.parse) {
-        Ok(req) => crate::dispatch::serve(fs, core, req),
+        Ok(Request {
+            header,
+            op: Operation::Setlkw { arg },
+            ..
+        }) => offload_setlkw(fs, core, header, arg),
+        Ok(req) => crate::dispatch::serve(&**fs, core, req),
         Err(e) => crate::dispatch::malformed(
             core,
             fuse_proto::request::peek_opcode(in_out),
