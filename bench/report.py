@@ -416,7 +416,8 @@ def method(result: dict) -> list[str]:
         "- **ours**: our `passthrough_ll` example (`cargo build --release --example passthrough_ll`) with the "
         "same options; **ours never** with `-o cache=never`; **ours pdw** adds `-o parallel_direct_writes`; "
         "**ours passthrough** adds `-o passthrough` (the kernel does reads and writes on the backing file); "
-        "**ours io_uring** is a placeholder: not available yet.", "",
+        "**ours io_uring** adds `-o uring` (FUSE over io_uring, one ring per CPU; `bench/run` turns the kernel's "
+        "`enable_uring` knob on for the run and restores it after).", "",
         "Our `parallel_direct_writes` opens every file with `DIRECT_IO | PARALLEL_DIRECT_WRITES`, so its buffered "
         "data rows bypass the page cache like `cache=never` while its entry and attribute timeouts stay those of "
         "the default mode; its ratios divide by libfuse's default all the same, so read its data rows against "
