@@ -456,6 +456,13 @@ def method(result: dict) -> list[str]:
         "What this does not show: disks (tmpfs takes the device out so the FUSE overhead stands out), "
         "writeback caching (neither daemon enables it here), CPU use per operation, latency percentiles (fio "
         "records them; see `bench/results/latest.json` after a run for the raw per-round samples).", "",
+    ]
+    # Our reading of the numbers, written by hand after a full run and kept
+    # next to the generator so that a regenerated page keeps it.
+    analysis = Path(__file__).with_name("analysis.md")
+    if analysis.exists():
+        lines += ["## Reading the results", ""] + analysis.read_text().rstrip("\n").split("\n") + [""]
+    lines += [
         "## Reproduce", "",
         "```sh",
         "bench/run           # full run, under 20 minutes",
