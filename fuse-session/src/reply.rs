@@ -520,6 +520,9 @@ impl ReplyStatx {
     }
 }
 
+/// Largest directory reply buffer: the kernel's largest request (256 pages).
+const MAX_DIR_REPLY: usize = 256 * 4096;
+
 /// The buffer and handle both directory replies share.
 struct DirBuf {
     core: ReplyCore,
@@ -529,9 +532,12 @@ struct DirBuf {
 
 impl DirBuf {
     fn new(core: ReplyCore, size: u32) -> Self {
+        // The kernel asks for a page or a few; never let a malformed request
+        // make us allocate more than the largest reply it could accept.
+        let size = (size as usize).min(MAX_DIR_REPLY);
         Self {
             core,
-            buf: vec![0; size as usize],
+            buf: vec![0; size],
             len: 0,
         }
     }
