@@ -569,6 +569,7 @@ impl<F: Filesystem> Session<F> {
                 }
             }
         };
+        shared.active.fetch_max(index + 1, Ordering::AcqRel);
         let core = Arc::new(WorkerCore {
             index,
             chan,
