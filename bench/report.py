@@ -482,7 +482,8 @@ def write_docs(result: dict, docs: Path) -> None:
     # The numbers behind the doc, without the raw fio output, for anyone checking them.
     (docs / "performance.json").write_text(json.dumps(dict(
         meta=result["meta"], targets=result["targets"], workloads=result["workloads"],
-        samples=result["samples"], rss_mib=result["rss_mib"], errors=result["errors"]), indent=1) + "\n")
+        samples=result["samples"], rss_mib=result["rss_mib"], errors=result["errors"],
+        daemon_stats=result.get("daemon_stats", {})), indent=1) + "\n")
 
 
 def main() -> int:
