@@ -23,65 +23,11 @@ pub const GID: u32 = 1001;
 pub const PID: u32 = 4242;
 
 /// A byte buffer built field by field, in host byte order (as the kernel
-/// writes and reads the protocol).
-#[derive(Clone, Debug, Default)]
-pub struct B(pub Vec<u8>);
+/// writes and reads the protocol): the protocol tests' builder.
+pub use proto_support::W as B;
 
-impl B {
-    pub fn new() -> Self {
-        Self(Vec::new())
-    }
-    pub fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn i32(mut self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn i64(mut self, v: i64) -> Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub fn zeros(mut self, n: usize) -> Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
-    pub fn bytes(mut self, b: &[u8]) -> Self {
-        self.0.extend_from_slice(b);
-        self
-    }
-    /// A name and its NUL.
-    pub fn cstr(mut self, s: &str) -> Self {
-        self.0.extend_from_slice(s.as_bytes());
-        self.0.push(0);
-        self
-    }
-    /// Zero padding to the next multiple of 8.
-    pub fn pad8(mut self) -> Self {
-        while !self.0.len().is_multiple_of(8) {
-            self.0.push(0);
-        }
-        self
-    }
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-    pub fn done(self) -> Vec<u8> {
-        self.0
-    }
-}
+#[path = "../proto_support/mod.rs"]
+mod proto_support;
 
 /// A request: `fuse_in_header` + body (+ extensions, counted in `total_extlen`).
 pub fn request_ext(opcode: u32, unique: u64, nodeid: u64, body: &[u8], ext: &[u8]) -> Vec<u8> {

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 /// Bytes pushed field by field in native byte order.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct W(pub Vec<u8>);
 
 impl W {
@@ -59,5 +59,22 @@ impl W {
     pub fn cut(mut self, n: usize) -> Self {
         self.0.truncate(n);
         self
+    }
+    /// A name and its NUL (the same as [`W::name`]).
+    pub fn cstr(self, s: &str) -> Self {
+        self.name(s)
+    }
+    /// Zero padding to the next multiple of 8.
+    pub fn pad8(mut self) -> Self {
+        while !self.0.len().is_multiple_of(8) {
+            self.0.push(0);
+        }
+        self
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn done(self) -> Vec<u8> {
+        self.0
     }
 }
