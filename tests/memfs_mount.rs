@@ -49,6 +49,7 @@ impl Served {
         let (dev, guard) = Mount::new(mp.path(), &opts).expect("mount").into_parts();
         let config = SessionConfig {
             workers: 4,
+            transport: common::test_transport(),
             ..SessionConfig::default()
         };
         let session = Session::from_arc(fs, Arc::new(dev), config).expect("session");
@@ -89,7 +90,17 @@ impl Drop for Served {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
             match s.stop() {
-                Ok(report) => eprintln!("session stats: {}", report.stats.to_json()),
+                Ok(report) => {
+                    eprintln!("session stats: {}", report.stats.to_json());
+                    // The io_uring pass must really have used the rings
+                    // (checked only when the test is not already failing).
+                    if common::over_uring() && !std::thread::panicking() {
+                        assert!(
+                            report.stats.transport.uring > 0,
+                            "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring"
+                        );
+                    }
+                }
                 Err(e) => eprintln!("session: {e}"),
             }
         }

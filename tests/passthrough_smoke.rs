@@ -62,11 +62,16 @@ impl Daemon {
         fs::create_dir_all(&src).unwrap();
         fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
         let stats = tm.root().join("stats.json");
+        let opts = if common::over_uring() {
+            format!("{opts},uring")
+        } else {
+            opts.to_string()
+        };
         let mut child = Command::new(example_binary())
             .arg(&src)
             .arg(tm.path())
             .arg("-o")
-            .arg(opts)
+            .arg(&opts)
             .arg("--stats")
             .arg(&stats)
             .stdin(Stdio::null())
@@ -109,7 +114,15 @@ impl Daemon {
             "daemon ended with {status:?}"
         );
         assert!(!common::fuse_mounted_at(&self.mnt), "still mounted after SIGTERM");
-        fs::read_to_string(&self.stats).expect("stats file")
+        let json = fs::read_to_string(&self.stats).expect("stats file");
+        if common::over_uring() {
+            // The io_uring pass must really have used the rings.
+            assert!(
+                !json.contains("\"uring\": 0,") && json.contains("\"uring\": "),
+                "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring: {json}"
+            );
+        }
+        json
     }
 
     fn terminate(&mut self) -> Option<std::process::ExitStatus> {

@@ -19,6 +19,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Whether the real-mount suites run over FUSE-over-io_uring
+/// (`FUSE_WIRE_TEST_TRANSPORT=uring`, set by `.ci/run` for its second pass,
+/// with the kernel's `enable_uring` knob turned on).
+pub fn over_uring() -> bool {
+    std::env::var("FUSE_WIRE_TEST_TRANSPORT").is_ok_and(|v| v == "uring")
+}
+
+/// The session transport the suites use: io_uring in the second CI pass.
+pub fn test_transport() -> fuse_wire::session::Transport {
+    if over_uring() {
+        fuse_wire::session::Transport::Uring
+    } else {
+        fuse_wire::session::Transport::DevFuse
+    }
+}
+
 /// Whether the test run must not skip (`CI=true`).
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")

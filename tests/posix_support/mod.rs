@@ -1001,12 +1001,7 @@ pub enum Json {
     Obj(BTreeMap<String, Json>),
 }
 
-/// Whether the suite runs passthrough_ll over FUSE-over-io_uring
-/// (`FUSE_WIRE_TEST_TRANSPORT=uring`, set by `.ci/run` with the kernel's
-/// `enable_uring` knob turned on).
-pub fn over_uring() -> bool {
-    std::env::var("FUSE_WIRE_TEST_TRANSPORT").is_ok_and(|v| v == "uring")
-}
+pub use common::over_uring;
 
 impl Json {
     /// Parses a whole document.
