@@ -61,6 +61,9 @@ filesystem options (-o):
     passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
                        not with writeback)
     parallel_direct_writes    open files with DIRECT_IO | PARALLEL_DIRECT_WRITES
+    splice, no_splice  answer reads of 32 KiB and more with splice(2) from the source
+                       file, so their data does not pass through the daemon's memory
+                       (default on; O_DIRECT handles always read into memory)
     atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
     uring, no_uring    serve requests over FUSE-over-io_uring when the kernel allows it
                        (enable_uring=Y); otherwise /dev/fuse, with the reason logged
@@ -162,6 +165,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "no_readdirplus" => fs.readdirplus = flag(false)?,
             "passthrough" => fs.passthrough = flag(true)?,
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
+            "splice" => fs.splice = flag(true)?,
+            "no_splice" => fs.splice = flag(false)?,
             "atomic_open" => atomic_open = flag(true)?,
             "uring" => uring = flag(true)?,
             "no_uring" => uring = flag(false)?,
@@ -246,6 +251,8 @@ mod tests {
         assert_eq!(a.fs.timeout, Duration::ZERO);
         assert_eq!(a.mount.subtype.as_deref(), Some("passthrough_ll"));
         assert_eq!(a.mount.fsname.as_deref(), Some("/srv"));
+        assert!(a.fs.splice);
+        assert!(!run(&["-o", "no_splice", "/mnt"]).unwrap().fs.splice);
     }
 
     #[test]

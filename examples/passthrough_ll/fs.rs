@@ -46,6 +46,8 @@ pub struct FsOptions {
     pub passthrough: bool,
     pub parallel_direct_writes: bool,
     pub default_permissions: bool,
+    /// Answer reads of buffered handles with `splice(2)` from the source file.
+    pub splice: bool,
 }
 
 impl Default for FsOptions {
@@ -61,9 +63,16 @@ impl Default for FsOptions {
             passthrough: false,
             parallel_direct_writes: false,
             default_permissions: false,
+            splice: true,
         }
     }
 }
+
+/// Reads at least this large are spliced (with `splice`). A spliced reply
+/// costs four system calls where `pread` + `writev` cost two; measured on
+/// tmpfs with 2 CPUs that only pays from about 32 KiB (4 KiB random reads
+/// lost ~5% with splice, 32 KiB ones gained ~5%, 64 KiB ones ~11%).
+const SPLICE_MIN: usize = 32 * 1024;
 
 /// The filesystem.
 pub struct PassthroughFs {
@@ -1022,6 +1031,10 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
+        if self.opts.splice && h.direct.is_none() && size as usize >= SPLICE_MIN {
+            // From the source's page cache into the kernel's, not through our memory.
+            return reply.splice_from(h.fd(), offset, size as usize);
+        }
         reply.with_buffer(size as usize, |buf| h.read_at(buf, offset));
     }
 

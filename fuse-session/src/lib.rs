@@ -19,6 +19,7 @@ pub mod mount;
 pub mod notify;
 pub mod reply;
 pub mod session;
+mod splice;
 pub mod stats;
 pub mod transport;
 pub mod types;

@@ -8,6 +8,7 @@
 
 use crate::backing::BackingFile;
 use crate::buffer::AlignedBuf;
+use crate::splice::{self, Pipes};
 use crate::types::{Entry, FileHandle, Lock};
 use crate::worker::{Slot, WorkerCore};
 use fuse_proto::abi::{
@@ -19,6 +20,7 @@ use fuse_proto::flags::{FopenFlags, IoctlFlags};
 use fuse_proto::reply::{DirentError, DirentWriter};
 use fuse_proto::{Errno, Opcode, Reply};
 use std::cell::RefCell;
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +69,42 @@ impl ReplyCore {
         let is_error = msg.header().error != 0;
         self.worker.finished(self.opcode, is_error);
         self.worker.send_reply(self.opcode, self.unique, msg);
+        self.worker.release(&self.slot);
+    }
+
+    /// Answers with a success reply of `total` bytes (header included)
+    /// staged in `pipes`' message pipe, counted and released like any other
+    /// reply. If the channel took none of it (the pipe still holds it all),
+    /// the pipes are drained and `resend` writes the answer instead; it is
+    /// counted already, so `resend` only writes.
+    fn finish_spliced(&mut self, pipes: &Pipes, total: usize, resend: impl FnOnce(&WorkerCore, u64)) {
+        self.done = true;
+        self.worker.finished(self.opcode, false);
+        if let Err(e) = self.worker.channel().send_spliced(pipes.message(), total) {
+            let untouched = pipes.message_len() == total;
+            pipes.drain();
+            match e.raw_os_error() {
+                Some(libc::ENOENT) => log::debug!(
+                    "{} reply to {}: the kernel no longer waits for it",
+                    self.opcode,
+                    self.unique
+                ),
+                _ if untouched => {
+                    log::debug!(
+                        "{} reply to {}: splice refused ({e}); writing it",
+                        self.opcode,
+                        self.unique
+                    );
+                    resend(&self.worker, self.unique);
+                }
+                _ => log::error!(
+                    "{} reply to {} on {}: {e}",
+                    self.opcode,
+                    self.unique,
+                    self.worker.channel().describe()
+                ),
+            }
+        }
         self.worker.release(&self.slot);
     }
 
@@ -267,25 +305,87 @@ impl ReplyData {
     /// allocates only when a thread first needs a larger one; its alignment
     /// suits `O_DIRECT` reads of a backing file.
     pub fn with_buffer(self, len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>) {
-        SCRATCH.with(|s| {
-            let Ok(mut slot) = s.try_borrow_mut() else {
-                // Re-entered from inside `fill`: use a buffer of its own.
-                let mut own = AlignedBuf::new(len, 0);
-                let buf = &mut own.as_mut_slice()[..len];
-                return match fill(buf) {
-                    Ok(n) => self.data(&buf[..n.min(len)]),
-                    Err(e) => self.io_error(&e),
-                };
-            };
-            let scratch = slot.get_or_insert_with(|| AlignedBuf::new(len, 0));
-            scratch.ensure(len);
-            let buf = &mut scratch.as_mut_slice()[..len];
-            match fill(buf) {
-                Ok(n) => self.data(&buf[..n.min(len)]),
-                Err(e) => self.io_error(&e),
-            }
+        with_scratch(len, |buf| match fill(buf) {
+            Ok(n) => self.data(&buf[..n.min(len)]),
+            Err(e) => self.io_error(&e),
         })
     }
+
+    /// Answers a READ with up to `len` bytes of `fd` from `offset` (fewer at
+    /// end of file), as `pread(2)` would read them.
+    ///
+    /// On `/dev/fuse` the bytes go from `fd` into the kernel with `splice(2)`
+    /// through two per-thread pipes, without passing through user memory.
+    /// Where that cannot be done (another transport, a reply larger than the
+    /// pipes hold with its header, an `fd` that cannot be spliced, any
+    /// splice error before the reply reached the kernel) it reads into the
+    /// scratch buffer of [`ReplyData::with_buffer`] and writes the same
+    /// reply instead; the caller cannot tell the two apart. A read error is
+    /// answered with its errno.
+    pub fn splice_from(mut self, fd: BorrowedFd<'_>, offset: u64, len: usize) {
+        if len > 0 && self.core.worker.channel().supports_splice() {
+            let unique = self.core.unique;
+            let opcode = self.core.opcode;
+            let core = &mut self.core;
+            let sent = splice::with_pipes(|pipes| {
+                if !pipes.fits(offset, len) {
+                    return false;
+                }
+                match pipes.stage(fd, offset, len, unique) {
+                    Ok(total) => {
+                        core.finish_spliced(pipes, total, |worker, unique| {
+                            resend_read(worker, opcode, unique, fd, offset, len)
+                        });
+                        true
+                    }
+                    Err(e) => {
+                        log::debug!("{opcode} {unique}: not spliced ({e}); reading into memory");
+                        false
+                    }
+                }
+            });
+            if sent == Some(true) {
+                return;
+            }
+        }
+        self.with_buffer(len, |buf| splice::pread_full(fd, buf, offset));
+    }
+}
+
+/// Runs `f` on a per-thread, page-aligned scratch buffer of `len` bytes (a
+/// buffer of its own when re-entered from inside `f`).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let Ok(mut slot) = s.try_borrow_mut() else {
+            let mut own = AlignedBuf::new(len, 0);
+            return f(&mut own.as_mut_slice()[..len]);
+        };
+        let scratch = slot.get_or_insert_with(|| AlignedBuf::new(len, 0));
+        scratch.ensure(len);
+        f(&mut scratch.as_mut_slice()[..len])
+    })
+}
+
+/// The answer [`ReplyData::splice_from`] writes when a staged reply was
+/// refused whole: the same bytes, read into memory (already counted).
+fn resend_read(
+    worker: &WorkerCore,
+    opcode: Opcode,
+    unique: u64,
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) {
+    with_scratch(len, |buf| match splice::pread_full(fd, buf, offset) {
+        Ok(n) => match Reply::data(unique, &buf[..n]) {
+            Ok(r) => worker.send_reply(opcode, unique, &r),
+            Err(_) => worker.send_reply(opcode, unique, &Reply::error(unique, Errno::EIO)),
+        },
+        Err(e) => {
+            let errno = Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO));
+            worker.send_reply(opcode, unique, &Reply::error(unique, errno))
+        }
+    })
 }
 
 /// How an open reply hands the file to the kernel.

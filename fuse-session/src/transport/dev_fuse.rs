@@ -1,5 +1,6 @@
 //! The `/dev/fuse` transport: `read(2)` for requests, one `writev(2)` per
-//! reply, and `FUSE_DEV_IOC_CLONE` for a queue per worker.
+//! reply (or one `splice(2)` from a pipe, for READ data that should not
+//! pass through user memory), and `FUSE_DEV_IOC_CLONE` for a queue per worker.
 
 use super::Channel;
 use fuse_proto::Reply;
@@ -84,6 +85,22 @@ impl DevFuse {
         Ok(())
     }
 
+    /// Moves one message of `len` bytes (header included) from the pipe
+    /// read end `pipe` into the device with a single `splice(2)`; the kernel
+    /// takes a spliced message only whole.
+    pub fn splice_in(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        use nix::fcntl::{SpliceFFlags, splice};
+        let moved =
+            splice(pipe, None, self.fd.as_fd(), None, len, SpliceFFlags::empty()).map_err(io::Error::from)?;
+        if moved != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short splice to /dev/fuse: {moved} of {len} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Duplicates the descriptor (same open file, same queue).
     pub fn try_dup(&self) -> io::Result<Self> {
         Ok(Self {
@@ -124,6 +141,14 @@ impl Channel for DevFuse {
 
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         self.write(msg)
+    }
+
+    fn supports_splice(&self) -> bool {
+        true
+    }
+
+    fn send_spliced(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        self.splice_in(pipe, len)
     }
 
     fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {

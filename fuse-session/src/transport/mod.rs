@@ -7,7 +7,7 @@
 
 use fuse_proto::Reply;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 
 pub mod dev_fuse;
@@ -97,6 +97,22 @@ pub trait Channel: Send + Sync + 'static {
     /// `ENOENT` means the kernel no longer waits for that request (it was
     /// interrupted or aborted); callers treat it as delivered.
     fn send(&self, msg: &Reply<'_>) -> io::Result<()>;
+
+    /// Whether [`Channel::send_spliced`] can deliver a message: true only
+    /// for `/dev/fuse`, which accepts a message spliced from a pipe.
+    fn supports_splice(&self) -> bool {
+        false
+    }
+
+    /// Sends one complete message (header included) of `len` bytes that
+    /// waits at the front of the pipe `pipe` (its read end), moving it into
+    /// the kernel with one `splice(2)` so that the payload does not pass
+    /// through user memory. Errors as for [`Channel::send`]; transports that
+    /// cannot do this answer `EOPNOTSUPP` and leave the pipe untouched.
+    fn send_spliced(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        let _ = (pipe, len);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
 
     /// A new channel on the same connection with its own kernel queue
     /// (`FUSE_DEV_IOC_CLONE`), for one more worker.
