@@ -36,4 +36,3 @@ pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionH
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};
-pub use worker::WorkerCore;

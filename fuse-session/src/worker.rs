@@ -50,7 +50,7 @@ pub(crate) struct Shared {
 }
 
 /// One worker: its index in the per-worker tables and its channel.
-pub struct WorkerCore {
+pub(crate) struct WorkerCore {
     pub(crate) index: usize,
     pub(crate) chan: Arc<dyn Channel>,
     pub(crate) shared: Arc<Shared>,
