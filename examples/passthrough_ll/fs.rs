@@ -1151,7 +1151,7 @@ impl Filesystem for PassthroughFs {
     ) {
         let _as_caller = match self.creds.enter(ctx, false) {
             Ok(c) => c,
-            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => return reply.io_error(&e),
         };
         log::debug!("readdir ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |_, d_ino, next, typ, name| {
@@ -1159,7 +1159,7 @@ impl Filesystem for PassthroughFs {
         });
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => reply.io_error(&e),
         }
     }
 
@@ -1173,7 +1173,7 @@ impl Filesystem for PassthroughFs {
     ) {
         let _as_caller = match self.creds.enter(ctx, false) {
             Ok(c) => c,
-            Err(e) => return reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => return reply.io_error(&e),
         };
         log::debug!("readdirplus ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |dir, d_ino, next, typ, name| {
@@ -1211,7 +1211,7 @@ impl Filesystem for PassthroughFs {
         });
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => reply.io_error(&e),
         }
     }
 

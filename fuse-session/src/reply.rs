@@ -731,6 +731,13 @@ macro_rules! dir_handle {
                 self.0.core.error(errno);
             }
 
+            /// Answers with an error from an `io::Error` (EIO if it has no errno).
+            pub fn io_error(self, err: &std::io::Error) {
+                self.0
+                    .core
+                    .error(Errno::new_or_eio(err.raw_os_error().unwrap_or(libc::EIO)));
+            }
+
             /// Whether the kernel asked to interrupt this request.
             pub fn is_interrupted(&self) -> bool {
                 self.0.core.is_interrupted()
