@@ -10,7 +10,7 @@
 use fuse_wire::proto::abi::Attr;
 use fuse_wire::proto::flags::FopenFlags;
 use fuse_wire::proto::{Errno, Opcode};
-use fuse_wire::session::mount::{Mount, MountOptions};
+use fuse_wire::session::mount::{Mount, MountGuard, MountOptions};
 use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyOpen, ReplyWrite};
 use fuse_wire::session::transport::uring::{ENABLE_KNOB, Unavailable};
 use fuse_wire::session::{
@@ -364,6 +364,23 @@ fn join_with_timeout(
         .expect("the session did not end within 30 s of the unmount")
 }
 
+/// Mounts a `TinyFs` at `mp` and runs a session on it with `config`.
+fn serve(
+    mp: &Path,
+    config: SessionConfig,
+) -> (
+    std::sync::Arc<TinyFs>,
+    MountGuard,
+    fuse_wire::session::RunningSession,
+) {
+    let (dev, guard) = Mount::new(mp, &MountOptions::default())
+        .expect("mount")
+        .into_parts();
+    let fs = std::sync::Arc::new(TinyFs::default());
+    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
+    (fs, guard, session.spawn().expect("spawn"))
+}
+
 // ---------------------------------------------------------------- tests
 
 #[test]
@@ -375,17 +392,14 @@ fn requests_are_served_over_the_rings() {
     capture_logs();
     let _knob = KnobGuard::set(true);
     let mp = mountpoint("on");
-    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
-        .expect("mount")
-        .into_parts();
-    let fs = std::sync::Arc::new(TinyFs::default());
-    let config = SessionConfig {
-        workers: 1,
-        transport: Transport::Uring,
-        ..Default::default()
-    };
-    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
-    let running = session.spawn().expect("spawn");
+    let (fs, guard, running) = serve(
+        &mp,
+        SessionConfig {
+            workers: 1,
+            transport: Transport::Uring,
+            ..Default::default()
+        },
+    );
     let info = wait_for_transport(running.handle());
     let TransportInfo::Uring {
         queues,
@@ -471,17 +485,14 @@ fn knob_off_falls_back_to_dev_fuse_and_says_why() {
     capture_logs();
     let _knob = KnobGuard::set(false);
     let mp = mountpoint("off");
-    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
-        .expect("mount")
-        .into_parts();
-    let fs = std::sync::Arc::new(TinyFs::default());
-    let config = SessionConfig {
-        workers: 1,
-        transport: Transport::Uring,
-        ..Default::default()
-    };
-    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
-    let running = session.spawn().expect("spawn");
+    let (fs, guard, running) = serve(
+        &mp,
+        SessionConfig {
+            workers: 1,
+            transport: Transport::Uring,
+            ..Default::default()
+        },
+    );
     let info = wait_for_transport(running.handle());
     assert_eq!(
         info,
@@ -521,18 +532,15 @@ fn stop_ends_the_queue_threads_while_mounted() {
     capture_logs();
     let _knob = KnobGuard::set(true);
     let mp = mountpoint("stop");
-    let (dev, guard) = Mount::new(&mp, &MountOptions::default())
-        .expect("mount")
-        .into_parts();
-    let fs = std::sync::Arc::new(TinyFs::default());
-    let config = SessionConfig {
-        workers: 1,
-        transport: Transport::Auto,
-        uring_queue_depth: 2,
-        ..Default::default()
-    };
-    let session = Session::from_arc(fs.clone(), std::sync::Arc::new(dev), config).expect("session");
-    let running = session.spawn().expect("spawn");
+    let (fs, guard, running) = serve(
+        &mp,
+        SessionConfig {
+            workers: 1,
+            transport: Transport::Auto,
+            uring_queue_depth: 2,
+            ..Default::default()
+        },
+    );
     let info = wait_for_transport(running.handle());
     assert!(matches!(info, TransportInfo::Uring { depth: 2, .. }), "{info}");
     std::fs::write(mp.join("x"), b"x").expect("write");

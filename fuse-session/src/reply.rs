@@ -151,7 +151,7 @@ macro_rules! handle {
 
             /// Answers with an error from an `io::Error` (EIO if it has no errno).
             pub fn io_error(self, err: &std::io::Error) {
-                self.core.error(Errno::new_or_eio(err.raw_os_error().unwrap_or(libc::EIO)));
+                self.core.error(errno_of(err));
             }
 
             /// The request's unique id.
@@ -381,11 +381,14 @@ fn resend_read(
             Ok(r) => worker.send_reply(opcode, unique, &r),
             Err(_) => worker.send_reply(opcode, unique, &Reply::error(unique, Errno::EIO)),
         },
-        Err(e) => {
-            let errno = Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO));
-            worker.send_reply(opcode, unique, &Reply::error(unique, errno))
-        }
+        Err(e) => worker.send_reply(opcode, unique, &Reply::error(unique, errno_of(&e))),
     })
+}
+
+/// The errno to answer for an I/O error (EIO when it carries none, or one
+/// outside what the kernel accepts).
+fn errno_of(err: &std::io::Error) -> Errno {
+    Errno::new_or_eio(err.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// How an open reply hands the file to the kernel.
@@ -733,9 +736,7 @@ macro_rules! dir_handle {
 
             /// Answers with an error from an `io::Error` (EIO if it has no errno).
             pub fn io_error(self, err: &std::io::Error) {
-                self.0
-                    .core
-                    .error(Errno::new_or_eio(err.raw_os_error().unwrap_or(libc::EIO)));
+                self.0.core.error(errno_of(err));
             }
 
             /// Whether the kernel asked to interrupt this request.
