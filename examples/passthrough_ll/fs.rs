@@ -10,10 +10,10 @@ use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use fuse_wire::session::reply::*;
 use fuse_wire::session::types::attr_from_stat;
+use fuse_wire::session::credentials::{self, ActingAs};
 use fuse_wire::session::{
     BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
-use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -79,7 +79,8 @@ pub struct PassthroughFs {
     opts: FsOptions,
     inodes: InodeTable,
     handles: HandleTable,
-    creds: Creds,
+    /// The daemon runs as root and can act as its callers.
+    root: bool,
     passthrough_warned: AtomicBool,
 }
 
@@ -106,6 +107,12 @@ macro_rules! tri {
     };
 }
 
+/// Makes this thread act as the caller of `ctx` (uid, gid, groups and
+/// capabilities, as the library can know them) until the guard drops.
+fn as_caller(ctx: &RequestContext<'_>) -> Res<ActingAs> {
+    ctx.caller().act_as()
+}
+
 /// Rejects names that could step outside the directory they are looked up in.
 fn check_name(name: &CStr) -> Res<()> {
     let b = name.to_bytes();
@@ -126,7 +133,7 @@ impl PassthroughFs {
             opts,
             inodes: InodeTable::new(root)?,
             handles: HandleTable::new(),
-            creds: Creds::new()?,
+            root: sys::geteuid() == 0,
             passthrough_warned: AtomicBool::new(false),
         })
     }
@@ -243,7 +250,7 @@ impl PassthroughFs {
         // reading and writing when the source allows.
         let path = proc_path(inode.fd());
         // Shared by the later opens of every caller: opened as the daemon.
-        let _as_daemon = self.creds.as_daemon();
+        let _as_daemon = credentials::as_daemon();
         let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
             Ok(fd) => (fd, true, 0),
             Err(e) => {
@@ -284,7 +291,7 @@ impl PassthroughFs {
         let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
             // A reopen of what the caller has just opened (or created: its
             // mode may refuse a second open), so as the daemon.
-            let _as_daemon = self.creds.as_daemon();
+            let _as_daemon = credentials::as_daemon();
             Some(Direct::new(fd.as_fd(), self.source_flags(flags))?)
         } else {
             None
@@ -450,9 +457,15 @@ impl PassthroughFs {
     /// filesystem does it by itself; only the daemon's own identity, which
     /// holds CAP_FSETID, needs it done here.
     fn kill_suidgid(&self, inode: &InodeData) -> Res<()> {
-        if !self.creds.as_itself() || inode.kind != libc::S_IFREG {
+        if inode.kind != libc::S_IFREG {
             return Ok(());
         }
+        // The kernel asks only when the caller lacks CAP_FSETID and the
+        // file has the bits, so this is rare; done as the daemon, since the
+        // caller may not own the file (the source filesystem clears the bits
+        // by itself for a caller it writes for, but not for a caller served
+        // with the daemon's identity).
+        let _as_daemon = credentials::as_daemon();
         let mode = sys::stat_fd(inode.fd())?.st_mode & 0o7777;
         let mut kept = mode & !libc::S_ISUID;
         if kept & libc::S_IXGRP != 0 {
@@ -480,7 +493,7 @@ impl PassthroughFs {
             // Its own open file description, readable and writable so that
             // it can take either kind of lock (the kernel has checked the
             // caller's descriptor for the kind it asks), as the daemon.
-            let _as_daemon = self.creds.as_daemon();
+            let _as_daemon = credentials::as_daemon();
             let path = proc_path(h.inode.fd());
             sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0)
                 .or_else(|_| sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0))?
@@ -573,140 +586,6 @@ impl PassthroughFs {
         }
         Ok(())
     }
-}
-
-/// Running a request's file system calls with the caller's identity, so
-/// that the source filesystem checks permissions (without
-/// `default_permissions` nobody else does) and gives new files the caller's
-/// owner and group, as on a native filesystem.
-///
-/// Linux keeps fsuid, fsgid and the supplementary groups per thread, so a
-/// worker switches its own credentials for one request and switches back
-/// when the guard drops. The groups are set with the raw system call: the C
-/// library's `setgroups` would change every thread of the process.
-struct Creds {
-    /// Only a daemon running as root switches.
-    root: bool,
-    /// The daemon's own fsuid, fsgid and groups, restored after a request.
-    uid: u32,
-    gid: u32,
-    groups: Vec<libc::gid_t>,
-}
-
-thread_local! {
-    /// The `(fsuid, fsgid)` this worker runs as while it serves a caller;
-    /// `None` while it runs as the daemon.
-    static AS_CALLER: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
-}
-
-/// Restores the daemon's identity when dropped.
-struct AsCaller<'a> {
-    creds: &'a Creds,
-    /// Whether the thread's groups were changed too.
-    groups: bool,
-}
-
-/// Returns to the caller's identity when dropped (see [`Creds::as_daemon`]).
-struct AsDaemon {
-    caller: (u32, u32),
-}
-
-impl Creds {
-    fn new() -> Res<Self> {
-        Ok(Self {
-            root: sys::geteuid() == 0,
-            uid: sys::geteuid(),
-            gid: sys::getegid(),
-            groups: sys::getgroups()?,
-        })
-    }
-
-    /// Switches this thread to the caller of `ctx` until the guard drops.
-    ///
-    /// Root callers keep the daemon's identity (they have every permission;
-    /// `create` asks for the switch anyway when their group differs, since
-    /// it becomes the new file's group), and so do kernel-internal requests
-    /// (pid 0) and everything in a daemon that does not run as root.
-    fn enter(&self, ctx: &RequestContext<'_>, create: bool) -> Res<Option<AsCaller<'_>>> {
-        let (uid, gid) = (ctx.uid(), ctx.gid());
-        if !self.root || ctx.pid() == 0 || (uid == 0 && (!create || gid == 0)) {
-            return Ok(None);
-        }
-        if AS_CALLER.get().is_some() {
-            return Ok(None);
-        }
-        if uid == u32::MAX || gid == u32::MAX {
-            return Err(err(libc::EOVERFLOW));
-        }
-        // All the caller's groups, read per request: a cache could keep a
-        // group the process has just dropped, and reading costs about 5 µs,
-        // paid only by callers other than root. If the process is gone, the
-        // group the kernel sent with a create (CREATE_SUPP_GROUP) remains.
-        let groups = process_groups(ctx.pid()).unwrap_or_else(|| ctx.supp_groups().collect());
-        let change_groups = groups != self.groups;
-        if change_groups {
-            sys::setgroups_thread(&groups)?;
-        }
-        let guard = AsCaller {
-            creds: self,
-            groups: change_groups,
-        };
-        sys::setfsgid(gid);
-        sys::setfsuid(uid);
-        AS_CALLER.set(Some((uid, gid)));
-        // setfs[ug]id report failure only by not changing: check.
-        if sys::setfsgid(u32::MAX) != gid || sys::setfsuid(u32::MAX) != uid {
-            return Err(err(libc::EPERM));
-        }
-        Ok(Some(guard))
-    }
-
-    /// Back to the daemon's identity until the guard drops, for what the
-    /// daemon does on its own behalf while serving a caller: descriptors
-    /// shared by later requests of other callers (backing files, lock
-    /// descriptors) and reopening a file the caller has already opened.
-    fn as_daemon(&self) -> Option<AsDaemon> {
-        let caller = AS_CALLER.get()?;
-        sys::setfsuid(self.uid);
-        sys::setfsgid(self.gid);
-        AS_CALLER.set(None);
-        Some(AsDaemon { caller })
-    }
-
-    /// Whether this thread runs as the daemon (not switched to a caller).
-    fn as_itself(&self) -> bool {
-        AS_CALLER.get().is_none()
-    }
-}
-
-impl Drop for AsCaller<'_> {
-    fn drop(&mut self) {
-        sys::setfsuid(self.creds.uid);
-        sys::setfsgid(self.creds.gid);
-        AS_CALLER.set(None);
-        if self.groups
-            && let Err(e) = sys::setgroups_thread(&self.creds.groups)
-        {
-            log::error!("restoring the worker's groups: {e}");
-        }
-    }
-}
-
-impl Drop for AsDaemon {
-    fn drop(&mut self) {
-        let (uid, gid) = self.caller;
-        sys::setfsgid(gid);
-        sys::setfsuid(uid);
-        AS_CALLER.set(Some(self.caller));
-    }
-}
-
-/// The supplementary groups of process (or thread) `pid`, from the
-/// `Groups:` line of `/proc/PID/status`; `None` if it cannot be read.
-fn process_groups(pid: u32) -> Option<Vec<libc::gid_t>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find_map(|l| l.strip_prefix("Groups:"))?;
-    Some(line.split_whitespace().filter_map(|x| x.parse().ok()).collect())
 }
 
 fn statx_time(t: libc::statx_timestamp) -> SxTime {
@@ -811,7 +690,7 @@ impl Filesystem for PassthroughFs {
         if self.opts.readdirplus {
             config.want(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
         }
-        if self.creds.root {
+        if self.root {
             config.want(InitFlags::CREATE_SUPP_GROUP);
             // The source filesystem clears S_ISUID/S_ISGID itself, as the
             // caller, on writes, truncates and chowns. Without this the
@@ -837,7 +716,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("lookup parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         match self.do_lookup(&parent, name) {
@@ -858,7 +737,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("getattr ino={ino} fh={fh:?}");
         let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
             Some(h) => tri!(reply, sys::stat_fd(h.fd())),
@@ -871,14 +750,14 @@ impl Filesystem for PassthroughFs {
     }
 
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = tri!(reply, self.do_setattr(ino, attr));
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let inode = tri!(reply, self.inode(ino));
         let target = tri!(reply, sys::readlink_fd(inode.fd()));
         reply.data(&target);
@@ -892,7 +771,7 @@ impl Filesystem for PassthroughFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("symlink parent={parent} name={name:?} target={target:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -909,7 +788,7 @@ impl Filesystem for PassthroughFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -918,7 +797,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -927,7 +806,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("unlink parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -936,7 +815,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("rmdir parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -954,7 +833,7 @@ impl Filesystem for PassthroughFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
         let old = tri!(reply, self.inode(parent));
         let new = tri!(reply, self.inode(newparent));
@@ -972,7 +851,7 @@ impl Filesystem for PassthroughFs {
         newname: &CStr,
         reply: ReplyEntry,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("link ino={ino} -> {newparent}/{newname:?}");
         let inode = tri!(reply, self.inode(ino));
         let parent = tri!(reply, self.inode(newparent));
@@ -1004,7 +883,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
@@ -1028,7 +907,7 @@ impl Filesystem for PassthroughFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
         if self.opts.splice && h.direct.is_none() && size as usize >= SPLICE_MIN {
@@ -1050,7 +929,7 @@ impl Filesystem for PassthroughFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
         let n = tri!(reply, h.write_at(data, offset));
@@ -1068,7 +947,7 @@ impl Filesystem for PassthroughFs {
         owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("flush ino={ino} fh={fh}");
         let h = tri!(reply, self.handle(fh));
         // The caller closed a descriptor of this file: that drops its
@@ -1111,14 +990,14 @@ impl Filesystem for PassthroughFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
     fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("opendir ino={ino}");
         let inode = tri!(reply, self.inode(ino));
         let fd = tri!(
@@ -1149,7 +1028,7 @@ impl Filesystem for PassthroughFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _as_caller = match self.creds.enter(ctx, false) {
+        let _as_caller = match as_caller(ctx) {
             Ok(c) => c,
             Err(e) => return reply.io_error(&e),
         };
@@ -1171,7 +1050,7 @@ impl Filesystem for PassthroughFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _as_caller = match self.creds.enter(ctx, false) {
+        let _as_caller = match as_caller(ctx) {
             Ok(c) => c,
             Err(e) => return reply.io_error(&e),
         };
@@ -1236,14 +1115,14 @@ impl Filesystem for PassthroughFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fsync(h.fd(), datasync));
         reply.ok();
     }
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let inode = tri!(reply, self.inode(ino));
         let s = tri!(reply, sys::fstatvfs(inode.fd()));
         reply.statfs(&Kstatfs {
@@ -1269,7 +1148,7 @@ impl Filesystem for PassthroughFs {
         setxattr_flags: SetxattrFlags,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setxattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::setxattr(&path, name, value, flags));
@@ -1288,7 +1167,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("getxattr ino={ino} name={name:?} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1301,7 +1180,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("listxattr ino={ino} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
         if size == 0 {
@@ -1314,7 +1193,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("removexattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::removexattr(&path, name));
@@ -1322,7 +1201,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("access ino={ino} mask={mask:#o}");
         let inode = tri!(reply, self.inode(ino));
         let path = proc_path(inode.fd());
@@ -1339,7 +1218,7 @@ impl Filesystem for PassthroughFs {
         mode: u32,
         reply: ReplyCreate,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, flags & libc::O_CREAT != 0));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
@@ -1351,7 +1230,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, true));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
@@ -1368,7 +1247,7 @@ impl Filesystem for PassthroughFs {
         lock: Lock,
         reply: ReplyLock,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         let mut fl = tri!(reply, to_flock(&lock));
         // The owner's own locks never conflict with it: ask through its
@@ -1395,7 +1274,7 @@ impl Filesystem for PassthroughFs {
         flock: bool,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
         let h = tri!(reply, self.handle(fh));
         let r = if flock {
@@ -1442,7 +1321,7 @@ impl Filesystem for PassthroughFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
         reply.ok();
@@ -1457,7 +1336,7 @@ impl Filesystem for PassthroughFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         // The kernel passes the caller's off_t through as u64: reinterpret it
         // (a negative offset arrives as a huge value) and let the source
@@ -1479,7 +1358,7 @@ impl Filesystem for PassthroughFs {
         flags: u64,
         reply: ReplyCopy,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         let hi = tri!(reply, self.handle(fh_in));
         let ho = tri!(reply, self.handle(fh_out));
         let flags = tri!(reply, u32::try_from(flags).map_err(|_| err(libc::EINVAL)));
@@ -1499,7 +1378,7 @@ impl Filesystem for PassthroughFs {
         mask: u32,
         reply: ReplyStatx,
     ) {
-        let _as_caller = tri!(reply, self.creds.enter(ctx, false));
+        let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
         let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;

@@ -334,48 +334,9 @@ pub fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Sets this thread's filesystem uid; returns the previous one.
-pub fn setfsuid(uid: u32) -> u32 {
-    // SAFETY: setfsuid has no memory effects; it changes this thread's creds.
-    unsafe { libc::setfsuid(uid) as u32 }
-}
-
-/// Sets this thread's filesystem gid; returns the previous one.
-pub fn setfsgid(gid: u32) -> u32 {
-    // SAFETY: setfsgid has no memory effects; it changes this thread's creds.
-    unsafe { libc::setfsgid(gid) as u32 }
-}
-
-/// Sets the supplementary groups of *this thread only* (the raw system call;
-/// the C library's `setgroups` would change every thread of the process).
-pub fn setgroups_thread(groups: &[libc::gid_t]) -> io::Result<()> {
-    // SAFETY: the kernel reads `groups.len()` gids from the live slice.
-    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-pub fn getgroups() -> io::Result<Vec<libc::gid_t>> {
-    // SAFETY: with size 0 the call only counts the groups.
-    let n = check(unsafe { libc::getgroups(0, std::ptr::null_mut()) })?;
-    let mut v = vec![0; n as usize];
-    // SAFETY: `v` has room for `n` gids.
-    let n = check(unsafe { libc::getgroups(n, v.as_mut_ptr()) })?;
-    v.truncate(n as usize);
-    Ok(v)
-}
-
 pub fn geteuid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() }
-}
-
-pub fn getegid() -> u32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getegid() }
 }
 
 pub fn set_umask(mask: u32) -> u32 {

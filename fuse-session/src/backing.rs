@@ -54,6 +54,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let Some(fd) = self.chan.raw_fd() else { return };
         let id: u32 = self.id as u32;
+        // Closing needs CAP_SYS_ADMIN, which a thread acting as a caller
+        // has put down.
+        let _as_daemon = crate::credentials::as_daemon();
         // SAFETY: BACKING_CLOSE reads one u32 through the pointer, which points
         // at a live local; `fd` belongs to the channel we hold a reference to.
         let r = unsafe { libc::ioctl(fd, dev_ioc::BACKING_CLOSE as libc::Ioctl, &id as *const u32) };
@@ -85,25 +88,40 @@ impl BackingFile {
             flags: 0,
             padding: 0,
         };
-        // SAFETY: BACKING_OPEN reads a 16-byte fuse_backing_map through the
-        // pointer, which points at a live, initialised local of that type.
-        let r = unsafe {
-            libc::ioctl(
-                fd,
-                dev_ioc::BACKING_OPEN as libc::Ioctl,
-                &map as *const BackingMap,
-            )
+        // The kernel keeps this thread's credentials for the backing file
+        // and runs every passed-through write with them: without
+        // CAP_FSETID, so that a write clears set-ID bits as a write by an
+        // unprivileged caller does (the daemon never sees those writes to
+        // clear them itself).
+        let r = crate::credentials::without_capability(crate::credentials::cap::FSETID, || {
+            // SAFETY: BACKING_OPEN reads a 16-byte fuse_backing_map through the
+            // pointer, which points at a live, initialised local of that type.
+            let r = unsafe {
+                libc::ioctl(
+                    fd,
+                    dev_ioc::BACKING_OPEN as libc::Ioctl,
+                    &map as *const BackingMap,
+                )
+            };
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(r)
+            }
+        })
+        .and_then(|r| r);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(match e.raw_os_error() {
+                    Some(libc::EPERM) => BackingError::NeedsCapSysAdmin,
+                    Some(libc::ELOOP) => BackingError::StackTooDeep,
+                    Some(libc::EOPNOTSUPP) => BackingError::NotSupported,
+                    Some(libc::EINVAL | libc::EISDIR) => BackingError::NotRegular(e),
+                    _ => BackingError::Other(e),
+                });
+            }
         };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM) => BackingError::NeedsCapSysAdmin,
-                Some(libc::ELOOP) => BackingError::StackTooDeep,
-                Some(libc::EOPNOTSUPP) => BackingError::NotSupported,
-                Some(libc::EINVAL | libc::EISDIR) => BackingError::NotRegular(e),
-                _ => BackingError::Other(e),
-            });
-        }
         Ok(BackingFile(Arc::new(Inner {
             id: r,
             chan: chan.clone(),

@@ -2,6 +2,7 @@
 //! while serving it (interrupts, notifications, backing files).
 
 use crate::backing::{BackingError, BackingFile};
+use crate::credentials::Caller;
 use crate::init::Negotiated;
 use crate::interrupt::InterruptCallback;
 use crate::notify::Notifier;
@@ -53,7 +54,9 @@ impl<'a> RequestContext<'a> {
         self.header.gid
     }
 
-    /// The caller's thread group id (0 for requests the kernel makes itself).
+    /// The caller's thread id in the connection's pid namespace (0 for the
+    /// kernel's own requests and for callers outside that namespace: never
+    /// a sign of privilege by itself).
     pub fn pid(&self) -> u32 {
         self.header.pid
     }
@@ -62,6 +65,20 @@ impl<'a> RequestContext<'a> {
     /// has applied it unless `DONT_MASK` was negotiated).
     pub fn umask(&self) -> Option<u32> {
         self.umask
+    }
+
+    /// The caller's credentials: uid, gid, supplementary groups and
+    /// capabilities, as far as they can be known (see
+    /// [`crate::credentials`]); [`Caller::act_as`] makes the current thread
+    /// act with them.
+    pub fn caller(&self) -> Caller {
+        Caller::resolve(
+            self.header.uid,
+            self.header.gid,
+            self.header.pid,
+            self.supp_groups(),
+            &self.worker.shared.callers,
+        )
     }
 
     /// Supplementary groups the kernel sent (CREATE_SUPP_GROUP): the parent

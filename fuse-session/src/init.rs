@@ -185,6 +185,10 @@ pub struct Negotiated {
     pub max_stack_depth: u32,
     /// Request timeout in seconds (0 unless `REQUEST_TIMEOUT` is granted).
     pub request_timeout: u16,
+    /// Whether the kernel checks permissions itself (the mount's
+    /// `default_permissions`, as the filesystem's `init` or the session's
+    /// mount options said).
+    pub default_permissions: bool,
 }
 
 impl Negotiated {
@@ -339,6 +343,7 @@ pub(crate) fn negotiate(cfg: &InitConfig, uring: bool, atomic_open: bool) -> (Ne
         time_gran,
         max_stack_depth,
         request_timeout,
+        default_permissions: cfg.default_permissions,
     };
     (n, out)
 }

@@ -11,6 +11,7 @@
 pub mod backing;
 mod buffer;
 pub mod context;
+pub mod credentials;
 mod dispatch;
 pub mod filesystem;
 pub mod init;
@@ -27,6 +28,7 @@ mod worker;
 
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
+pub use credentials::{ActingAs, Caller, ProcCredentials};
 pub use filesystem::Filesystem;
 pub use fuse_proto::Errno;
 pub use init::{InitConfig, Negotiated};

@@ -15,6 +15,7 @@
 //! used the session says why and serves everything over `/dev/fuse`.
 
 use crate::buffer::AlignedBuf;
+use crate::credentials::{CallerPolicy, ProcCredentials};
 use crate::filesystem::Filesystem;
 use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
 use crate::interrupt::{InflightTable, PendingInterrupts};
@@ -56,6 +57,9 @@ pub struct SessionConfig {
     pub transport: Transport,
     /// Ring entries per io_uring queue (0: [`uring::DEFAULT_QUEUE_DEPTH`]).
     pub uring_queue_depth: usize,
+    /// Whether callers' groups and capabilities may be read from `/proc`
+    /// (see [`crate::credentials`]).
+    pub proc_credentials: ProcCredentials,
 }
 
 impl Default for SessionConfig {
@@ -69,6 +73,7 @@ impl Default for SessionConfig {
             deny_others: None,
             transport: Transport::DevFuse,
             uring_queue_depth: 0,
+            proc_credentials: ProcCredentials::Auto,
         }
     }
 }
@@ -243,6 +248,10 @@ pub struct Session<F: Filesystem> {
     notify_thread: Option<JoinHandle<()>>,
     uring: bool,
     mount: Option<Arc<Mutex<Option<MountGuard>>>>,
+    /// The fd came from someone else (its pid namespace is unknown).
+    handed_over: bool,
+    /// The mount options said `default_permissions`.
+    mount_default_permissions: bool,
 }
 
 impl<F: Filesystem> Session<F> {
@@ -271,6 +280,8 @@ impl<F: Filesystem> Session<F> {
             notify_thread: Some(notify_thread),
             uring: false,
             mount: None,
+            handed_over: false,
+            mount_default_permissions: false,
         })
     }
 
@@ -298,8 +309,11 @@ impl<F: Filesystem> Session<F> {
         if m.allow_root() && config.deny_others.is_none() {
             config.deny_others = Some(nix::unistd::getuid().as_raw());
         }
+        let handed_over = m.method() == crate::mount::MountMethod::HandedOver;
         let (dev, guard) = m.into_parts();
         let mut s = Self::from_arc(fs, Arc::new(dev), config)?;
+        s.handed_over = handed_over;
+        s.mount_default_permissions = opts.default_permissions;
         let guard = Arc::new(Mutex::new(Some(guard)));
         let on_stop = guard.clone();
         s.handle.set_on_stop(move || unmount_guard(&on_stop));
@@ -384,6 +398,11 @@ impl<F: Filesystem> Session<F> {
             active: AtomicUsize::new(0),
             deny_others: self.config.deny_others,
             uring_base: max_workers,
+            callers: CallerPolicy::new(
+                self.config.proc_credentials,
+                self.handed_over,
+                negotiated.default_permissions,
+            ),
         });
         // The notifier learns the negotiation before the handle publishes it,
         // so that nobody who sees `negotiated()` gets `NotReady` from it.
@@ -666,6 +685,7 @@ impl<F: Filesystem> Session<F> {
             None => {}
         }
         let mut cfg = InitConfig::new(arg);
+        cfg.default_permissions = self.mount_default_permissions;
         if self.uring {
             cfg.want(InitFlags::OVER_IO_URING);
         }

@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) destroyed: AtomicBool,
     /// The first per-worker index that belongs to an io_uring queue.
     pub(crate) uring_base: usize,
+    /// What can be known about callers' credentials.
+    pub(crate) callers: crate::credentials::CallerPolicy,
 }
 
 /// One worker: its index in the per-worker tables and its channel.

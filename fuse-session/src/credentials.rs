@@ -1,0 +1,802 @@
+//! Who sent a request, beyond the header's uid and gid: the caller's
+//! supplementary groups and effective capabilities, and a guard that makes the
+//! current thread act with exactly those credentials while it serves the
+//! request.
+//!
+//! The kernel sends only the caller's fsuid, fsgid and a pid numbered in the
+//! connection's pid namespace (0 when the caller is outside it, and for the
+//! kernel's own requests). Everything else is read from `/proc/PID/status`,
+//! which is only meaningful when the `/proc` this process sees numbers pids
+//! in the connection's pid namespace. The rule this module implements
+//! (docs/security.md states it for users):
+//!
+//! - A request runs as its caller or is refused; pid 0 never means root by
+//!   itself.
+//! - What cannot be known about a caller is denied, not granted: unknown
+//!   supplementary groups are none (apart from the group the kernel itself
+//!   vouches for in a create, `CREATE_SUPP_GROUP`), unknown capabilities are
+//!   none. Each such case is logged once per session, not per request.
+//! - Requests with uid 0, gid 0 and pid 0 are the kernel's own (RELEASE,
+//!   FORGET, writeback WRITEs); they run with the daemon's full credentials.
+//! - With `default_permissions` the kernel has checked the caller's
+//!   capabilities itself before sending the request, so root callers are not
+//!   looked up in `/proc` (that keeps their requests free of extra system
+//!   calls); without it they are, and a root caller with dropped capabilities
+//!   is served with only the capabilities it has.
+
+use std::io;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Capability numbers (from `linux/capability.h`) that filesystems check.
+pub mod cap {
+    /// Change file owners and groups.
+    pub const CHOWN: u32 = 0;
+    /// Bypass read, write and search permission checks.
+    pub const DAC_OVERRIDE: u32 = 1;
+    /// Bypass read permission on files and read/search on directories.
+    pub const DAC_READ_SEARCH: u32 = 2;
+    /// Bypass checks that need the caller to own the file.
+    pub const FOWNER: u32 = 3;
+    /// Keep set-ID bits when writing or changing the owner.
+    pub const FSETID: u32 = 4;
+    /// Change the filesystem uid (`setfsuid`).
+    pub const SETUID: u32 = 7;
+    /// Change the filesystem gid and the groups.
+    pub const SETGID: u32 = 6;
+    /// Set the immutable and append-only flags.
+    pub const LINUX_IMMUTABLE: u32 = 9;
+    /// Administrative operations (`trusted.*` attributes among them).
+    pub const SYS_ADMIN: u32 = 21;
+    /// Override resource limits and reserved space.
+    pub const SYS_RESOURCE: u32 = 24;
+    /// Create device nodes.
+    pub const MKNOD: u32 = 27;
+}
+
+/// Whether the `/proc` this process sees can tell about the connection's
+/// callers, decided once per session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcCredentials {
+    /// Check at session start that `/proc` numbers pids as this process's
+    /// own pid namespace does, and assume the connection was made in that
+    /// namespace (true when the session mounted itself).
+    Auto,
+    /// Trust `/proc` without checking (the embedding program knows better).
+    Trust,
+    /// Never read `/proc`: groups and capabilities of callers stay unknown
+    /// (denied).
+    Never,
+}
+
+/// The session-wide part of the rule, fixed at INIT.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallerPolicy {
+    /// `Err(why)` when `/proc` cannot be trusted for this connection.
+    pub(crate) proc: Result<(), &'static str>,
+    /// The kernel checks permissions itself (`default_permissions`).
+    pub(crate) kernel_checks: bool,
+}
+
+impl CallerPolicy {
+    pub(crate) fn new(mode: ProcCredentials, handed_over: bool, kernel_checks: bool) -> Self {
+        let proc = match mode {
+            ProcCredentials::Trust => Ok(()),
+            ProcCredentials::Never => Err("reading callers from /proc is turned off"),
+            ProcCredentials::Auto if handed_over => {
+                Err("the /dev/fuse fd was handed over: its pid namespace is unknown")
+            }
+            ProcCredentials::Auto => proc_is_own_namespace(),
+        };
+        if let Err(why) = proc {
+            log::warn!(
+                "caller credentials: {why}; supplementary groups and capabilities of callers \
+                 are treated as none"
+            );
+        }
+        Self { proc, kernel_checks }
+    }
+}
+
+/// Whether `/proc` belongs to this process's pid namespace, and children we
+/// start (`fusermount3`) are in it too.
+fn proc_is_own_namespace() -> Result<(), &'static str> {
+    let own = std::fs::read_link("/proc/self").map_err(|_| "/proc/self cannot be read")?;
+    if own.to_str() != Some(&std::process::id().to_string()) {
+        return Err("/proc belongs to another pid namespace than this process");
+    }
+    let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    match (ns("/proc/self/ns/pid"), ns("/proc/self/ns/pid_for_children")) {
+        (Ok(a), Ok(b)) if a == b => Ok(()),
+        (Ok(_), Ok(_)) => Err("this process's children are in another pid namespace"),
+        _ => Err("the pid namespace of this process cannot be read"),
+    }
+}
+
+/// Logged-once flags, one bit per reason.
+static LOGGED: AtomicU8 = AtomicU8::new(0);
+
+fn log_once(bit: u8, msg: &str) {
+    if LOGGED.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+        log::warn!("caller credentials: {msg} (logged once)");
+    }
+}
+
+/// Where a [`Caller`]'s credentials came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The kernel's own request (uid, gid and pid all 0).
+    Kernel,
+    /// Read from `/proc` and checked against the header.
+    Proc,
+    /// Only the header is known (the caller is outside the connection's pid
+    /// namespace, `/proc` is not trusted, or the process is gone).
+    HeaderOnly,
+    /// A root caller whose capabilities the kernel has checked itself
+    /// (`default_permissions`); not looked up.
+    KernelChecked,
+}
+
+const INLINE_GROUPS: usize = 32;
+
+/// The supplementary groups of a caller, without a heap allocation for the
+/// usual few.
+#[derive(Clone, Debug)]
+enum Groups {
+    Inline(usize, [u32; INLINE_GROUPS]),
+    Heap(Vec<u32>),
+}
+
+impl Groups {
+    fn new() -> Self {
+        Groups::Inline(0, [0; INLINE_GROUPS])
+    }
+
+    fn push(&mut self, g: u32) {
+        match self {
+            Groups::Inline(n, a) if *n < INLINE_GROUPS => {
+                a[*n] = g;
+                *n += 1;
+            }
+            Groups::Inline(n, a) => {
+                let mut v = a[..*n].to_vec();
+                v.push(g);
+                *self = Groups::Heap(v);
+            }
+            Groups::Heap(v) => v.push(g),
+        }
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Groups::Inline(n, a) => &a[..*n],
+            Groups::Heap(v) => v,
+        }
+    }
+}
+
+/// The credentials of one request's caller.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    uid: u32,
+    gid: u32,
+    pid: u32,
+    groups: Groups,
+    /// Effective capabilities (bit n = capability n).
+    caps: u64,
+    origin: Origin,
+    kernel_checks: bool,
+}
+
+/// Every capability bit.
+const ALL_CAPS: u64 = u64::MAX;
+
+impl Caller {
+    /// Works out the caller of a request from its header fields and the
+    /// groups the kernel sent with it (`CREATE_SUPP_GROUP`).
+    pub(crate) fn resolve(
+        uid: u32,
+        gid: u32,
+        pid: u32,
+        ext_groups: impl Iterator<Item = u32>,
+        policy: &CallerPolicy,
+    ) -> Caller {
+        let mut c = Caller {
+            uid,
+            gid,
+            pid,
+            groups: Groups::new(),
+            caps: 0,
+            origin: Origin::HeaderOnly,
+            kernel_checks: policy.kernel_checks,
+        };
+        if pid == 0 && uid == 0 && gid == 0 {
+            c.origin = Origin::Kernel;
+            c.caps = ALL_CAPS;
+            return c;
+        }
+        if uid == 0 && policy.kernel_checks {
+            c.origin = Origin::KernelChecked;
+            c.caps = ALL_CAPS;
+            return c;
+        }
+        if pid == 0 {
+            log_once(
+                1,
+                "a caller outside the connection's pid namespace (pid 0) is served without groups or capabilities",
+            );
+        } else if let Err(why) = policy.proc {
+            let _ = why;
+        } else {
+            match read_status(pid) {
+                Some(st) if st.fsuid == uid && st.fsgid == gid => {
+                    c.groups = st.groups;
+                    c.caps = st.cap_eff;
+                    c.origin = Origin::Proc;
+                    return c;
+                }
+                Some(_) => log_once(
+                    2,
+                    "/proc/PID/status of a caller disagrees with the request's uid or gid (pid reused?); served without groups or capabilities",
+                ),
+                None => {}
+            }
+        }
+        for g in ext_groups {
+            c.groups.push(g);
+        }
+        c
+    }
+
+    /// The caller's filesystem uid.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The caller's filesystem gid.
+    pub fn gid(&self) -> u32 {
+        self.gid
+    }
+
+    /// The caller's thread id in the connection's pid namespace (0: none).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The supplementary groups known for the caller (see [`Caller::origin`]).
+    pub fn groups(&self) -> &[u32] {
+        self.groups.as_slice()
+    }
+
+    /// Whether `gid` is the caller's group or one of its known supplementary
+    /// groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups().contains(&gid)
+    }
+
+    /// Whether the caller holds capability `cap` (a [`cap`] constant).
+    pub fn has_capability(&self, cap: u32) -> bool {
+        cap < 64 && self.caps & (1 << cap) != 0
+    }
+
+    /// The effective capability set (bit n = capability n).
+    pub fn capabilities(&self) -> u64 {
+        self.caps
+    }
+
+    /// Where these credentials came from.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// Whether this is one of the kernel's own requests.
+    pub fn is_kernel(&self) -> bool {
+        self.origin == Origin::Kernel
+    }
+
+    /// Makes the current thread act as the caller until the guard drops:
+    /// fsuid, fsgid, supplementary groups and effective capabilities (never
+    /// more than the daemon has). Nothing changes for the kernel's own
+    /// requests or for a caller with the daemon's own identity and
+    /// capabilities. Nested calls on a thread already acting as a caller do
+    /// nothing.
+    ///
+    /// A daemon that cannot change its credentials (no `CAP_SETUID` and
+    /// `CAP_SETGID`) serves callers of its own uid as itself, and others only
+    /// when the kernel checks permissions (`default_permissions`); otherwise
+    /// this answers `EACCES`, since the request would run with another
+    /// user's rights.
+    pub fn act_as(&self) -> io::Result<ActingAs> {
+        if ACTING.get() {
+            return Ok(ActingAs { saved: None });
+        }
+        let me = Daemon::get()?;
+        let caps = self.caps & me.effective;
+        let same_groups = self.origin == Origin::Kernel || self.origin == Origin::KernelChecked;
+        if self.origin == Origin::Kernel
+            || (self.uid == me.fsuid && self.gid == me.fsgid && caps == me.effective)
+        {
+            return Ok(ActingAs { saved: None });
+        }
+        if !me.can_switch() {
+            if self.uid == me.fsuid || self.kernel_checks {
+                return Ok(ActingAs { saved: None });
+            }
+            return Err(io::Error::from_raw_os_error(libc::EACCES));
+        }
+        let switch_groups = !same_groups && self.groups() != me.groups.as_slice();
+        if switch_groups {
+            setgroups_thread(self.groups())?;
+        }
+        let guard = ActingAs {
+            saved: Some(Saved {
+                groups: switch_groups,
+                caps: true,
+            }),
+        };
+        ACTING.set(true);
+        setfsgid(self.gid);
+        setfsuid(self.uid);
+        // setfs[ug]id report failure only by not changing: check.
+        if setfsgid(u32::MAX) != self.gid || setfsuid(u32::MAX) != self.uid {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        set_effective(caps, me)?;
+        CALLER_IDS.set(Some((self.uid, self.gid, caps)));
+        Ok(guard)
+    }
+}
+
+thread_local! {
+    /// Whether this thread acts as a caller now.
+    static ACTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The daemon's own credentials, captured once.
+struct Daemon {
+    fsuid: u32,
+    fsgid: u32,
+    groups: Vec<u32>,
+    effective: u64,
+    permitted: u64,
+    inheritable: u64,
+}
+
+impl Daemon {
+    fn get() -> io::Result<&'static Daemon> {
+        static ME: OnceLock<Result<Daemon, i32>> = OnceLock::new();
+        ME.get_or_init(|| {
+            let (effective, permitted, inheritable) =
+                capget().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            Ok(Daemon {
+                fsuid: setfsuid(u32::MAX),
+                fsgid: setfsgid(u32::MAX),
+                groups: getgroups().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?,
+                effective,
+                permitted,
+                inheritable,
+            })
+        })
+        .as_ref()
+        .map_err(|e| io::Error::from_raw_os_error(*e))
+    }
+
+    fn can_switch(&self) -> bool {
+        let need = (1 << cap::SETUID) | (1 << cap::SETGID);
+        self.effective & need == need
+    }
+}
+
+/// What an [`ActingAs`] changed and restores.
+#[derive(Debug)]
+struct Saved {
+    groups: bool,
+    caps: bool,
+}
+
+/// The current thread acting as a caller; back to the daemon's own
+/// credentials when dropped.
+#[derive(Debug)]
+#[must_use = "the thread acts as the caller only while the guard lives"]
+pub struct ActingAs {
+    saved: Option<Saved>,
+}
+
+impl ActingAs {
+    /// Whether the thread's credentials were changed (false for requests
+    /// served with the daemon's own).
+    pub fn switched(&self) -> bool {
+        self.saved.is_some()
+    }
+
+    /// Back to the daemon's own credentials until the returned guard drops
+    /// (see [`as_daemon`]).
+    pub fn as_daemon(&self) -> AsDaemon {
+        as_daemon()
+    }
+}
+
+/// Whether the current thread acts as a caller now (inside
+/// [`Caller::act_as`]).
+pub fn acting_as_caller() -> bool {
+    ACTING.get()
+}
+
+/// Back to the daemon's own fsuid, fsgid and capabilities until the
+/// returned guard drops, for what the daemon does on its own behalf while
+/// serving a caller: descriptors later shared by other callers, say. Does
+/// nothing on a thread that does not act as a caller.
+pub fn as_daemon() -> AsDaemon {
+    let active = ACTING.get();
+    if active {
+        restore();
+    }
+    AsDaemon { active }
+}
+
+fn restore() {
+    let Ok(me) = Daemon::get() else { return };
+    setfsuid(me.fsuid);
+    setfsgid(me.fsgid);
+    if let Err(e) = set_effective(me.effective, me) {
+        log::error!("restoring the worker's capabilities: {e}");
+    }
+    ACTING.set(false);
+}
+
+impl Drop for ActingAs {
+    fn drop(&mut self) {
+        let Some(s) = self.saved.take() else { return };
+        let Ok(me) = Daemon::get() else { return };
+        setfsuid(me.fsuid);
+        setfsgid(me.fsgid);
+        if s.caps
+            && let Err(e) = set_effective(me.effective, me)
+        {
+            log::error!("restoring the worker's capabilities: {e}");
+        }
+        if s.groups
+            && let Err(e) = setgroups_thread(&me.groups)
+        {
+            log::error!("restoring the worker's groups: {e}");
+        }
+        ACTING.set(false);
+    }
+}
+
+/// The daemon's own credentials for a while; the caller's again when dropped.
+#[derive(Debug)]
+#[must_use = "the thread acts as the daemon only while the guard lives"]
+pub struct AsDaemon {
+    active: bool,
+}
+
+impl Drop for AsDaemon {
+    fn drop(&mut self) {
+        if !self.active {
+            return;
+        }
+        // Re-entering cannot fail in ways the first entry did not: the
+        // groups are still set (only ids and capabilities were put back),
+        // and the ids and capabilities were accepted before.
+        if let Some((uid, gid, caps)) = CALLER_IDS.get() {
+            setfsgid(gid);
+            setfsuid(uid);
+            if let Ok(me) = Daemon::get()
+                && let Err(e) = set_effective(caps, me)
+            {
+                log::error!("re-entering the caller's capabilities: {e}");
+            }
+            ACTING.set(true);
+        }
+    }
+}
+
+thread_local! {
+    /// The (fsuid, fsgid, capabilities) of the caller this thread acts as,
+    /// for [`AsDaemon`] to return to.
+    static CALLER_IDS: std::cell::Cell<Option<(u32, u32, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with capability `cap` lowered from this thread's effective set
+/// (put back afterwards). Used to register passthrough backing files: the
+/// kernel keeps the registering thread's credentials and runs every
+/// passed-through write with them, so a backing file registered with
+/// `CAP_FSETID` would let any caller's write keep a file's set-ID bits.
+pub(crate) fn without_capability<T>(cap: u32, f: impl FnOnce() -> T) -> io::Result<T> {
+    let (eff, perm, inh) = capget()?;
+    let bit = 1u64 << cap;
+    if eff & bit == 0 {
+        return Ok(f());
+    }
+    capset(eff & !bit, perm, inh)?;
+    let r = f();
+    if let Err(e) = capset(eff, perm, inh) {
+        log::error!("putting capability {cap} back: {e}");
+    }
+    Ok(r)
+}
+
+/// Sets this thread's effective capabilities to `caps` (within the
+/// daemon's permitted set), if they differ from what the thread has.
+fn set_effective(caps: u64, me: &Daemon) -> io::Result<()> {
+    let (cur, _, _) = capget()?;
+    if cur == caps {
+        return Ok(());
+    }
+    capset(caps & me.permitted, me.permitted, me.inheritable)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+fn capget() -> io::Result<(u64, u64, u64)> {
+    let mut h = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: the kernel writes two `__user_cap_data_struct`s (version 3)
+    // into `d` and reads the header; both live for the call.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let join = |lo: u32, hi: u32| (lo as u64) | ((hi as u64) << 32);
+    Ok((
+        join(d[0].effective, d[1].effective),
+        join(d[0].permitted, d[1].permitted),
+        join(d[0].inheritable, d[1].inheritable),
+    ))
+}
+
+/// Sets this *thread's* capability sets (capset acts on the calling thread).
+fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
+    let mut h = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let split = |v: u64| (v as u32, (v >> 32) as u32);
+    let (e0, e1) = split(effective);
+    let (p0, p1) = split(permitted);
+    let (i0, i1) = split(inheritable);
+    let d = [
+        CapData {
+            effective: e0,
+            permitted: p0,
+            inheritable: i0,
+        },
+        CapData {
+            effective: e1,
+            permitted: p1,
+            inheritable: i1,
+        },
+    ];
+    // SAFETY: the kernel reads the header and two data structs that live
+    // for the call.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut CapHeader, d.as_ptr()) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets this thread's filesystem uid; returns the previous one.
+fn setfsuid(uid: u32) -> u32 {
+    // SAFETY: setfsuid has no memory effects; it changes this thread's creds.
+    unsafe { libc::setfsuid(uid) as u32 }
+}
+
+/// Sets this thread's filesystem gid; returns the previous one.
+fn setfsgid(gid: u32) -> u32 {
+    // SAFETY: setfsgid has no memory effects; it changes this thread's creds.
+    unsafe { libc::setfsgid(gid) as u32 }
+}
+
+/// Sets the supplementary groups of *this thread only* (the raw system call;
+/// the C library's `setgroups` changes every thread of the process).
+fn setgroups_thread(groups: &[u32]) -> io::Result<()> {
+    // SAFETY: the kernel reads `groups.len()` gids from the live slice.
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn getgroups() -> io::Result<Vec<u32>> {
+    // SAFETY: with size 0 the call only counts the groups.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut v = vec![0; n as usize];
+    // SAFETY: `v` has room for `n` gids.
+    let n = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    v.truncate(n as usize);
+    Ok(v)
+}
+
+/// What `/proc/PID/status` says of a thread.
+struct Status {
+    fsuid: u32,
+    fsgid: u32,
+    groups: Groups,
+    cap_eff: u64,
+}
+
+/// Reads `/proc/PID/status` into a stack buffer (no allocation for the
+/// usual size) and parses it; `None` if it cannot be read or parsed.
+fn read_status(pid: u32) -> Option<Status> {
+    let mut path = [0u8; 32];
+    let mut w = 0;
+    for b in b"/proc/" {
+        path[w] = *b;
+        w += 1;
+    }
+    let mut digits = [0u8; 10];
+    let (mut n, mut d) = (pid, 0);
+    loop {
+        digits[d] = b'0' + (n % 10) as u8;
+        d += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in (0..d).rev() {
+        path[w] = digits[i];
+        w += 1;
+    }
+    for b in b"/status\0" {
+        path[w] = *b;
+        w += 1;
+    }
+    // SAFETY: `path` is NUL-terminated and lives for the call.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 8192];
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: reads into the unused tail of `buf`, which lives for the call.
+        let r = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if r <= 0 {
+            break;
+        }
+        len += r as usize;
+    }
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    parse_status(&buf[..len])
+}
+
+fn parse_status(s: &[u8]) -> Option<Status> {
+    let (mut fsuid, mut fsgid, mut groups, mut cap_eff) = (None, None, None, None);
+    for line in s.split(|&b| b == b'\n') {
+        let line = std::str::from_utf8(line).ok()?;
+        if let Some(v) = line.strip_prefix("Uid:") {
+            fsuid = v.split_whitespace().nth(3)?.parse().ok();
+        } else if let Some(v) = line.strip_prefix("Gid:") {
+            fsgid = v.split_whitespace().nth(3)?.parse().ok();
+        } else if let Some(v) = line.strip_prefix("Groups:") {
+            let mut g = Groups::new();
+            for x in v.split_whitespace() {
+                g.push(x.parse().ok()?);
+            }
+            groups = Some(g);
+        } else if let Some(v) = line.strip_prefix("CapEff:") {
+            cap_eff = u64::from_str_radix(v.trim(), 16).ok();
+        }
+    }
+    Some(Status {
+        fsuid: fsuid?,
+        fsgid: fsgid?,
+        groups: groups?,
+        cap_eff: cap_eff?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tcat\nUmask:\t0022\nState:\tR (running)\nTgid:\t42\nPid:\t42\n\
+        Uid:\t1000\t1001\t1002\t1003\nGid:\t2000\t2001\t2002\t2003\n\
+        Groups:\t4 24 1000 \nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+        CapEff:\t0000000000200001\n";
+
+    #[test]
+    fn status_gives_fs_ids_groups_and_effective_caps() {
+        let st = parse_status(STATUS.as_bytes()).expect("parses");
+        assert_eq!((st.fsuid, st.fsgid), (1003, 2003));
+        assert_eq!(st.groups.as_slice(), &[4, 24, 1000]);
+        assert_eq!(st.cap_eff, (1 << cap::SYS_ADMIN) | (1 << cap::CHOWN));
+    }
+
+    #[test]
+    fn status_without_a_field_is_refused() {
+        let cut = STATUS.replace("CapEff:\t0000000000200001\n", "");
+        assert!(parse_status(cut.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn many_groups_spill_to_the_heap_in_order() {
+        let mut g = Groups::new();
+        for i in 0..100 {
+            g.push(i);
+        }
+        assert_eq!(g.as_slice(), (0..100).collect::<Vec<_>>().as_slice());
+    }
+
+    fn policy(proc: Result<(), &'static str>, kernel_checks: bool) -> CallerPolicy {
+        CallerPolicy { proc, kernel_checks }
+    }
+
+    #[test]
+    fn pid_zero_is_root_only_for_the_kernels_own_requests() {
+        let p = policy(Ok(()), false);
+        let k = Caller::resolve(0, 0, 0, [].into_iter(), &p);
+        assert!(k.is_kernel() && k.has_capability(cap::DAC_OVERRIDE));
+        let outside = Caller::resolve(65534, 65534, 0, [].into_iter(), &p);
+        assert_eq!(outside.origin(), Origin::HeaderOnly);
+        assert_eq!(outside.capabilities(), 0);
+        assert!(outside.groups().is_empty());
+        let root_gid = Caller::resolve(0, 1000, 0, [].into_iter(), &p);
+        assert_eq!(
+            root_gid.capabilities(),
+            0,
+            "uid 0 outside the namespace is not root"
+        );
+    }
+
+    #[test]
+    fn untrusted_proc_keeps_only_the_kernels_group() {
+        let p = policy(Err("test"), false);
+        let me = std::process::id();
+        let c = Caller::resolve(65534, 65534, me, [77].into_iter(), &p);
+        assert_eq!(c.origin(), Origin::HeaderOnly);
+        assert_eq!(c.groups(), &[77]);
+        assert!(c.in_group(77) && c.in_group(65534) && !c.in_group(0));
+    }
+
+    #[test]
+    fn proc_is_believed_only_when_it_agrees_with_the_header() {
+        let p = policy(Ok(()), false);
+        let me = std::process::id();
+        let (uid, gid) = (setfsuid(u32::MAX), setfsgid(u32::MAX));
+        let c = Caller::resolve(uid, gid, me, [].into_iter(), &p);
+        assert_eq!(c.origin(), Origin::Proc);
+        let liar = Caller::resolve(uid.wrapping_add(1), gid, me, [].into_iter(), &p);
+        assert_eq!(liar.origin(), Origin::HeaderOnly);
+        assert_eq!(liar.capabilities(), 0);
+    }
+
+    #[test]
+    fn root_is_not_looked_up_when_the_kernel_checks() {
+        let c = Caller::resolve(0, 0, 999_999_999, [].into_iter(), &policy(Ok(()), true));
+        assert_eq!(c.origin(), Origin::KernelChecked);
+        let c = Caller::resolve(0, 0, 999_999_999, [].into_iter(), &policy(Ok(()), false));
+        assert_eq!(c.origin(), Origin::HeaderOnly);
+        assert_eq!(c.capabilities(), 0, "a vanished root caller gets no capabilities");
+    }
+}
