@@ -68,9 +68,18 @@ filesystem options (-o):
     uring, no_uring    serve requests over FUSE-over-io_uring when the kernel allows it
                        (enable_uring=Y); otherwise /dev/fuse, with the reason logged
 
+    no_default_permissions    with allow_other, leave permission checks to the daemon
+                       and the source filesystem instead of the kernel (see below)
+
 mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
     ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
     dirsync, max_read=, auto_unmount
+
+With allow_other, default_permissions is on unless no_default_permissions is
+given: the kernel then checks every access against the file modes and ACLs as
+on a local filesystem. Without it, requests run with each caller's identity on
+the source filesystem, and entries below directories that not everyone may
+search are not cached (docs/security.md).
 ";
 
 /// fstab and mount(8) options that mean nothing to the filesystem itself.
@@ -115,13 +124,14 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     };
 
     let all = opts.join(",");
-    let (mount, rest) = MountOptions::parse_known(&all).map_err(|e| e.to_string())?;
+    let (mut mount, rest) = MountOptions::parse_known(&all).map_err(|e| e.to_string())?;
     let mut fs = FsOptions::default();
     let mut timeout: Option<f64> = None;
     let mut threads = if single { 1 } else { 0 };
     let mut clone_fd = true;
     let mut atomic_open = false;
     let mut uring = false;
+    let mut no_default_permissions = false;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -136,6 +146,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         let value = || v.ok_or_else(|| format!("option `{k}` needs a value"));
         match k {
             "source" => source = Some(PathBuf::from(value()?)),
+            "no_default_permissions" => no_default_permissions = flag(true)?,
             "cache" => {
                 fs.cache = match value()? {
                     "never" => Cache::Never,
@@ -190,6 +201,15 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         (None, Cache::Auto) => Duration::from_secs(1),
         (None, Cache::Always) => Duration::from_secs(86400),
     };
+    if no_default_permissions && mount.default_permissions {
+        return Err("`default_permissions` and `no_default_permissions` contradict each other".into());
+    }
+    // Shared with other users, the kernel checks permissions unless told
+    // otherwise: without it a cached entry skips directory search checks
+    // (see docs/security.md).
+    if mount.allow_other && !no_default_permissions {
+        mount.default_permissions = true;
+    }
     fs.default_permissions = mount.default_permissions;
     if fs.passthrough && fs.writeback {
         return Err(
@@ -297,6 +317,17 @@ mod tests {
         assert!(run(&["a", "b", "c"]).is_err());
         assert!(run(&["-x", "/m"]).is_err());
         assert!(run(&["-o", "uring=1", "/m"]).is_err());
+    }
+
+    #[test]
+    fn allow_other_brings_default_permissions_unless_refused() {
+        let a = run(&["-o", "allow_other", "/m"]).unwrap();
+        assert!(a.mount.default_permissions && a.fs.default_permissions);
+        let a = run(&["-o", "allow_other,no_default_permissions", "/m"]).unwrap();
+        assert!(!a.mount.default_permissions && !a.fs.default_permissions);
+        let a = run(&["/m"]).unwrap();
+        assert!(!a.mount.default_permissions);
+        assert!(run(&["-o", "default_permissions,no_default_permissions", "/m"]).is_err());
     }
 
     #[test]

@@ -8,9 +8,9 @@ use crate::inodes::{Found, InodeData, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::session::credentials::{self, ActingAs};
 use fuse_wire::session::reply::*;
 use fuse_wire::session::types::attr_from_stat;
-use fuse_wire::session::credentials::{self, ActingAs};
 use fuse_wire::session::{
     BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
@@ -156,13 +156,83 @@ impl PassthroughFs {
         self.handles.get(fh.0).ok_or_else(|| err(libc::EBADF))
     }
 
-    fn entry(&self, found: &Found, st: &libc::stat) -> Entry {
+    fn entry(&self, parent: &InodeData, found: &Found, st: &libc::stat) -> Entry {
+        let ttl = self.child_ttl(parent);
         Entry {
             ino: Inode(found.id),
             generation: found.generation,
             attr: attr_from_stat(st),
-            entry_ttl: self.opts.timeout,
-            attr_ttl: self.opts.timeout,
+            entry_ttl: ttl,
+            attr_ttl: ttl,
+        }
+    }
+
+    /// How long the kernel may keep an entry of `parent` and its
+    /// attributes.
+    ///
+    /// Without `default_permissions` the kernel checks no permission on a
+    /// path walk: a cached entry would let anyone reach a name that only
+    /// its first caller could search for (root reads `secret/file`, then
+    /// everyone can). So below a directory that not everyone may search
+    /// (no search bit for others, or an ACL that may single users out)
+    /// nothing is cached, and every walk through it comes here as a LOOKUP
+    /// made as its caller, which the source filesystem checks.
+    fn child_ttl(&self, parent: &InodeData) -> Duration {
+        if self.opts.default_permissions || self.opts.timeout.is_zero() || self.searchable_by_all(parent) {
+            self.opts.timeout
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Whether everyone may search `dir` (remembered until a chmod or ACL
+    /// change through this mount).
+    fn searchable_by_all(&self, dir: &InodeData) -> bool {
+        match dir.search_all.load(Ordering::Relaxed) {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let _as_daemon = credentials::as_daemon();
+        let all = match sys::stat_fd(dir.fd()) {
+            Ok(st) if st.st_mode & libc::S_IXOTH != 0 => {
+                let acl = sys::getxattr(&proc_path(dir.fd()), c"system.posix_acl_access", &mut []);
+                matches!(acl, Err(e) if e.raw_os_error() == Some(libc::ENODATA) || e.raw_os_error() == Some(libc::EOPNOTSUPP))
+            }
+            _ => false,
+        };
+        dir.search_all.store(if all { 1 } else { 2 }, Ordering::Relaxed);
+        all
+    }
+
+    /// After a change of `dir`'s mode or ACL through the mount: forget what
+    /// was known of its searchability and, if not everyone may search it
+    /// now, drop the kernel's cached entries of its children (cached while
+    /// it was open to all). The notifications are queued: the kernel takes
+    /// the directory's lock for them, which the request being served holds.
+    fn search_changed(&self, ctx: &RequestContext<'_>, ino: Inode, dir: &InodeData) {
+        if self.opts.default_permissions || !dir.is_dir() {
+            return;
+        }
+        let before = dir.search_all.swap(0, Ordering::Relaxed);
+        if before == 2 || self.searchable_by_all(dir) {
+            return;
+        }
+        let _as_daemon = credentials::as_daemon();
+        let Ok(fd) = sys::openat(Dir::Fd(dir.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else {
+            return;
+        };
+        let mut stream = DirStream::new();
+        while let Ok(Some(rec)) = stream.peek(fd.as_fd()) {
+            let (len, next) = (rec.len(), rec.next);
+            let name = rec.name.to_bytes();
+            if !is_dot_or_dotdot(name)
+                && let Err(e) = ctx.notifier().inval_entry(ino, name, false)
+            {
+                log::warn!("invalidating cached entries below ino {ino}: {e}");
+                return;
+            }
+            stream.advance(len, next);
         }
     }
 
@@ -185,7 +255,7 @@ impl PassthroughFs {
 
     fn reply_new_entry(&self, parent: &Arc<InodeData>, name: &CStr, reply: ReplyEntry) {
         let (found, st) = tri!(reply, self.do_lookup(parent, name));
-        reply.entry(&self.entry(&found, &st));
+        reply.entry(&self.entry(parent, &found, &st));
     }
 
     /// Open flags for a reopen or create on the source side.
@@ -333,6 +403,7 @@ impl PassthroughFs {
     fn finish_create(
         &self,
         ctx: &RequestContext<'_>,
+        parent: &InodeData,
         fd: OwnedFd,
         flags: i32,
         created: bool,
@@ -344,7 +415,7 @@ impl PassthroughFs {
             sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), libc::O_PATH, 0)
         );
         let found = self.inodes.lookup_or_insert(path_fd, &st);
-        let entry = self.entry(&found, &st);
+        let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
             let fh = self.handles.insert(Handle::new(fd, found.data.clone(), false));
@@ -393,16 +464,67 @@ impl PassthroughFs {
                 attr.mtimensec,
             ),
         ];
-        if let Some(h) = h {
-            return sys::futimens(h.fd(), &times);
-        }
-        let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
-        match sys::utimensat(Dir::Fd(inode.fd()), EMPTY, &times, flags) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !inode.is_symlink() => {
-                sys::utimensat(Dir::Cwd, &proc_path(inode.fd()), &times, 0)
+        let set = |times: &[libc::timespec; 2]| {
+            if let Some(h) = h {
+                return sys::futimens(h.fd(), times);
+            }
+            let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+            match sys::utimensat(Dir::Fd(inode.fd()), EMPTY, times, flags) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !inode.is_symlink() => {
+                    sys::utimensat(Dir::Cwd, &proc_path(inode.fd()), times, 0)
+                }
+                r => r,
+            }
+        };
+        match set(&times) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && self.kernel_times(valid) => {
+                self.set_kernel_times(inode, &times, attr, set)
             }
             r => r,
         }
+    }
+
+    /// Whether a SETATTR of times may be the kernel's own bookkeeping in
+    /// writeback mode: after writes (and with a truncate) it sends the
+    /// modification time it keeps itself as an explicit time, with the
+    /// caller's credentials, and an explicit time needs ownership where
+    /// "now" needs only write permission. Its shape: an explicit mtime, and
+    /// an atime that is absent or "now" (`touch` sends that too).
+    fn kernel_times(&self, valid: SetattrValid) -> bool {
+        self.opts.writeback
+            && valid.contains(SetattrValid::MTIME)
+            && !valid.contains(SetattrValid::MTIME_NOW)
+            && (!valid.contains(SetattrValid::ATIME) || valid.contains(SetattrValid::ATIME_NOW))
+    }
+
+    /// The second try for [`PassthroughFs::kernel_times`] after the caller
+    /// was refused. With `default_permissions` the kernel has already
+    /// refused what the caller may not do (a user's explicit time by a
+    /// non-owner never arrives), so the times are set as the daemon.
+    /// Without it a user's explicit mtime cannot be told from the kernel's,
+    /// so the times are set as the daemon only for a caller with write
+    /// permission (which the kernel's own update follows) and an mtime
+    /// within two minutes of now; anything else stays refused.
+    fn set_kernel_times(
+        &self,
+        inode: &InodeData,
+        times: &[libc::timespec; 2],
+        attr: &SetattrIn,
+        set: impl Fn(&[libc::timespec; 2]) -> Res<()>,
+    ) -> Res<()> {
+        if !self.opts.default_permissions {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            if now.abs_diff(attr.mtime) > 120 {
+                return Err(err(libc::EPERM));
+            }
+            // As the caller, with its effective (fs) credentials.
+            sys::faccessat(&proc_path(inode.fd()), libc::W_OK, libc::AT_EACCESS)
+                .map_err(|_| err(libc::EPERM))?;
+        }
+        let _as_daemon = credentials::as_daemon();
+        set(times)
     }
 
     fn do_setattr(&self, ino: Inode, attr: &SetattrIn) -> Res<libc::stat> {
@@ -720,7 +842,7 @@ impl Filesystem for PassthroughFs {
         log::debug!("lookup parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         match self.do_lookup(&parent, name) {
-            Ok((found, st)) => reply.entry(&self.entry(&found, &st)),
+            Ok((found, st)) => reply.entry(&self.entry(&parent, &found, &st)),
             Err(e) => reply.io_error(&e),
         }
     }
@@ -753,6 +875,11 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = tri!(reply, self.do_setattr(ino, attr));
+        if SetattrValid::from_bits_retain(attr.valid).contains(SetattrValid::MODE)
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.search_changed(ctx, ino, &inode);
+        }
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
     }
 
@@ -1081,7 +1208,7 @@ impl Filesystem for PassthroughFs {
                 };
                 return Ok(reply.add(&entry, next as u64, bytes));
             };
-            let full = reply.add(&self.entry(&found, &st), next as u64, bytes);
+            let full = reply.add(&self.entry(dir, &found, &st), next as u64, bytes);
             if full {
                 // Not sent: the kernel did not get this lookup.
                 self.inodes.forget(found.id, 1);
@@ -1163,6 +1290,11 @@ impl Filesystem for PassthroughFs {
                 tri!(reply, sys::chmod(&path, st.st_mode & 0o7777 & !libc::S_ISGID));
             }
         }
+        if name.to_bytes().starts_with(b"system.posix_acl")
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.search_changed(ctx, ino, &inode);
+        }
         reply.ok();
     }
 
@@ -1197,6 +1329,11 @@ impl Filesystem for PassthroughFs {
         log::debug!("removexattr ino={ino} name={name:?}");
         let path = tri!(reply, self.xattr_path(ino));
         tri!(reply, sys::removexattr(&path, name));
+        if name.to_bytes().starts_with(b"system.posix_acl")
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.search_changed(ctx, ino, &inode);
+        }
         reply.ok();
     }
 
@@ -1226,7 +1363,7 @@ impl Filesystem for PassthroughFs {
             return reply.error(Errno::EISDIR);
         }
         let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
-        self.finish_create(ctx, fd, flags, created, reply);
+        self.finish_create(ctx, &parent, fd, flags, created, reply);
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
@@ -1235,7 +1372,7 @@ impl Filesystem for PassthroughFs {
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
         let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
-        self.finish_create(ctx, fd, flags, true, reply);
+        self.finish_create(ctx, &parent, fd, flags, true, reply);
     }
 
     fn getlk(

@@ -17,7 +17,7 @@ use fuse_wire::session::BackingFile;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Number of shards (a power of two).
@@ -64,6 +64,9 @@ pub struct InodeData {
     pub passthrough: Mutex<Passthrough>,
     /// The POSIX lock owners of this inode, by lock owner id (`-o posix_lock`).
     pub lock_owners: Mutex<HashMap<u64, Arc<LockOwnerFd>>>,
+    /// For a directory: whether everyone may search it (see
+    /// `PassthroughFs::child_ttl`): 0 unknown, 1 yes, 2 no.
+    pub search_all: AtomicU8,
 }
 
 impl InodeData {
@@ -74,6 +77,7 @@ impl InodeData {
             kind: st.st_mode & libc::S_IFMT,
             passthrough: Mutex::new(Passthrough::default()),
             lock_owners: Mutex::new(HashMap::new()),
+            search_all: AtomicU8::new(0),
         }
     }
 

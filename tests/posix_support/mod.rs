@@ -495,6 +495,11 @@ impl Daemon {
             Fs::Passthrough(o) => {
                 let src = base.subdir("src");
                 let mut opts = format!("source={},allow_other", src.display());
+                // allow_other turns default_permissions on unless refused: the
+                // daemon's own checks are what runs without it.
+                if !o.split(',').any(|x| x == "default_permissions") {
+                    opts.push_str(",no_default_permissions");
+                }
                 if over_uring() {
                     opts.push_str(",uring");
                 }
