@@ -225,7 +225,6 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
-    let mut mount = mount;
     if mount.subtype.is_none() {
         mount.subtype = Some("passthrough_ll".into());
     }
