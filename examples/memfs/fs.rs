@@ -22,17 +22,20 @@
 //!   search permission in lookups, read/write permission on open, truncate
 //!   and user.* xattrs, write and search permission on the directory for
 //!   create, link, unlink, rename and rmdir, the sticky-directory rule, and
-//!   the owner rules of chmod, chown and utimensat. Group checks count
-//!   supplementary groups, which memfs reads from `/proc/<pid>/status` only
-//!   when the answer depends on them; if the process is gone (or the pid
-//!   now belongs to someone else) only the primary group counts. root
-//!   (uid 0) passes every check, as if it had every capability.
+//!   the owner rules of chmod, chown and utimensat. Group checks count the
+//!   supplementary groups and privilege checks the capabilities that the
+//!   library's `RequestContext::caller` could establish; what it cannot
+//!   know counts as absent (a caller outside the daemon's pid namespace
+//!   has only its primary group). A caller with `CAP_DAC_OVERRIDE` and
+//!   `CAP_FOWNER` (root, normally) passes every check; uid 0 without them
+//!   does not.
 //! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
 //!   so zeros inside a written chunk count as data.
 //! - atime changes only through SETATTR (as if mounted `noatime`).
 
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::session::credentials;
 use fuse_wire::session::reply::{
     ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
@@ -41,7 +44,6 @@ use fuse_wire::session::types::dirent_type;
 use fuse_wire::session::{
     Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, LockOwner, RequestContext,
 };
-use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
@@ -242,69 +244,33 @@ pub struct MemFs {
     config: MemFsConfig,
 }
 
-/// A caller's identity, as permission checks need it.
-///
-/// The request carries the caller's fsuid, fsgid and pid, and (for some
-/// creating requests) at most one supplementary group. The other
-/// supplementary groups are read from `/proc/<pid>/status` the first time a
-/// check needs them, which is only when the group in question is neither the
-/// primary one nor the one in the request (chgrp, a set-group-ID bit, or a
-/// mode whose group and other bits differ).
+/// A caller's identity, as permission checks need it: the library's
+/// [`credentials::Caller`] with its ids at hand.
 struct Caller {
     uid: u32,
     gid: u32,
-    pid: u32,
-    /// The supplementary group the request carried, if any.
-    sent: Vec<u32>,
-    groups: OnceCell<Vec<u32>>,
+    creds: credentials::Caller,
 }
 
 impl Caller {
     fn of(ctx: &RequestContext<'_>) -> Caller {
+        let creds = ctx.caller();
         Caller {
-            uid: ctx.uid(),
-            gid: ctx.gid(),
-            pid: ctx.pid(),
-            sent: ctx.supp_groups().collect(),
-            groups: OnceCell::new(),
+            uid: creds.uid(),
+            gid: creds.gid(),
+            creds,
         }
     }
 
+    /// Whether the caller passes permission and owner checks as root does.
     fn is_root(&self) -> bool {
-        self.uid == 0
+        self.creds.has_capability(credentials::cap::DAC_OVERRIDE)
+            && self.creds.has_capability(credentials::cap::FOWNER)
     }
 
     fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid
-            || self.sent.contains(&gid)
-            || self
-                .groups
-                .get_or_init(|| supplementary_groups(self.pid, self.uid, self.gid))
-                .contains(&gid)
+        self.creds.in_group(gid)
     }
-}
-
-/// The `Groups:` of `/proc/<pid>/status` (`pid` is the calling thread), if
-/// that task still has the caller's uid and gid; otherwise (the process is
-/// gone, or the pid was reused) none, so that only the primary group counts.
-fn supplementary_groups(pid: u32, uid: u32, gid: u32) -> Vec<u32> {
-    if pid == 0 {
-        return Vec::new();
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    let ids = |key: &str| -> Vec<u32> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(|v| v.split_whitespace().filter_map(|n| n.parse().ok()).collect())
-            .unwrap_or_default()
-    };
-    if !ids("Uid:").contains(&uid) || !ids("Gid:").contains(&gid) {
-        return Vec::new();
-    }
-    ids("Groups:")
 }
 
 /// Flags of RENAME2.
