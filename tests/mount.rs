@@ -285,9 +285,27 @@ fn handed_over_fd_is_served_and_never_unmounted() {
     drop(m);
 }
 
+/// The pids of this process's children (reaped ones are gone).
+fn children() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let mut v: Vec<u32> = fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // /proc/PID/stat: "pid (comm) state ppid ..."
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+                st.rsplit_once(") ")
+                    .is_some_and(|(_, t)| t.split(' ').nth(1) == Some(&me))
+            })
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 #[test]
-fn root_auto_unmount_goes_through_fusermount3() {
-    if !require_fusermount_capability() {
+fn root_auto_unmount_mounts_with_mount2_and_a_watchdog() {
+    if !require_mount_capability() {
         return;
     }
     let _s = serial();
@@ -296,14 +314,18 @@ fn root_auto_unmount_goes_through_fusermount3() {
         auto_unmount: true,
         ..opts("fwrootauto")
     };
+    let before = children();
     let m = Mount::new(tm.path(), &o).expect("auto_unmount mount as root");
-    assert_eq!(m.method(), MountMethod::Fusermount);
+    assert_eq!(m.method(), MountMethod::Privileged);
     assert_eq!(mountinfo(tm.path()).unwrap().fstype, "fuse.fwrootauto");
+    assert_eq!(children().len(), before.len() + 1, "one watchdog process runs");
     let (dev, guard) = m.into_parts();
     let server = serve_root(dev, 0, 0);
     assert_root_is_served(tm.path(), 0);
-    guard.unmount().expect("fusermount3 -u -z");
-    assert!(wait_unmounted(tm.path(), STEP_TIMEOUT));
+    guard.unmount().expect("unmount");
+    assert!(!fuse_mounted_at(tm.path()));
+    // Told to stand down, the watchdog exited and was reaped.
+    assert_eq!(children(), before);
     join_server(server).expect("server ends with ENODEV");
 }
 
@@ -464,21 +486,73 @@ fn auto_unmount_when_the_server_dies() {
     // A root server (fusermount3 is still the one that unmounts).
     kill_and_expect_auto_unmount("auto", 0, "fuse.fwauto");
 
-    // An unprivileged server. fusermount3 before 3.15 checks the dead mount as
-    // root, which only works with allow_other/allow_root (libfuse #586), so
-    // allow_root (with user_allow_other granted) runs everywhere and the plain
-    // case only where fusermount3 handles it.
+    // An unprivileged server: the watchdog, running as that user, checks
+    // the mount and runs fusermount3 -u -z. Unlike fusermount3's own
+    // auto_unmount before libfuse 3.15 (#586), this needs no allow_other.
+    kill_and_expect_auto_unmount("auto", NOBODY, "fuse.fwauto");
     grant
         .allow_other_for_users()
         .expect("add user_allow_other to /etc/fuse.conf");
     kill_and_expect_auto_unmount("auto_allow_root", NOBODY, "fuse.fwauto");
-    match fusermount_version() {
-        Some(v) if v >= (3, 15) => kill_and_expect_auto_unmount("auto", NOBODY, "fuse.fwauto"),
-        v => eprintln!(
-            "NOTE: fusermount3 {v:?} cannot auto-unmount for a user without allow_other/allow_root \
-             (libfuse #586, fixed in 3.15); that variant was not run"
-        ),
+}
+
+/// A tmpfs the test mounts over a mountpoint; detached on drop if still on top.
+struct TmpfsOver(PathBuf);
+
+impl TmpfsOver {
+    fn mount(path: &Path) -> TmpfsOver {
+        let target = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                c"fw-cover".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"size=1m".as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        TmpfsOver(path.to_path_buf())
     }
+
+    fn on_top(&self) -> bool {
+        mountinfo(&self.0).is_some_and(|m| m.fstype == "tmpfs" && m.source == "fw-cover")
+    }
+}
+
+impl Drop for TmpfsOver {
+    fn drop(&mut self) {
+        if self.on_top() {
+            let _ = mount::unmount(&self.0, true);
+        }
+    }
+}
+
+/// A user's own unmount through fusermount3 must not unmount a root tmpfs
+/// placed over its mount (`fusermount3 -u` alone would: it only checks that
+/// the user has a FUSE mount on that path, then unmounts the topmost one).
+#[test]
+fn unprivileged_unmount_leaves_a_mount_placed_over_it() {
+    if !require_fusermount_capability() {
+        return;
+    }
+    let _s = serial();
+    let _open = DevFuseOpenToAll::new().expect("make /dev/fuse 0666 for the test");
+    let tm = TempMountpoint::new("unpriv-covered");
+    let mut c = Unprivileged::spawn("covered", &tm, NOBODY);
+    c.expect_line("MOUNTED");
+    let cover = TmpfsOver::mount(tm.path());
+    c.send("unmount");
+    let result = c.expect_line("RESULT");
+    c.expect_success();
+    assert_eq!(result, "RESULT:covered");
+    assert!(cover.on_top(), "the user's unmount removed root's tmpfs");
+    drop(cover);
+    // The user's mount is below, dead since its process exited.
+    assert!(fuse_mounted_at(tm.path()));
+    mount::unmount(tm.path(), true).expect("unmount the dead mount");
+    assert!(!fuse_mounted_at(tm.path()));
 }
 
 #[test]
@@ -524,14 +598,37 @@ fn unprivileged_child() {
             join_server(server).expect("server ends with ENODEV");
             println!("CHILD:DONE");
         }
+        "covered" => {
+            let m = Mount::new(&mnt, &opts("fwcovered")).expect("mount through fusermount3");
+            assert_eq!(m.method(), MountMethod::Fusermount);
+            let (dev, guard) = m.into_parts();
+            let _server = serve_root(dev, uid, uid);
+            assert_root_is_served(&mnt, uid);
+            println!("CHILD:MOUNTED");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "unmount");
+            match guard.unmount() {
+                Err(MountError::Covered { .. }) => println!("CHILD:RESULT:covered"),
+                other => println!("CHILD:RESULT:{other:?}"),
+            }
+            // Exit now: closing the fd aborts the connection (the server
+            // thread would otherwise wait for a ENODEV that never comes).
+            std::process::exit(0);
+        }
         "auto" | "auto_allow_root" => {
             let o = MountOptions {
                 auto_unmount: true,
                 allow_root: mode == "auto_allow_root",
                 ..opts("fwauto")
             };
-            let m = Mount::new(&mnt, &o).expect("auto_unmount mount through fusermount3");
-            assert_eq!(m.method(), MountMethod::Fusermount);
+            let m = Mount::new(&mnt, &o).expect("auto_unmount mount");
+            let method = if uid == 0 {
+                MountMethod::Privileged
+            } else {
+                MountMethod::Fusermount
+            };
+            assert_eq!(m.method(), method);
             assert_eq!(m.allow_root(), o.allow_root);
             let (dev, _guard) = m.into_parts();
             let _server = serve_root(dev, uid, uid);

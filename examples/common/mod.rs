@@ -48,8 +48,10 @@ pub fn mount_and_serve<F: Filesystem>(
     // only our waiter below ever sees the two signals.
     let signals = block_termination_signals()?;
 
-    // The session owns the mount: stopping it (on a signal) unmounts, and
-    // when it ends it unmounts only if the mount is still its own.
+    // The session owns the mount: stopping it (on a signal) unmounts it,
+    // and so does its end if the mount is still there. Either way only our
+    // own mount: one placed over ours or made on the path after ours was
+    // unmounted is left alone (and logged).
     let session = Session::mount(fs, mountpoint, opts, config)?;
     log::info!("mounted on {}", mountpoint.display());
     let handle = session.handle();

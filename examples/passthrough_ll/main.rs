@@ -131,9 +131,10 @@ fn run() -> i32 {
         },
         ..Default::default()
     };
-    // The session owns the mount: stop() unmounts it, and at the end it
-    // unmounts only if the mount is still its own (not after an outside
-    // umount). With allow_root it refuses other users' requests itself.
+    // The session owns the mount: stop() unmounts it, and so does the end
+    // of the session if it is still there; only our own mount, never one
+    // placed over it or made on the path after an outside umount. With
+    // allow_root it refuses other users' requests itself.
     let session = match Session::mount_arc(fs.clone(), &args.mountpoint, &args.mount, config) {
         Ok(s) => s,
         Err(e) => {

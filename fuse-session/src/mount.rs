@@ -8,8 +8,7 @@
 //!   string `fd=N,rootmode=…,user_id=…,group_id=…[,…]`. Needs `CAP_SYS_ADMIN`.
 //! - **unprivileged**: run the setuid helper `fusermount3`, which mounts for us
 //!   and passes the `/dev/fuse` fd back over a unix socket (`SCM_RIGHTS`). Used
-//!   when the effective uid is not 0, when `mount(2)` fails with `EPERM`, and
-//!   always for `auto_unmount` (only the helper can unmount after we die).
+//!   when the effective uid is not 0 or when `mount(2)` fails with `EPERM`.
 //! - **handed over**: a privileged helper already mounted and passes the fd;
 //!   by convention the "mountpoint" is then the string `/dev/fd/N`. Nothing is
 //!   mounted or unmounted by us.
@@ -17,6 +16,13 @@
 //! The result is a [`Mount`]: the [`DevFuse`] session fd plus a [`MountGuard`]
 //! that unmounts when asked or when dropped. [`Mount::into_parts`] separates
 //! the two so a session can own the fd while the guard unmounts at the end.
+//!
+//! The guard unmounts only its own mount: right after mounting it records the
+//! mount's identity (module `identity`), and before unmounting it checks that the
+//! topmost mount on the mountpoint is still that one. A mount placed over
+//! ours, or a new mount after ours was unmounted from outside, is left alone
+//! (see [`MountGuard::unmount`]). With `auto_unmount` a small watchdog
+//! process (module `watchdog`) does the same when this process dies.
 //!
 //! The kernel has no `allow_root`: it is mounted as `allow_other`, and the
 //! session must refuse requests from uids other than the mount owner and root
@@ -26,16 +32,20 @@ use crate::transport::dev_fuse::DevFuse;
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::socket::{AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType};
-use std::fmt;
+use std::ffi::CString;
 use std::io::{self, IoSliceMut, Read};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus, Stdio};
+
+mod identity;
+mod watchdog;
+
+use identity::{MountIdentity, Whereabouts};
+use watchdog::Watchdog;
 
 /// Name of the setuid mount helper of libfuse 3.
 pub const FUSERMOUNT: &str = "fusermount3";
@@ -189,6 +199,31 @@ pub enum MountError {
         #[source]
         source: io::Error,
     },
+    /// Our mount is still on the mountpoint, but another mount sits on top
+    /// of it. Neither was unmounted: detaching ours would take the covering
+    /// mount away with it.
+    #[error(
+        "our FUSE mount on {} is covered by another mount ({top}); left both in place: unmount \
+         the covering mount, then ours",
+        .path.display()
+    )]
+    Covered {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The covering mount (type, source, mount id).
+        top: String,
+    },
+    /// Which mount is ours could not be recorded when mounting, so it is not
+    /// unmounted: a path alone does not say whose mount it names.
+    #[error(
+        "not unmounting {}: which mount there is ours was not recorded when mounting; unmount it \
+         by hand",
+        .path.display()
+    )]
+    Unidentified {
+        /// The mountpoint.
+        path: PathBuf,
+    },
     /// A system call needed on the way failed (socketpair, recvmsg, …).
     #[error("{context}: {source}")]
     Io {
@@ -254,17 +289,33 @@ pub struct MountOptions {
     pub blksize: Option<u32>,
     /// Mount as `fuseblk`: the fsname must then be a block device (`blkdev`).
     pub blkdev: bool,
-    /// Have `fusermount3` unmount when this process dies (`auto_unmount`).
+    /// Unmount when this process dies without unmounting (`auto_unmount`).
     ///
-    /// Always goes through `fusermount3`, even as root: the helper stays
-    /// alive, watching the socket it sent the fd over, and unmounts when that
-    /// socket closes. The [`MountGuard`] keeps the socket open for the mount's
-    /// lifetime.
+    /// [`Mount::new`] forks a small watchdog process that waits on a socket
+    /// the [`MountGuard`] holds. When the guard has dealt with the mount it
+    /// tells the watchdog, which exits. When the socket closes without that,
+    /// this process died: the watchdog then unmounts **only if the topmost
+    /// mount on the mountpoint is still ours** (same mount id as recorded
+    /// right after mounting); a mount placed over ours, or a new mount after
+    /// ours was unmounted, is left alone.
     ///
-    /// Before libfuse 3.15, `fusermount3` checks the dead mount as root, which
-    /// a FUSE mount without `allow_other` refuses, so for non-root users it
-    /// only unmounts with `allow_other` or `allow_root` (libfuse issue #586);
-    /// [`Mount::new`] logs a warning in that case.
+    /// As root the watchdog detaches exactly our mount
+    /// (`umount2("/proc/self/fd/N", MNT_DETACH)` on an `O_PATH` fd of it),
+    /// whatever the path resolves to meanwhile. A non-root user may not call
+    /// `umount2`; the watchdog then runs `fusermount3 -u -z`, which
+    /// unmounts whatever is topmost on the path, so between the watchdog's
+    /// check and `fusermount3`'s own lookup (a fork and exec apart) a mount
+    /// placed over ours would be detached in its place. That window cannot be
+    /// closed without privileges: `fusermount3` takes only a path. (The
+    /// `auto_unmount` of `fusermount3` itself is not used: it unmounts the
+    /// path's topmost mount if it is any dead FUSE mount of our type.)
+    ///
+    /// The watchdog is a child process: it shows in `ps` as
+    /// `fuse-wire-unmnt`, blocks all signals and runs in its own session.
+    /// It writes one line to stderr when it acts. Unlike `fusermount3`'s
+    /// helper it also works for non-root users without `allow_other` on
+    /// libfuse before 3.15. See docs/security.md, "Unmounting only our own
+    /// mount".
     pub auto_unmount: bool,
     /// Refuse to mount over a non-empty directory. Off by default (FUSE and
     /// libfuse 3 allow it); not an `-o` option.
@@ -560,7 +611,8 @@ fn u32_value(key: &str, value: Option<&str>) -> Result<u32, MountError> {
 pub enum MountMethod {
     /// `mount(2)` by this process; unmounted with `umount2(2)`.
     Privileged,
-    /// Mounted by `fusermount3`; unmounted with `fusermount3 -u -z`.
+    /// Mounted by `fusermount3`; unmounted with `umount2(2)` when this
+    /// process may, else with `fusermount3 -u -z`.
     Fusermount,
     /// The fd was handed over (`/dev/fd/N` or [`Mount::from_fd`]); never unmounted by us.
     HandedOver,
@@ -569,8 +621,8 @@ pub enum MountMethod {
 /// A mounted FUSE filesystem: the session's `/dev/fuse` fd and the duty to
 /// unmount.
 ///
-/// Dropping it closes the fd, then unmounts lazily (`MNT_DETACH` or
-/// `fusermount3 -u -z`), logging failures; [`Mount::unmount`] does it
+/// Dropping it closes the fd, then unmounts our mount (see
+/// [`MountGuard::unmount`]), logging failures; [`Mount::unmount`] does it
 /// explicitly and reports errors. Handed-over fds are never unmounted.
 #[derive(Debug)]
 pub struct Mount {
@@ -583,36 +635,21 @@ pub struct Mount {
 /// The duty to unmount a FUSE mount, separated from its fd by
 /// [`Mount::into_parts`].
 ///
-/// Dropping it unmounts lazily and logs failures; [`MountGuard::unmount`]
-/// reports them. For `auto_unmount` mounts it holds the socket `fusermount3`
-/// watches: the helper unmounts when the socket closes, that is when the guard
-/// is dropped or this process dies.
+/// It unmounts only its own mount, identified when mounting (see
+/// [`MountGuard::unmount`]). Dropping it unmounts and logs failures;
+/// [`MountGuard::unmount`] reports them. For `auto_unmount` mounts it holds
+/// the watchdog's socket: the watchdog acts only if this process dies first.
+#[derive(Debug)]
 pub struct MountGuard {
     mountpoint: Option<PathBuf>,
     method: MountMethod,
     allow_root: bool,
-    /// For `auto_unmount`: our end of the socket `fusermount3` waits on.
-    comm: Option<OwnedFd>,
-    /// For `auto_unmount`: the still-running helper, reaped after unmounting.
-    helper: Option<Child>,
-    /// For `auto_unmount`: the thread logging the helper's stderr.
-    stderr_logger: Option<JoinHandle<()>>,
     armed: bool,
-    /// The kernel's id of our mount (from `/proc/self/mountinfo`), to tell it
-    /// from a later mount on the same directory.
-    mount_id: Option<u64>,
-}
-
-impl fmt::Debug for MountGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MountGuard")
-            .field("mountpoint", &self.mountpoint)
-            .field("method", &self.method)
-            .field("auto_unmount_socket", &self.comm.as_ref().map(|c| c.as_raw_fd()))
-            .field("helper_pid", &self.helper.as_ref().map(|c| c.id()))
-            .field("armed", &self.armed)
-            .finish()
-    }
+    /// Our mount's identity, recorded right after mounting; `None` if it
+    /// could not be (then nothing is unmounted by path).
+    identity: Option<MountIdentity>,
+    /// For `auto_unmount`: the watchdog process.
+    watchdog: Option<Watchdog>,
 }
 
 impl Mount {
@@ -623,9 +660,11 @@ impl Mount {
     /// passes to the returned `Mount`, and nothing is mounted or unmounted;
     /// of `opts` only `allow_root` matters then (the helper chose the rest).
     ///
-    /// Otherwise, as root and without `auto_unmount`, this calls `mount(2)`;
-    /// when not root, when `mount(2)` says `EPERM`, or with `auto_unmount`, it
-    /// runs `fusermount3`. On error nothing is left mounted and no fd is kept.
+    /// Otherwise, as root this calls `mount(2)`; when not root or when
+    /// `mount(2)` says `EPERM`, it runs `fusermount3`. Right after mounting it
+    /// records which mount is ours, and with `auto_unmount` it starts the
+    /// watchdog (see [`MountOptions::auto_unmount`]). On error nothing of
+    /// ours is left mounted and no fd is kept.
     pub fn new(mountpoint: impl AsRef<Path>, opts: &MountOptions) -> Result<Mount, MountError> {
         let mountpoint = mountpoint.as_ref();
         if let Some(fd) = handover_fd_number(mountpoint) {
@@ -637,9 +676,7 @@ impl Mount {
         opts.validate()?;
         let (path, rootmode) = check_mountpoint(mountpoint, opts)?;
 
-        let use_fusermount = if opts.auto_unmount {
-            Some("auto_unmount was requested")
-        } else if !nix::unistd::geteuid().is_root() {
+        let use_fusermount = if !nix::unistd::geteuid().is_root() {
             Some("not running as root")
         } else {
             None
@@ -647,7 +684,6 @@ impl Mount {
         let mut m = match use_fusermount {
             Some(why) => {
                 let program = find_fusermount().ok_or(MountError::FusermountMissing { why })?;
-                warn_if_auto_unmount_is_broken(&program, opts);
                 mount_fusermount(&program, &path, opts)?
             }
             None => match mount_privileged(&path, rootmode, opts) {
@@ -659,13 +695,15 @@ impl Mount {
                         path.display(),
                         program.display()
                     );
-                    warn_if_auto_unmount_is_broken(&program, opts);
                     mount_fusermount(&program, &path, opts)?
                 }
                 other => other?,
             },
         };
         m.guard.allow_root = opts.allow_root;
+        if opts.auto_unmount {
+            m.guard.start_watchdog()?;
+        }
         Ok(m)
     }
 
@@ -725,33 +763,55 @@ impl MountGuard {
             mountpoint,
             method,
             allow_root: false,
-            comm: None,
-            helper: None,
-            stderr_logger: None,
             armed: method != MountMethod::HandedOver,
-            mount_id: None,
+            identity: None,
+            watchdog: None,
         }
     }
 
-    /// Remembers which mount is ours; called right after mounting.
-    fn record_mount_id(&mut self) {
-        self.mount_id = self.mountpoint.as_deref().and_then(fuse_mount_id);
-    }
-
-    /// Unmounts only if our mount is still there (the same mount id at the
-    /// mountpoint); after an unmount from outside, or if someone mounted
-    /// something else there since, only the helper is released.
-    pub fn unmount_if_still_mounted(mut self) -> Result<(), MountError> {
-        let ours = match (self.mountpoint.as_deref(), self.mount_id) {
-            (Some(p), Some(id)) => fuse_mount_id(p) == Some(id),
-            _ => true,
+    /// Records which mount is ours; called right after mounting, when the
+    /// mountpoint shows our root. Without it nothing is unmounted later.
+    fn record_identity(&mut self) {
+        let Some(path) = self.mountpoint.as_deref() else {
+            return;
         };
-        if !ours {
-            self.armed = false;
-            self.release_helper();
-            return Ok(());
+        match identify_new_mount(path) {
+            Ok(id) => {
+                log::debug!("our mount on {}: {id}", path.display());
+                self.identity = Some(id);
+            }
+            Err(why) => log::error!(
+                "cannot tell which mount on {} is ours ({why}); it will not be unmounted by this \
+                 process: unmount it by hand",
+                path.display()
+            ),
         }
-        self.do_unmount(false)
+    }
+
+    /// Starts the `auto_unmount` watchdog (see [`MountOptions::auto_unmount`]).
+    fn start_watchdog(&mut self) -> Result<(), MountError> {
+        let (Some(path), Some(ours)) = (self.mountpoint.clone(), self.identity) else {
+            return Err(MountError::Unidentified {
+                path: self.mountpoint.clone().unwrap_or_default(),
+            });
+        };
+        // umount2 when permitted (root), else the helper that mounted it.
+        let fusermount = match self.method {
+            MountMethod::Fusermount => find_fusermount(),
+            _ => None,
+        };
+        let w = Watchdog::spawn(&path, ours, fusermount.as_deref()).map_err(|source| MountError::Io {
+            context: "starting the auto_unmount watchdog",
+            source,
+        })?;
+        self.watchdog = Some(w);
+        Ok(())
+    }
+
+    /// The same as [`MountGuard::unmount`], which also leaves alone a
+    /// mountpoint where our mount no longer is.
+    pub fn unmount_if_still_mounted(self) -> Result<(), MountError> {
+        self.unmount()
     }
 
     /// The canonical mountpoint; `None` for handed-over fds.
@@ -764,105 +824,181 @@ impl MountGuard {
         self.method
     }
 
-    /// Unmounts now and reports errors.
+    /// Unmounts our mount now and reports errors. Only our own mount is
+    /// touched, identified by the mount id recorded right after mounting;
+    /// the topmost mount on the mountpoint is compared with it first:
     ///
-    /// Privileged: `umount2(2)`, falling back to a lazy `MNT_DETACH` (with a
-    /// warning) if the filesystem is busy. `fusermount3`: `fusermount3 -u -z`,
-    /// then the `auto_unmount` socket is closed and the helper reaped.
-    /// Handed-over: nothing to do.
+    /// - **Ours is on top**: it is detached. When this process may call
+    ///   `umount2(2)` (root), exactly that mount is detached, through
+    ///   `/proc/self/fd/N` of an `O_PATH` fd that was checked to be ours, so
+    ///   a mount made on the path meanwhile cannot be hit. Otherwise (a
+    ///   `fusermount3` mount of a non-root user) `fusermount3 -u -z` runs
+    ///   right after the check; it unmounts by path.
+    /// - **Ours is gone** (unmounted from outside, maybe with a new mount on
+    ///   the path since) or was moved elsewhere: nothing is unmounted; `Ok`.
+    /// - **Ours is covered** by another mount: nothing is unmounted;
+    ///   [`MountError::Covered`]. Detaching ours would detach the covering
+    ///   mount (and all below it) too, and the kernel refuses a non-lazy
+    ///   unmount of a mount something is mounted on. Ours stays below the
+    ///   other one (dead once the session's fd is closed): unmount the
+    ///   covering mount, then ours.
+    /// - **Ours was never identified**: [`MountError::Unidentified`].
     ///
-    /// For a `fuseblk` mount the kernel waits for the DESTROY reply: keep
-    /// serving, or close every fd of the connection first.
+    /// The detach is lazy (`MNT_DETACH`): files still open in the filesystem
+    /// keep it alive until closed, as with `umount -l`. For a `fuseblk` mount
+    /// the kernel waits for the DESTROY reply when the last reference goes:
+    /// keep serving, or close every fd of the connection first. Afterwards
+    /// the `auto_unmount` watchdog is told to exit without acting. Handed-over
+    /// fds: nothing to do.
     pub fn unmount(mut self) -> Result<(), MountError> {
-        self.do_unmount(false)
+        self.do_unmount()
     }
 
-    fn do_unmount(&mut self, lazy: bool) -> Result<(), MountError> {
+    fn do_unmount(&mut self) -> Result<(), MountError> {
         if !self.armed {
             return Ok(());
         }
         self.armed = false;
-        let Some(path) = self.mountpoint.clone() else {
-            return Ok(());
+        let result = match self.mountpoint.clone() {
+            Some(path) if self.method != MountMethod::HandedOver => self.unmount_ours(&path),
+            _ => Ok(()),
         };
-        let result = match self.method {
-            MountMethod::HandedOver => Ok(()),
-            MountMethod::Privileged => {
-                if lazy {
-                    umount_sys(&path, true)
-                } else {
-                    match umount_sys(&path, false) {
-                        Err(MountError::Unmount { source, .. })
-                            if source.raw_os_error() == Some(libc::EBUSY) =>
-                        {
-                            log::warn!("{} is busy; detaching it lazily", path.display());
-                            umount_sys(&path, true)
-                        }
-                        other => other,
-                    }
-                }
-            }
-            MountMethod::Fusermount => match find_fusermount() {
-                Some(program) => fusermount_unmount(&program, &path, true),
-                None if self.comm.is_some() => {
-                    log::warn!("{FUSERMOUNT} disappeared; relying on its auto_unmount helper");
-                    Ok(())
-                }
-                None => Err(MountError::FusermountMissing {
-                    why: "to unmount a mount made by it",
-                }),
-            },
-        };
-        self.release_helper();
+        if let Some(w) = self.watchdog.take() {
+            w.disarm();
+        }
         result
     }
 
-    /// Closes the `auto_unmount` socket (the helper then unmounts if the
-    /// filesystem is still mounted, and exits) and reaps the helper.
-    fn release_helper(&mut self) {
-        drop(self.comm.take());
-        if let Some(mut child) = self.helper.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                match child.try_wait() {
-                    Ok(Some(status)) => {
-                        if !status.success() {
-                            log::warn!("{FUSERMOUNT} auto_unmount helper ended with {status}");
-                        }
-                        break;
-                    }
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                    Ok(None) => {
-                        log::warn!(
-                            "{FUSERMOUNT} auto_unmount helper (pid {}) still running",
-                            child.id()
-                        );
-                        break;
-                    }
-                    Err(e) => {
-                        log::warn!("waiting for {FUSERMOUNT} auto_unmount helper: {e}");
-                        break;
-                    }
-                }
+    fn unmount_ours(&self, path: &Path) -> Result<(), MountError> {
+        let Some(ours) = self.identity else {
+            return Err(MountError::Unidentified {
+                path: path.to_path_buf(),
+            });
+        };
+        let unmount_err = |source| MountError::Unmount {
+            path: path.to_path_buf(),
+            source,
+        };
+        let c_path = CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| unmount_err(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+        let (top_fd, top) = match identity::top_at(&c_path) {
+            Ok(t) => t,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                log::info!(
+                    "{} no longer exists, so neither does our mount on it: nothing to unmount",
+                    path.display()
+                );
+                return Ok(());
             }
+            Err(e) => return Err(unmount_err(e)),
+        };
+        if !top.is(&ours) {
+            return match identity::whereabouts(&ours, &top, path) {
+                Whereabouts::Covered => Err(MountError::Covered {
+                    path: path.to_path_buf(),
+                    top: identity::describe(top.id),
+                }),
+                Whereabouts::Elsewhere(now) => {
+                    log::warn!(
+                        "our mount on {} was moved to {}: not unmounting it, and leaving {} on {} alone",
+                        path.display(),
+                        now.display(),
+                        identity::describe(top.id),
+                        path.display()
+                    );
+                    Ok(())
+                }
+                Whereabouts::Gone => {
+                    log::info!(
+                        "our mount on {} was unmounted from outside; {} there now is not ours and is \
+                         left alone",
+                        path.display(),
+                        identity::describe(top.id)
+                    );
+                    Ok(())
+                }
+            };
         }
-        if let Some(t) = self.stderr_logger.take()
-            && t.is_finished()
-        {
-            let _ = t.join();
+        match detach_exact(&top_fd, path) {
+            Ok(()) => {
+                log::info!("unmounted {} (our {ours})", path.display());
+                Ok(())
+            }
+            Err(MountError::Unmount { source, .. })
+                if self.method == MountMethod::Fusermount && source.raw_os_error() == Some(libc::EPERM) =>
+            {
+                let program = find_fusermount().ok_or(MountError::FusermountMissing {
+                    why: "to unmount a mount made by it",
+                })?;
+                drop(top_fd);
+                fusermount_unmount(&program, path, true)?;
+                log::info!(
+                    "unmounted {} with {FUSERMOUNT} -u -z (our {ours} was on top just before)",
+                    path.display()
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 }
 
 impl Drop for MountGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.do_unmount(true) {
+        if let Err(e) = self.do_unmount() {
             log::error!("unmounting on drop: {e}");
         }
     }
 }
 
+/// The identity of the mount just made on `path`: its topmost mount, which
+/// must be a FUSE mount.
+fn identify_new_mount(path: &Path) -> Result<MountIdentity, String> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let (_fd, id) = identity::top_at(&c_path).map_err(|e| format!("statx of the mountpoint: {e}"))?;
+    match identity::is_fuse(id.id) {
+        Some(false) => Err(format!(
+            "the topmost mount there is {}, not a FUSE mount",
+            identity::describe(id.id)
+        )),
+        _ => Ok(id),
+    }
+}
+
+/// Detaches exactly the mount whose root `fd` (`O_PATH`) is: the magic link
+/// `/proc/self/fd/N` names that mount, not whatever `path` resolves to by the
+/// time `umount2(2)` looks. Without `/proc`, `path` itself (checked just before).
+///
+/// Always `MNT_DETACH`: a non-lazy unmount would fail with `EBUSY`, since
+/// `fd` itself holds a reference to the mount.
+fn detach_exact(fd: &OwnedFd, path: &Path) -> Result<(), MountError> {
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    match nix::mount::umount2(magic.as_str(), MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOENT) => {
+            log::debug!(
+                "no /proc: detaching {} by path right after checking it",
+                path.display()
+            );
+            nix::mount::umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW).map_err(|e| {
+                MountError::Unmount {
+                    path: path.to_path_buf(),
+                    source: errno_io(e),
+                }
+            })
+        }
+        Err(e) => Err(MountError::Unmount {
+            path: path.to_path_buf(),
+            source: errno_io(e),
+        }),
+    }
+}
+
 /// Unmounts the FUSE filesystem at `path`, like `fusermount3 -u [-z]`.
+///
+/// This is by path: it unmounts whatever is mounted on top of `path` now,
+/// which is what a command-line tool asked to unmount a path does. A program
+/// unmounting its own mount uses its [`MountGuard`], which checks first.
 ///
 /// As root this calls `umount2(2)` (`MNT_DETACH` if `lazy`); when not root,
 /// or when that says `EPERM`, it runs `fusermount3 -u [-z]`, which allows
@@ -957,45 +1093,6 @@ fn take_handover_fd(n: RawFd) -> Result<OwnedFd, MountError> {
     Ok(fd)
 }
 
-/// The id of the FUSE mount at `path` per `/proc/self/mountinfo` (the topmost
-/// one if several are stacked), or `None`.
-fn fuse_mount_id(path: &Path) -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.to_str()?;
-    let mut found = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let fstype = fields.get(sep + 1).copied().unwrap_or("");
-        if fields.len() > 4
-            && unescape_mountinfo(fields[4]) == want
-            && (fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk")
-        {
-            found = fields[0].parse().ok();
-        }
-    }
-    found
-}
-
-/// Undoes the octal escapes (`\040` for space, …) of mountinfo paths.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Checks the mountpoint; returns its canonical path and the root mode to
 /// announce (`S_IFDIR | permission bits`).
 fn check_mountpoint(mountpoint: &Path, opts: &MountOptions) -> Result<(PathBuf, u32), MountError> {
@@ -1057,7 +1154,7 @@ fn mount_privileged(path: &Path, rootmode: u32, opts: &MountOptions) -> Result<M
         source: errno_io(e),
     })?;
     let mut guard = MountGuard::new(Some(path.to_path_buf()), MountMethod::Privileged);
-    guard.record_mount_id();
+    guard.record_identity();
     Ok(Mount { dev, guard })
 }
 
@@ -1075,38 +1172,14 @@ pub fn find_fusermount() -> Option<PathBuf> {
         })
 }
 
-/// The version `fusermount3 -V` reports (`fusermount3 version: 3.14.0`).
-fn fusermount_version(program: &Path) -> Option<(u32, u32)> {
-    let out = Command::new(program)
-        .arg("-V")
-        .stdin(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let v = text.split("version:").nth(1)?.split_whitespace().next()?;
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??))
-}
-
-fn warn_if_auto_unmount_is_broken(program: &Path, opts: &MountOptions) {
-    if !opts.auto_unmount || opts.allow_other || opts.allow_root || nix::unistd::getuid().is_root() {
-        return;
-    }
-    if let Some(v) = fusermount_version(program)
-        && v < (3, 15)
-    {
-        log::warn!(
-            "{} is version {}.{}: its auto_unmount cannot unmount for a non-root user without \
-             allow_other or allow_root (fixed in libfuse 3.15); unmount explicitly",
-            program.display(),
-            v.0,
-            v.1
-        );
-    }
-}
-
 fn mount_fusermount(program: &Path, path: &Path, opts: &MountOptions) -> Result<Mount, MountError> {
-    let o = opts.fusermount_opts()?;
+    // Not fusermount3's own auto_unmount, which unmounts by path: our
+    // watchdog does it (see MountOptions::auto_unmount).
+    let o = MountOptions {
+        auto_unmount: false,
+        ..opts.clone()
+    }
+    .fusermount_opts()?;
     let io_err = |context| {
         move |e: Errno| MountError::Io {
             context,
@@ -1194,50 +1267,27 @@ fn mount_fusermount(program: &Path, path: &Path, opts: &MountOptions) -> Result<
         }
     };
 
-    let mut guard = MountGuard::new(Some(path.to_path_buf()), MountMethod::Fusermount);
-    if opts.auto_unmount {
-        // The helper stays alive until `ours` closes: keep both for the
-        // mount's lifetime and log what it says meanwhile.
-        guard.comm = Some(ours);
-        guard.helper = Some(child);
-        guard.stderr_logger = stderr.take().and_then(|e| spawn_stderr_logger(e, path));
-    } else {
-        drop(ours);
-        match child.wait() {
-            Ok(status) if status.success() => {
-                let err = read_stderr();
-                if !err.is_empty() {
-                    log::warn!("{FUSERMOUNT}: {err}");
-                }
+    drop(ours);
+    match child.wait() {
+        Ok(status) if status.success() => {
+            let err = read_stderr();
+            if !err.is_empty() {
+                log::warn!("{FUSERMOUNT}: {err}");
             }
-            Ok(status) => log::warn!(
-                "{FUSERMOUNT} sent the fd but exited with {status} (signal {:?}): {}",
-                status.signal(),
-                read_stderr()
-            ),
-            Err(e) => log::warn!("waiting for {FUSERMOUNT}: {e}"),
         }
+        Ok(status) => log::warn!(
+            "{FUSERMOUNT} sent the fd but exited with {status} (signal {:?}): {}",
+            status.signal(),
+            read_stderr()
+        ),
+        Err(e) => log::warn!("waiting for {FUSERMOUNT}: {e}"),
     }
-    guard.record_mount_id();
+    let mut guard = MountGuard::new(Some(path.to_path_buf()), MountMethod::Fusermount);
+    guard.record_identity();
     Ok(Mount {
         dev: DevFuse::from_fd(fd),
         guard,
     })
-}
-
-fn spawn_stderr_logger(mut e: std::process::ChildStderr, path: &Path) -> Option<JoinHandle<()>> {
-    let name = path.display().to_string();
-    std::thread::Builder::new()
-        .name("fusermount3-stderr".into())
-        .spawn(move || {
-            let mut s = String::new();
-            let _ = e.read_to_string(&mut s);
-            for line in s.lines().filter(|l| !l.trim().is_empty()) {
-                log::warn!("{FUSERMOUNT} (auto_unmount helper for {name}): {line}");
-            }
-        })
-        .map_err(|e| log::warn!("cannot start a thread for {FUSERMOUNT}'s stderr: {e}"))
-        .ok()
 }
 
 /// Receives one fd sent with `SCM_RIGHTS` (and a 1-byte payload).
@@ -1284,18 +1334,6 @@ fn receive_fd(sock: &OwnedFd) -> Result<OwnedFd, String> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn mountinfo_paths_are_unescaped() {
-        assert_eq!(unescape_mountinfo("/tmp/a\\040b\\011c\\134d"), "/tmp/a b\tc\\d");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
-        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
-    }
-
-    #[test]
-    fn no_fuse_mount_id_for_a_plain_directory() {
-        assert_eq!(fuse_mount_id(Path::new("/")), None);
-    }
-
     use super::*;
 
     #[test]

@@ -175,7 +175,9 @@ impl SessionHandle {
     }
 
     /// Asks the session to end: workers finish the request they are serving
-    /// and exit. A session that owns its mount also unmounts it.
+    /// and exit. A session that owns its mount also unmounts it, if the
+    /// topmost mount on the mountpoint is still its own (see
+    /// [`MountGuard::unmount`]).
     pub fn stop(&self) {
         self.0.stop.store(true, Ordering::Release);
         if let Some(s) = self.0.shared.get() {
@@ -288,7 +290,8 @@ impl<F: Filesystem> Session<F> {
     /// Mounts `fs` at `mountpoint` with `opts` (privileged `mount(2)` as
     /// root, else through `fusermount3`; a mountpoint `/dev/fd/N` serves an
     /// fd handed over by a privileged helper) and binds a session to it. The
-    /// session unmounts when it ends or is stopped.
+    /// session unmounts when it ends or is stopped, touching only its own
+    /// mount (see [`MountGuard::unmount`]).
     pub fn mount(
         fs: F,
         mountpoint: impl AsRef<std::path::Path>,
@@ -516,10 +519,11 @@ impl<F: Filesystem> Session<F> {
         }
         self.finish_notifier();
         if let Some(g) = &self.mount {
-            // Unmounted from outside is the common end; unmount only if our
-            // mount is still there (e.g. the connection was aborted).
+            // Unmounted from outside is the common end; the guard unmounts
+            // only if our own mount is still on top (e.g. the connection was
+            // aborted), never whatever is mounted on the path now.
             let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(Err(e)) = guard.map(MountGuard::unmount_if_still_mounted) {
+            if let Some(Err(e)) = guard.map(MountGuard::unmount) {
                 log::warn!("unmount at session end: {e}");
             }
         }
@@ -706,13 +710,15 @@ impl<F: Filesystem> Session<F> {
     }
 }
 
-/// Unmounts (once) the mount a session owns; an already-gone mount is fine.
+/// Unmounts (once) the mount a session owns. The guard touches only our own
+/// mount: one unmounted from outside is fine, and one with another mount on
+/// top of it is left in place (logged here).
 fn unmount_guard(g: &Mutex<Option<MountGuard>>) {
     let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(guard) = guard
         && let Err(e) = guard.unmount()
     {
-        log::debug!("unmount at session end: {e}");
+        log::warn!("unmount on stop: {e}");
     }
 }
 

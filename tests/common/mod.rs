@@ -441,18 +441,3 @@ impl Drop for DevFuseOpenToAll {
         // The lock is released when the file closes, after the restores.
     }
 }
-
-/// `(major, minor)` of the installed fusermount3, from `fusermount3 -V`.
-pub fn fusermount_version() -> Option<(u32, u32)> {
-    let program = fuse_wire::session::mount::find_fusermount()?;
-    let out = std::process::Command::new(program).arg("-V").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let v = text
-        .split("version:")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .to_string();
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??))
-}
