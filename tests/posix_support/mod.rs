@@ -297,6 +297,12 @@ impl Log {
         self.steps.extend(other.steps);
     }
 
+    /// Appends another log's steps, each name prefixed with `prefix` (who did it).
+    pub fn extend_prefixed(&mut self, prefix: &str, other: Log) {
+        self.steps
+            .extend(other.steps.into_iter().map(|(s, v)| (format!("{prefix}{s}"), v)));
+    }
+
     /// The steps.
     pub fn steps(&self) -> &[(String, String)] {
         &self.steps
