@@ -16,7 +16,7 @@ use fuse_wire::session::{
 };
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -174,7 +174,7 @@ impl PassthroughFs {
     /// path walk: a cached entry would let anyone reach a name that only
     /// its first caller could search for (root reads `secret/file`, then
     /// everyone can). So below a directory that not everyone may search
-    /// (no search bit for others, or an ACL that may single users out)
+    /// (a class without the search bit, or an ACL that may single users out)
     /// nothing is cached, and every walk through it comes here as a LOOKUP
     /// made as its caller, which the source filesystem checks.
     fn child_ttl(&self, parent: &InodeData) -> Duration {
@@ -195,7 +195,9 @@ impl PassthroughFs {
         }
         let _as_daemon = credentials::as_daemon();
         let all = match sys::stat_fd(dir.fd()) {
-            Ok(st) if st.st_mode & libc::S_IXOTH != 0 => {
+            // Every class: the owner and the group class are held to their
+            // own bits even where others may search.
+            Ok(st) if st.st_mode & 0o111 == 0o111 => {
                 let acl = sys::getxattr(&proc_path(dir.fd()), c"system.posix_acl_access", &mut []);
                 matches!(acl, Err(e) if e.raw_os_error() == Some(libc::ENODATA) || e.raw_os_error() == Some(libc::EOPNOTSUPP))
             }
@@ -305,16 +307,36 @@ impl PassthroughFs {
     }
 
     /// Takes a reference on the inode's backing file, registering it first
-    /// if this is the inode's first passthrough open.
-    fn attach_backing(&self, ctx: &RequestContext<'_>, inode: &InodeData, write: bool) -> Res<BackingFile> {
+    /// if this is the inode's first passthrough open; `None` for an open the
+    /// daemon serves itself.
+    ///
+    /// Opens of a set-user-ID or set-group-ID file are served by the daemon
+    /// while no passthrough open exists: the kernel runs passed-through
+    /// writes with the backing file's credentials, which clear those bits
+    /// for every writer, where a writer with `CAP_FSETID` keeps them on a
+    /// plain directory. The kernel refuses to mix the two kinds of open on
+    /// one inode, so the choice holds while either kind is open.
+    fn attach_backing(
+        &self,
+        ctx: &RequestContext<'_>,
+        inode: &InodeData,
+        fd: BorrowedFd<'_>,
+        write: bool,
+    ) -> Res<Option<BackingFile>> {
         let mut pt = inode.passthrough();
+        if pt.backing.is_none()
+            && (pt.served > 0 || sys::stat_fd(fd)?.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+        {
+            pt.served += 1;
+            return Ok(None);
+        }
         if let Some(b) = &pt.backing {
             if write && !pt.writable {
                 return Err(err(pt.write_errno));
             }
             let b = b.clone();
             pt.opens += 1;
-            return Ok(b);
+            return Ok(Some(b));
         }
         // One backing file serves every open of the inode, so open it for
         // reading and writing when the source allows.
@@ -339,7 +361,7 @@ impl PassthroughFs {
         pt.opens = 1;
         pt.writable = writable;
         pt.write_errno = write_errno;
-        Ok(b)
+        Ok(Some(b))
     }
 
     /// Makes a handle of `fd`, with a backing file in passthrough mode.
@@ -350,13 +372,15 @@ impl PassthroughFs {
         fd: OwnedFd,
         flags: i32,
     ) -> Res<(FileHandle, FopenFlags, Option<BackingFile>)> {
-        let passthrough = self.use_passthrough(ctx, &inode);
-        let backing = if passthrough {
-            let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-            Some(self.attach_backing(ctx, &inode, write)?)
-        } else {
-            None
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let (backing, served) = match self.use_passthrough(ctx, &inode) {
+            true => match self.attach_backing(ctx, &inode, fd.as_fd(), write)? {
+                Some(b) => (Some(b), false),
+                None => (None, true),
+            },
+            false => (None, false),
         };
+        let passthrough = backing.is_some();
         let open_flags = self.file_open_flags(inode.kind, passthrough);
         let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
             // A reopen of what the caller has just opened (or created: its
@@ -368,6 +392,7 @@ impl PassthroughFs {
         };
         let mut handle = Handle::new(fd, inode, passthrough);
         handle.direct = direct;
+        handle.served = served;
         let fh = self.handles.insert(handle);
         Ok((FileHandle(fh), open_flags, backing))
     }

@@ -26,6 +26,9 @@ pub struct Handle {
     pub inode: Arc<InodeData>,
     /// Counted in the inode's passthrough opens (released on drop).
     pub passthrough: bool,
+    /// Counted in the inode's opens served without passthrough although
+    /// passthrough is on (released on drop).
+    pub served: bool,
     /// For files opened with `O_DIRECT`: how to serve unaligned I/O.
     pub direct: Option<Direct>,
     /// The directory stream (directories only; created on first READDIR).
@@ -116,6 +119,7 @@ impl Handle {
             fd,
             inode,
             passthrough,
+            served: false,
             direct: None,
             dir: Mutex::new(None),
         }
@@ -176,6 +180,9 @@ impl Drop for Handle {
                 // Closes the backing id in the kernel (files still open keep working).
                 pt.backing = None;
             }
+        } else if self.served {
+            let mut pt = self.inode.passthrough();
+            pt.served = pt.served.saturating_sub(1);
         }
     }
 }

@@ -36,6 +36,9 @@ pub type Key = (u64, u64);
 pub struct Passthrough {
     /// Open files of this inode that use the backing file.
     pub opens: usize,
+    /// Open files of this inode the daemon serves itself although
+    /// passthrough is on (see `PassthroughFs::attach_backing`).
+    pub served: usize,
     /// The registered backing file while `opens > 0`.
     pub backing: Option<BackingFile>,
     /// Whether the backing file was opened for writing.

@@ -89,11 +89,11 @@ impl BackingFile {
             padding: 0,
         };
         // The kernel keeps this thread's credentials for the backing file
-        // and runs every passed-through write with them: without
-        // CAP_FSETID, so that a write clears set-ID bits as a write by an
-        // unprivileged caller does (the daemon never sees those writes to
-        // clear them itself).
-        let r = crate::credentials::without_capability(crate::credentials::cap::FSETID, || {
+        // and runs every passed-through write with them: registered with
+        // credentials under which a write clears set-ID bits as a write by
+        // an unprivileged caller does (the daemon never sees those writes
+        // to clear them itself).
+        let r = crate::credentials::as_backing_registrar(|| {
             // SAFETY: BACKING_OPEN reads a 16-byte fuse_backing_map through the
             // pointer, which points at a live, initialised local of that type.
             let r = unsafe {

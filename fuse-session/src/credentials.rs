@@ -509,22 +509,42 @@ thread_local! {
     static CALLER_IDS: std::cell::Cell<Option<(u32, u32, u64)>> = const { std::cell::Cell::new(None) };
 }
 
-/// Runs `f` with capability `cap` lowered from this thread's effective set
-/// (put back afterwards). Used to register passthrough backing files: the
-/// kernel keeps the registering thread's credentials and runs every
-/// passed-through write with them, so a backing file registered with
-/// `CAP_FSETID` would let any caller's write keep a file's set-ID bits.
-pub(crate) fn without_capability<T>(cap: u32, f: impl FnOnce() -> T) -> io::Result<T> {
+/// A gid no file is expected to have: the group of the credentials a
+/// backing file is registered with.
+const NO_GROUP: u32 = u32::MAX - 1;
+
+/// Runs `f` (the registration of a passthrough backing file) with the
+/// credentials the kernel should keep for it.
+///
+/// The kernel keeps the registering thread's credentials and runs every
+/// passed-through write with them, whoever the writer is. So they must not
+/// make the write keep set-ID bits that a plain write would clear: no
+/// `CAP_FSETID`, and no membership in the file's group (a set-group-ID file
+/// without group execute keeps its bit for writers in its group). The
+/// thread gets no supplementary groups and an fsgid no file has;
+/// `CAP_SYS_ADMIN`, which the registration needs, stays.
+pub(crate) fn as_backing_registrar<T>(f: impl FnOnce() -> T) -> io::Result<T> {
     let (eff, perm, inh) = capget()?;
-    let bit = 1u64 << cap;
-    if eff & bit == 0 {
-        return Ok(f());
-    }
+    let groups = getgroups()?;
+    let fsgid = setfsgid(u32::MAX);
+    let bit = 1u64 << cap::FSETID;
     capset(eff & !bit, perm, inh)?;
-    let r = f();
-    if let Err(e) = capset(eff, perm, inh) {
-        log::error!("putting capability {cap} back: {e}");
+    let restore_caps = || {
+        if let Err(e) = capset(eff, perm, inh) {
+            log::error!("restoring capabilities after registering a backing file: {e}");
+        }
+    };
+    if let Err(e) = setgroups_thread(&[]) {
+        restore_caps();
+        return Err(e);
     }
+    setfsgid(NO_GROUP);
+    let r = f();
+    setfsgid(fsgid);
+    if let Err(e) = setgroups_thread(&groups) {
+        log::error!("restoring groups after registering a backing file: {e}");
+    }
+    restore_caps();
     Ok(r)
 }
 

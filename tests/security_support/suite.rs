@@ -35,9 +35,13 @@ impl Config {
         if !self.opts.is_empty() {
             o.push(self.opts);
         }
-        if self.default_permissions {
-            o.push("default_permissions");
-        }
+        // With allow_other passthrough_ll turns default_permissions on
+        // unless told otherwise.
+        o.push(if self.default_permissions {
+            "default_permissions"
+        } else {
+            "no_default_permissions"
+        });
         o.join(",")
     }
 
