@@ -7,7 +7,7 @@ use crate::handles::{DirStream, Direct, Handle, HandleTable};
 use crate::inodes::{Found, InodeData, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
-use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use fuse_wire::session::credentials::{self, ActingAs};
 use fuse_wire::session::reply::*;
 use fuse_wire::session::types::attr_from_stat;
@@ -209,9 +209,12 @@ impl PassthroughFs {
 
     /// After a change of `dir`'s mode or ACL through the mount: forget what
     /// was known of its searchability and, if not everyone may search it
-    /// now, drop the kernel's cached entries of its children (cached while
-    /// it was open to all). The notifications are queued: the kernel takes
-    /// the directory's lock for them, which the request being served holds.
+    /// now, drop the kernel's cached entries below it (cached while it was
+    /// open to all) before the change is answered. The kernel's entry
+    /// epoch (INC_EPOCH, 7.44) does that at once, for every cached entry;
+    /// per-name invalidation, the fallback, must be queued, because the
+    /// kernel takes the directory's lock for it, which the request being
+    /// served holds, so it lands shortly after the answer.
     fn search_changed(&self, ctx: &RequestContext<'_>, ino: Inode, dir: &InodeData) {
         if self.opts.default_permissions || !dir.is_dir() {
             return;
@@ -219,6 +222,13 @@ impl PassthroughFs {
         let before = dir.search_all.swap(0, Ordering::Relaxed);
         if before == 2 || self.searchable_by_all(dir) {
             return;
+        }
+        match ctx.notifier().inc_epoch() {
+            Ok(t) => match t.wait() {
+                Ok(()) => return,
+                Err(e) => log::warn!("INC_EPOCH after closing directory ino {ino}: {e}"),
+            },
+            Err(e) => log::debug!("INC_EPOCH: {e}; invalidating entries one by one"),
         }
         let _as_daemon = credentials::as_daemon();
         let Ok(fd) = sys::openat(Dir::Fd(dir.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else {
@@ -440,6 +450,15 @@ impl PassthroughFs {
             sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), libc::O_PATH, 0)
         );
         let found = self.inodes.lookup_or_insert(path_fd, &st);
+        if !created
+            && flags & libc::O_TRUNC != 0
+            && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID)
+            && let Err(e) = self.kill_suidgid(ctx, &found.data)
+        {
+            // The kernel never sees this entry: drop the lookup it counted.
+            self.inodes.forget(found.id, 1);
+            return reply.io_error(&e);
+        }
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
@@ -552,7 +571,7 @@ impl PassthroughFs {
         set(times)
     }
 
-    fn do_setattr(&self, ino: Inode, attr: &SetattrIn) -> Res<libc::stat> {
+    fn do_setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn) -> Res<libc::stat> {
         let inode = self.inode(ino)?;
         let valid = SetattrValid::from_bits_retain(attr.valid);
         let h = if valid.contains(SetattrValid::FH) {
@@ -593,29 +612,28 @@ impl PassthroughFs {
             self.set_times(&inode, h.as_deref(), attr, valid)?;
         }
         if valid.contains(SetattrValid::KILL_SUIDGID) {
-            self.kill_suidgid(&inode)?;
+            self.kill_suidgid(ctx, &inode)?;
         }
         sys::stat_fd(inode.fd())
     }
 
-    /// Clears S_ISUID, and S_ISGID with group execute, as the kernel does
-    /// on a write, truncate or chown by a caller without CAP_FSETID (it
-    /// asks for it with `HANDLE_KILLPRIV_V2`). Done as the caller the source
-    /// filesystem does it by itself; only the daemon's own identity, which
-    /// holds CAP_FSETID, needs it done here.
-    fn kill_suidgid(&self, inode: &InodeData) -> Res<()> {
+    /// Clears the set-ID bits the kernel asks to clear (`HANDLE_KILLPRIV_V2`)
+    /// on a write, truncate, truncating open or chown by a caller without
+    /// CAP_FSETID: S_ISUID, and S_ISGID where it means set-group-ID (group
+    /// execute is set) or the caller is not in the file's group (as far as
+    /// that can be known; unknown counts as not), as the VFS does.
+    fn kill_suidgid(&self, ctx: &RequestContext<'_>, inode: &InodeData) -> Res<()> {
         if inode.kind != libc::S_IFREG {
             return Ok(());
         }
-        // The kernel asks only when the caller lacks CAP_FSETID and the
-        // file has the bits, so this is rare; done as the daemon, since the
-        // caller may not own the file (the source filesystem clears the bits
-        // by itself for a caller it writes for, but not for a caller served
-        // with the daemon's identity).
+        // Rare (the kernel asks only when the file has the bits), and done
+        // as the daemon: the caller may not own the file, and the thread may
+        // hold CAP_FSETID for the caller (with default_permissions).
         let _as_daemon = credentials::as_daemon();
-        let mode = sys::stat_fd(inode.fd())?.st_mode & 0o7777;
+        let st = sys::stat_fd(inode.fd())?;
+        let mode = st.st_mode & 0o7777;
         let mut kept = mode & !libc::S_ISUID;
-        if kept & libc::S_IXGRP != 0 {
+        if kept & libc::S_ISGID != 0 && (kept & libc::S_IXGRP != 0 || !ctx.caller().in_group(st.st_gid)) {
             kept &= !libc::S_ISGID;
         }
         if kept != mode {
@@ -899,7 +917,7 @@ impl Filesystem for PassthroughFs {
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
-        let st = tri!(reply, self.do_setattr(ino, attr));
+        let st = tri!(reply, self.do_setattr(ctx, ino, attr));
         if SetattrValid::from_bits_retain(attr.valid).contains(SetattrValid::MODE)
             && let Ok(inode) = self.inode(ino)
         {
@@ -1042,6 +1060,9 @@ impl Filesystem for PassthroughFs {
             reply,
             sys::openat(Dir::Cwd, &proc_path(inode.fd()), self.source_flags(flags), 0)
         );
+        if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
+            tri!(reply, self.kill_suidgid(ctx, &inode));
+        }
         match tri!(reply, self.new_handle(ctx, inode, fd, flags)) {
             (fh, fl, None) => reply.opened(fh, fl),
             (fh, fl, Some(b)) => reply.passthrough(fh, fl, &b),
@@ -1086,7 +1107,7 @@ impl Filesystem for PassthroughFs {
         let h = tri!(reply, self.handle(fh));
         let n = tri!(reply, h.write_at(data, offset));
         if write_flags.contains(WriteFlags::KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(&h.inode));
+            tri!(reply, self.kill_suidgid(ctx, &h.inode));
         }
         reply.written(n as u32);
     }

@@ -8,7 +8,7 @@ use crate::interrupt::InterruptCallback;
 use crate::notify::Notifier;
 use crate::worker::{Slot, WorkerCore};
 use fuse_proto::abi::InHeader;
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{InitFlags, OpenInFlags};
 use fuse_proto::request::{Extensions, SecurityContext};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ pub struct RequestContext<'a> {
     extensions: Extensions<'a>,
     worker: &'a Arc<WorkerCore>,
     slot: Slot,
+    open_in: OpenInFlags,
 }
 
 impl<'a> RequestContext<'a> {
@@ -36,7 +37,21 @@ impl<'a> RequestContext<'a> {
             extensions,
             worker,
             slot,
+            open_in: OpenInFlags::empty(),
         }
+    }
+
+    pub(crate) fn with_open_in(mut self, flags: OpenInFlags) -> Self {
+        self.open_in = flags;
+        self
+    }
+
+    /// The `open_flags` of OPEN, CREATE and TMPFILE (empty for other
+    /// requests). `KILL_SUIDGID` asks the filesystem to clear the file's
+    /// set-ID bits as part of a truncating open, as the kernel would for a
+    /// caller without `CAP_FSETID` (`HANDLE_KILLPRIV_V2`).
+    pub fn open_in_flags(&self) -> OpenInFlags {
+        self.open_in
     }
 
     /// The request's unique id.

@@ -24,6 +24,7 @@
 //!   calls); without it they are, and a root caller with dropped capabilities
 //!   is served with only the capabilities it has.
 
+use std::cell::OnceCell;
 use std::io;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -175,59 +176,95 @@ impl Groups {
     }
 }
 
-/// The credentials of one request's caller.
+/// The credentials of one request's caller. Groups and capabilities are
+/// looked up on first use.
 #[derive(Clone, Debug)]
 pub struct Caller {
     uid: u32,
     gid: u32,
     pid: u32,
+    /// The group the kernel sent with a create (`CREATE_SUPP_GROUP`).
+    sent: Groups,
+    policy: CallerPolicy,
+    known: OnceCell<Known>,
+}
+
+/// What could be established about a caller beyond the header.
+#[derive(Clone, Debug)]
+struct Known {
     groups: Groups,
     /// Effective capabilities (bit n = capability n).
     caps: u64,
     origin: Origin,
-    kernel_checks: bool,
 }
 
 /// Every capability bit.
 const ALL_CAPS: u64 = u64::MAX;
 
+/// What a thread serving a caller holds when the kernel has checked the
+/// request itself (`default_permissions`): the capabilities that stand for
+/// the kernel's decision on file permissions, ownership and set-ID bits,
+/// so that the source filesystem neither repeats the check with less
+/// knowledge (groups of a caller outside the pid namespace) nor refuses
+/// what the kernel allowed. Set-ID bits the caller may not keep are
+/// cleared on the kernel's word (`HANDLE_KILLPRIV_V2`).
+const KERNEL_CHECKED_CAPS: u64 = (1 << cap::CHOWN)
+    | (1 << cap::DAC_OVERRIDE)
+    | (1 << cap::DAC_READ_SEARCH)
+    | (1 << cap::FOWNER)
+    | (1 << cap::FSETID);
+
 impl Caller {
-    /// Works out the caller of a request from its header fields and the
-    /// groups the kernel sent with it (`CREATE_SUPP_GROUP`).
+    /// The caller of a request from its header fields and the groups the
+    /// kernel sent with it; nothing is looked up yet.
     pub(crate) fn resolve(
         uid: u32,
         gid: u32,
         pid: u32,
-        ext_groups: impl Iterator<Item = u32>,
+        sent: impl Iterator<Item = u32>,
         policy: &CallerPolicy,
     ) -> Caller {
-        let mut c = Caller {
+        let mut g = Groups::new();
+        for x in sent {
+            g.push(x);
+        }
+        Caller {
             uid,
             gid,
             pid,
-            groups: Groups::new(),
-            caps: 0,
-            origin: Origin::HeaderOnly,
-            kernel_checks: policy.kernel_checks,
-        };
-        if pid == 0 && uid == 0 && gid == 0 {
-            c.origin = Origin::Kernel;
-            c.caps = ALL_CAPS;
-            return c;
+            sent: g,
+            policy: *policy,
+            known: OnceCell::new(),
         }
-        if uid == 0 && policy.kernel_checks {
-            c.origin = Origin::KernelChecked;
-            c.caps = ALL_CAPS;
-            return c;
+    }
+
+    fn is_kernel_request(&self) -> bool {
+        self.pid == 0 && self.uid == 0 && self.gid == 0
+    }
+
+    fn known(&self) -> &Known {
+        self.known.get_or_init(|| self.look_up())
+    }
+
+    fn look_up(&self) -> Known {
+        let (uid, gid, pid) = (self.uid, self.gid, self.pid);
+        let all = |origin| Known {
+            groups: Groups::new(),
+            caps: ALL_CAPS,
+            origin,
+        };
+        if self.is_kernel_request() {
+            return all(Origin::Kernel);
+        }
+        if uid == 0 && self.policy.kernel_checks {
+            return all(Origin::KernelChecked);
         }
         if pid == 0 {
             log_once(
                 1,
                 "a caller outside the connection's pid namespace (pid 0) is served without groups or capabilities",
             );
-        } else if let Err(why) = policy.proc {
-            let _ = why;
-        } else {
+        } else if self.policy.proc.is_ok() {
             // A root caller with every capability the daemon has is served
             // as the daemon: one capget(2) tells, where /proc would take
             // three system calls and a parse on this frequent path.
@@ -235,16 +272,19 @@ impl Caller {
                 && let (Ok(eff), Ok(me)) = (capget_of(pid), Daemon::get())
                 && eff & me.effective == me.effective
             {
-                c.caps = eff;
-                c.origin = Origin::Proc;
-                return c;
+                return Known {
+                    groups: Groups::new(),
+                    caps: eff,
+                    origin: Origin::Proc,
+                };
             }
             match read_status(pid) {
                 Some(st) if st.fsuid == uid && st.fsgid == gid => {
-                    c.groups = st.groups;
-                    c.caps = st.cap_eff;
-                    c.origin = Origin::Proc;
-                    return c;
+                    return Known {
+                        groups: st.groups,
+                        caps: st.cap_eff,
+                        origin: Origin::Proc,
+                    };
                 }
                 Some(_) => log_once(
                     2,
@@ -253,10 +293,11 @@ impl Caller {
                 None => {}
             }
         }
-        for g in ext_groups {
-            c.groups.push(g);
+        Known {
+            groups: self.sent.clone(),
+            caps: 0,
+            origin: Origin::HeaderOnly,
         }
-        c
     }
 
     /// The caller's filesystem uid.
@@ -276,7 +317,7 @@ impl Caller {
 
     /// The supplementary groups known for the caller (see [`Caller::origin`]).
     pub fn groups(&self) -> &[u32] {
-        self.groups.as_slice()
+        self.known().groups.as_slice()
     }
 
     /// Whether `gid` is the caller's group or one of its known supplementary
@@ -287,57 +328,73 @@ impl Caller {
 
     /// Whether the caller holds capability `cap` (a [`cap`] constant).
     pub fn has_capability(&self, cap: u32) -> bool {
-        cap < 64 && self.caps & (1 << cap) != 0
+        cap < 64 && self.known().caps & (1 << cap) != 0
     }
 
     /// The effective capability set (bit n = capability n).
     pub fn capabilities(&self) -> u64 {
-        self.caps
+        self.known().caps
     }
 
     /// Where these credentials came from.
     pub fn origin(&self) -> Origin {
-        self.origin
+        self.known().origin
     }
 
     /// Whether this is one of the kernel's own requests.
     pub fn is_kernel(&self) -> bool {
-        self.origin == Origin::Kernel
+        self.is_kernel_request()
     }
 
     /// Makes the current thread act as the caller until the guard drops:
-    /// fsuid, fsgid, supplementary groups and effective capabilities (never
-    /// more than the daemon has). Nothing changes for the kernel's own
-    /// requests or for a caller with the daemon's own identity and
-    /// capabilities. Nested calls on a thread already acting as a caller do
-    /// nothing.
+    /// fsuid and fsgid, and (never more than the daemon has):
+    ///
+    /// - when the kernel checks permissions (`default_permissions`): the
+    ///   capabilities that stand for its decision (see
+    ///   [`Caller::capabilities`] for what is known of the caller itself);
+    ///   the kernel has refused what the caller may not do, with everything
+    ///   it knows of the caller, and the daemon's groups are kept;
+    /// - otherwise: the caller's supplementary groups and effective
+    ///   capabilities as far as they can be known, so that the source
+    ///   filesystem checks the request as the caller.
+    ///
+    /// Nothing changes for the kernel's own requests or for a caller with
+    /// the daemon's own identity and capabilities. Nested calls on a thread
+    /// already acting as a caller do nothing.
     ///
     /// A daemon that cannot change its credentials (no `CAP_SETUID` and
     /// `CAP_SETGID`) serves callers of its own uid as itself, and others only
-    /// when the kernel checks permissions (`default_permissions`); otherwise
-    /// this answers `EACCES`, since the request would run with another
-    /// user's rights.
+    /// when the kernel checks permissions; otherwise this answers `EACCES`,
+    /// since the request would run with another user's rights.
     pub fn act_as(&self) -> io::Result<ActingAs> {
-        if ACTING.get() {
-            return Ok(ActingAs { saved: None });
+        let noop = Ok(ActingAs { saved: None });
+        if ACTING.get() || self.is_kernel_request() {
+            return noop;
         }
         let me = Daemon::get()?;
-        let caps = self.caps & me.effective;
-        let same_groups = self.origin == Origin::Kernel || self.origin == Origin::KernelChecked;
-        if self.origin == Origin::Kernel
-            || (self.uid == me.fsuid && self.gid == me.fsgid && caps == me.effective)
-        {
-            return Ok(ActingAs { saved: None });
+        let (groups, caps) = if self.policy.kernel_checks {
+            let caps = if self.uid == 0 {
+                ALL_CAPS
+            } else {
+                KERNEL_CHECKED_CAPS
+            };
+            (None, caps & me.effective)
+        } else {
+            let k = self.known();
+            (Some(k.groups.as_slice()), k.caps & me.effective)
+        };
+        if self.uid == me.fsuid && self.gid == me.fsgid && caps == me.effective {
+            return noop;
         }
         if !me.can_switch() {
-            if self.uid == me.fsuid || self.kernel_checks {
-                return Ok(ActingAs { saved: None });
+            if self.uid == me.fsuid || self.policy.kernel_checks {
+                return noop;
             }
             return Err(io::Error::from_raw_os_error(libc::EACCES));
         }
-        let switch_groups = !same_groups && self.groups() != me.groups.as_slice();
+        let switch_groups = caps != me.effective && groups.is_some_and(|g| g != me.groups.as_slice());
         if switch_groups {
-            setgroups_thread(self.groups())?;
+            setgroups_thread(groups.unwrap_or(&[]))?;
         }
         let guard = ActingAs {
             saved: Some(Saved {

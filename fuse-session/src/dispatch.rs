@@ -120,7 +120,15 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
         | Operation::AtomicOpen { arg, .. } => Some(arg.umask),
         _ => None,
     };
-    let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot);
+    let open_in = match req.op {
+        Operation::Open { arg } => arg.open_flags,
+        Operation::Create { arg, .. }
+        | Operation::Tmpfile { arg, .. }
+        | Operation::AtomicOpen { arg, .. } => arg.open_flags,
+        _ => 0,
+    };
+    let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot)
+        .with_open_in(fuse_proto::flags::OpenInFlags::from_bits_retain(open_in));
     let ino = Inode(req.header.nodeid);
     guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core));
 }
