@@ -74,6 +74,11 @@ impl Default for FsOptions {
 /// lost ~5% with splice, 32 KiB ones gained ~5%, 64 KiB ones ~11%).
 const SPLICE_MIN: usize = 32 * 1024;
 
+/// `__FMODE_EXEC`: in the flags of the OPEN the kernel sends for a program
+/// it is about to execute (`execve` opens `O_RDONLY | __FMODE_EXEC`). The
+/// same bit on every architecture; open(2) drops it from callers' flags.
+const FMODE_EXEC: i32 = 0o40;
+
 /// The filesystem.
 pub struct PassthroughFs {
     opts: FsOptions,
@@ -183,7 +188,7 @@ impl PassthroughFs {
 
     /// Open flags for a reopen or create on the source side.
     fn source_flags(&self, flags: i32) -> i32 {
-        let mut f = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let mut f = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | FMODE_EXEC);
         if self.opts.writeback {
             // The kernel reads pages around partial writes, and keeps the
             // file size itself: a write-only or append-only descriptor
@@ -293,6 +298,31 @@ impl PassthroughFs {
         handle.direct = direct;
         let fh = self.handles.insert(handle);
         Ok((FileHandle(fh), open_flags, backing))
+    }
+
+    /// Whether `flags` are those of the kernel's own open of a program for
+    /// `execve` (`O_RDONLY | __FMODE_EXEC`; no caller can set that bit in
+    /// open(2)), on a mount where the kernel has checked the caller's
+    /// execute permission itself.
+    fn is_exec_open(&self, flags: i32) -> bool {
+        self.opts.default_permissions && flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY
+    }
+
+    /// Opens a program the caller may execute but not read (mode 0711 and
+    /// the like) for the kernel's `execve`: as the daemon, once the source
+    /// agrees that the caller may execute it. The descriptor serves only
+    /// the kernel's reads of the program (the caller never holds this open
+    /// file), and an ordinary open for reading still fails as the caller.
+    ///
+    /// Only with `default_permissions`: there the kernel also finds the
+    /// program unreadable and makes the new process non-dumpable, so its
+    /// pages cannot be read through ptrace or `/proc/PID/mem`. Without it
+    /// the kernel asks nothing before deciding dumpability and would let
+    /// the caller read the program that way; such execs keep failing.
+    fn open_for_exec(&self, path: &CStr, flags: i32) -> Res<OwnedFd> {
+        sys::faccessat(path, libc::X_OK, libc::AT_EACCESS)?;
+        let _as_daemon = self.creds.as_daemon();
+        sys::openat(Dir::Cwd, path, self.source_flags(flags), 0)
     }
 
     /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
@@ -1007,10 +1037,13 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
-        let fd = tri!(
-            reply,
-            sys::openat(Dir::Cwd, &proc_path(inode.fd()), self.source_flags(flags), 0)
-        );
+        let path = proc_path(inode.fd());
+        let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
+                tri!(reply, self.open_for_exec(&path, flags))
+            }
+            r => tri!(reply, r),
+        };
         match tri!(reply, self.new_handle(ctx, inode, fd, flags)) {
             (fh, fl, None) => reply.opened(fh, fl),
             (fh, fl, Some(b)) => reply.passthrough(fh, fl, &b),
