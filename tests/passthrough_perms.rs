@@ -3,7 +3,9 @@
 //! step with a plain directory of this machine:
 //!
 //! - programs another user may execute but not read (mode 0711 and the
-//!   like) run through the mount and stay unreadable to that user.
+//!   like) run through the mount and stay unreadable to that user;
+//! - extended attributes of symbolic links themselves, and which names an
+//!   unprivileged caller is listed (no `trusted.*`).
 //!
 //! Needs root and `/dev/fuse` (skips loudly without, fails under
 //! `CI=true`) and the examples built (`cargo build --examples`).
@@ -12,12 +14,17 @@ mod common;
 mod posix_support;
 
 use posix_support::*;
+use std::ffi::CString;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 // ---------------------------------------------------------------------------
 // small wrappers
+
+fn c(p: &Path) -> CString {
+    cpath(p)
+}
 
 fn mode_of(p: &Path) -> Result<String, i32> {
     stat(p, false).map(|s| format!("{:o}", s.st_mode))
@@ -170,4 +177,186 @@ fn execute_only_programs_run_but_stay_unreadable() {
     if common::require_mount_capability() {
         check_exec_only_without_default_permissions();
     }
+}
+
+// ---------------------------------------------------------------------------
+// extended attributes of symbolic links
+
+fn cname(name: &str) -> CString {
+    CString::new(name).expect("no NUL")
+}
+
+/// `getxattr`/`lgetxattr` with a buffer of `size` (0: the size query).
+fn getx(p: &Path, name: &str, size: usize, follow: bool) -> Result<Vec<u8>, i32> {
+    let (cp, cn) = (c(p), cname(name));
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: valid C strings; `buf` is valid for `size` bytes.
+    let r = unsafe {
+        if follow {
+            libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), size)
+        } else {
+            libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), size)
+        }
+    };
+    let n = chk(r as i64)? as usize;
+    if size == 0 {
+        return Ok(vec![0; n]);
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `setxattr`/`lsetxattr`.
+fn setx(p: &Path, name: &str, val: &[u8], follow: bool) -> Result<i64, i32> {
+    let (cp, cn) = (c(p), cname(name));
+    // SAFETY: valid C strings and value.
+    let r = unsafe {
+        if follow {
+            libc::setxattr(cp.as_ptr(), cn.as_ptr(), val.as_ptr().cast(), val.len(), 0)
+        } else {
+            libc::lsetxattr(cp.as_ptr(), cn.as_ptr(), val.as_ptr().cast(), val.len(), 0)
+        }
+    };
+    chk(r as i64)
+}
+
+/// `removexattr`/`lremovexattr`.
+fn removex(p: &Path, name: &str, follow: bool) -> Result<i64, i32> {
+    let (cp, cn) = (c(p), cname(name));
+    // SAFETY: valid C strings.
+    let r = unsafe {
+        if follow {
+            libc::removexattr(cp.as_ptr(), cn.as_ptr())
+        } else {
+            libc::lremovexattr(cp.as_ptr(), cn.as_ptr())
+        }
+    };
+    chk(r as i64)
+}
+
+/// `listxattr`/`llistxattr` with a buffer of `size` (`None`: ask for the
+/// size first), every name, sorted.
+fn listx(p: &Path, size: Option<usize>, follow: bool) -> Result<Vec<String>, i32> {
+    let cp = c(p);
+    let call = |buf: *mut libc::c_char, len: usize| {
+        // SAFETY: valid C string; `buf` is null with a 0 length or valid for `len` bytes.
+        let r = unsafe {
+            if follow {
+                libc::listxattr(cp.as_ptr(), buf, len)
+            } else {
+                libc::llistxattr(cp.as_ptr(), buf, len)
+            }
+        };
+        chk(r as i64).map(|n| n as usize)
+    };
+    let size = match size {
+        Some(s) => s,
+        None => call(std::ptr::null_mut(), 0)?,
+    };
+    let mut buf = vec![0u8; size.max(1)];
+    let n = call(buf.as_mut_ptr().cast(), size)?;
+    buf.truncate(n);
+    let mut names: Vec<String> = buf
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The size `listxattr`/`llistxattr` reports for the list of `p`.
+fn listx_size(p: &Path, follow: bool) -> Result<i64, i32> {
+    let cp = c(p);
+    // SAFETY: valid C string; a null buffer of size 0 asks for the size.
+    let r = unsafe {
+        if follow {
+            libc::listxattr(cp.as_ptr(), std::ptr::null_mut(), 0)
+        } else {
+            libc::llistxattr(cp.as_ptr(), std::ptr::null_mut(), 0)
+        }
+    };
+    chk(r as i64)
+}
+
+fn check_symlink_xattrs(ctx: &Ctx, log: &mut Log) {
+    let f = ctx.p("f");
+    fs::write(&f, b"x").expect("create f");
+    let s = ctx.p("s");
+    std::os::unix::fs::symlink("f", &s).expect("symlink");
+    log.res("llistxattr of a fresh link", &listx(&s, None, false));
+    log.res(
+        "lsetxattr trusted.x on the link",
+        &setx(&s, "trusted.x", b"on-link", false),
+    );
+    log.res(
+        "setxattr trusted.t on the target",
+        &setx(&f, "trusted.t", b"on-target", true),
+    );
+    log.res("llistxattr", &listx(&s, None, false));
+    log.res("llistxattr, exact buffer", &listx(&s, Some(10), false));
+    log.res("llistxattr, 1-byte buffer", &listx(&s, Some(1), false));
+    log.res("listxattr through the link", &listx(&s, None, true));
+    log.res(
+        "lgetxattr size",
+        &getx(&s, "trusted.x", 0, false).map(|v| v.len()),
+    );
+    log.res("lgetxattr", &getx(&s, "trusted.x", 64, false));
+    log.res("lgetxattr, small buffer", &getx(&s, "trusted.x", 2, false));
+    log.res(
+        "lgetxattr of the target's name",
+        &getx(&s, "trusted.t", 64, false),
+    );
+    log.res("getxattr through the link", &getx(&s, "trusted.t", 64, true));
+    log.res("lsetxattr user.* on the link", &setx(&s, "user.u", b"u", false));
+    log.res(
+        "lsetxattr security.* on the link",
+        &setx(&s, "security.fw", b"s", false),
+    );
+    log.res("llistxattr with security.*", &listx(&s, None, false));
+    log.res("lremovexattr trusted.x", &removex(&s, "trusted.x", false));
+    log.res("lremovexattr it again", &removex(&s, "trusted.x", false));
+    log.res("lremovexattr security.fw", &removex(&s, "security.fw", false));
+    log.res("llistxattr after removing", &listx(&s, None, false));
+    log.res("the target's list", &listx(&f, None, true));
+    // What an unprivileged caller is listed: no trusted.* names.
+    log.res(
+        "lsetxattr trusted.x again",
+        &setx(&s, "trusted.x", b"again", false),
+    );
+    log.res("set user.a on the target", &setx(&f, "user.a", b"a", true));
+    let d = ctx.p("d");
+    fs::create_dir(&d).expect("mkdir d");
+    log.res("set trusted.d on a directory", &setx(&d, "trusted.d", b"d", true));
+    let sub = as_user(NOBODY, NOGROUP, &[], || {
+        let mut l = Log::default();
+        l.res("nobody: llistxattr of the link", &listx(&s, None, false));
+        l.res("nobody: the link's list size", &listx_size(&s, false));
+        l.res("nobody: the target's list size", &listx_size(&f, true));
+        l.res("nobody: listxattr of the target", &listx(&f, None, true));
+        l.res(
+            "nobody: the target's list, 7-byte buffer",
+            &listx(&f, Some(7), true),
+        );
+        l.res(
+            "nobody: the target's list, 6-byte buffer",
+            &listx(&f, Some(6), true),
+        );
+        l.res("nobody: listxattr of the directory", &listx(&d, None, true));
+        l.res("nobody: lgetxattr trusted.x", &getx(&s, "trusted.x", 64, false));
+        l
+    });
+    log.extend(sub);
+}
+
+#[test]
+fn symlink_xattrs_like_a_plain_directory() {
+    differential(
+        "symlink_xattrs",
+        check_symlink_xattrs,
+        &[
+            Fs::Passthrough("xattr"),
+            Fs::Passthrough("xattr,default_permissions"),
+        ],
+    );
 }

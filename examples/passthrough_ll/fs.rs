@@ -557,16 +557,16 @@ impl PassthroughFs {
         0
     }
 
-    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
-    /// symbolic links have no race-free way, so they get `EOPNOTSUPP`.
+    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself.
+    /// Also for a symbolic link: following the magic link of its `O_PATH`
+    /// descriptor ends on the link, never on what it points to (the `f*xattr`
+    /// calls and the `*xattrat` calls with `AT_EMPTY_PATH` refuse `O_PATH`
+    /// descriptors, and the link's name in its parent could change meanwhile).
     fn xattr_path(&self, ino: Inode) -> Res<CString> {
         if !self.opts.xattr {
             return Err(err(libc::ENOSYS));
         }
         let inode = self.inode(ino)?;
-        if inode.is_symlink() {
-            return Err(err(libc::EOPNOTSUPP));
-        }
         Ok(proc_path(inode.fd()))
     }
 
@@ -737,6 +737,17 @@ fn process_groups(pid: u32) -> Option<Vec<libc::gid_t>> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = s.lines().find_map(|l| l.strip_prefix("Groups:"))?;
     Some(line.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+}
+
+/// A `listxattr` list (NUL-terminated names) without the `trusted.*` names.
+fn without_trusted(list: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(list.len());
+    for name in list.split_inclusive(|&b| b == 0) {
+        if !name.starts_with(b"trusted.") {
+            out.extend_from_slice(name);
+        }
+    }
+    out
 }
 
 fn statx_time(t: libc::statx_timestamp) -> SxTime {
@@ -1337,6 +1348,20 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, self.creds.enter(ctx, false));
         log::debug!("listxattr ino={ino} size={size}");
         let path = tri!(reply, self.xattr_path(ino));
+        if !self.creds.as_itself() {
+            // The source lists trusted.* names to whoever holds CAP_SYS_ADMIN,
+            // which this thread keeps while it serves an unprivileged caller:
+            // drop them, as the source would for that caller itself.
+            let all = tri!(reply, sys::listxattr_all(&path));
+            let names = without_trusted(&all);
+            if size == 0 {
+                return reply.size(names.len() as u32);
+            }
+            if names.len() > size as usize {
+                return reply.io_error(&err(libc::ERANGE));
+            }
+            return reply.data(&names);
+        }
         if size == 0 {
             let n = tri!(reply, sys::listxattr(&path, &mut []));
             return reply.size(n as u32);
@@ -1580,6 +1605,16 @@ mod tests {
             .is_err()
         );
         assert!(to_flock(&Lock { start: u64::MAX, ..l }).is_err());
+    }
+
+    #[test]
+    fn trusted_names_are_dropped_from_lists() {
+        assert_eq!(
+            without_trusted(b"user.a\0trusted.x\0security.s\0trusted.y\0"),
+            b"user.a\0security.s\0"
+        );
+        assert_eq!(without_trusted(b"trusted.x\0"), b"");
+        assert_eq!(without_trusted(b""), b"");
     }
 
     #[test]

@@ -246,6 +246,23 @@ pub fn listxattr(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
     check_size(unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
+/// The whole `listxattr` list of `path`, however long it grows meanwhile.
+pub fn listxattr_all(path: &CStr) -> io::Result<Vec<u8>> {
+    loop {
+        let n = listxattr(path, &mut [])?;
+        let mut buf = vec![0u8; n];
+        match listxattr(path, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            // A name was added between the two calls: ask again.
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 pub fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: libc::c_int) -> io::Result<()> {
     // SAFETY: strings are NUL-terminated; `value` is readable for its length.
     check(unsafe {
