@@ -5,10 +5,15 @@
 //! - programs another user may execute but not read (mode 0711 and the
 //!   like) run through the mount and stay unreadable to that user;
 //! - extended attributes of symbolic links themselves, and which names an
-//!   unprivileged caller is listed (no `trusted.*`).
+//!   unprivileged caller is listed (no `trusted.*`);
+//! - POSIX ACLs: the mode and the ACL after `setfacl` and `chmod`, access
+//!   granted or denied by ACL entries, and default ACLs inherited by new
+//!   files and directories created by root and by another user.
 //!
-//! Needs root and `/dev/fuse` (skips loudly without, fails under
-//! `CI=true`) and the examples built (`cargo build --examples`).
+//! The ACLs are set and read as raw `system.posix_acl_*` values, so no
+//! `acl` package is needed. Needs root and `/dev/fuse` (skips loudly
+//! without, fails under `CI=true`) and the examples built
+//! (`cargo build --examples`).
 
 mod common;
 mod posix_support;
@@ -357,6 +362,264 @@ fn symlink_xattrs_like_a_plain_directory() {
         &[
             Fs::Passthrough("xattr"),
             Fs::Passthrough("xattr,default_permissions"),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// POSIX ACLs
+
+fn chmod(p: &Path, mode: u32) -> Result<i64, i32> {
+    let cp = c(p);
+    // SAFETY: valid C string.
+    chk(unsafe { libc::chmod(cp.as_ptr(), mode) } as i64)
+}
+
+fn open_wo(p: &Path) -> Result<(), i32> {
+    open(p, libc::O_WRONLY, 0).map(drop)
+}
+
+const ACL_ACCESS: &str = "system.posix_acl_access";
+const ACL_DEFAULT: &str = "system.posix_acl_default";
+
+const USER_OBJ: u16 = 0x01;
+const USER: u16 = 0x02;
+const GROUP_OBJ: u16 = 0x04;
+const MASK: u16 = 0x10;
+const OTHER: u16 = 0x20;
+
+/// The `system.posix_acl_*` value of `entries` (tag, permissions, id).
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// An ACL value read back, as `tag:perm[:id]` entries (the raw bytes when
+/// they do not parse, so a difference still shows).
+fn acl_entries(v: &[u8]) -> Vec<String> {
+    if v.len() < 4 || !(v.len() - 4).is_multiple_of(8) {
+        return vec![format!("raw {v:?}")];
+    }
+    v[4..]
+        .chunks(8)
+        .map(|e| {
+            let tag = u16::from_le_bytes([e[0], e[1]]);
+            let perm = u16::from_le_bytes([e[2], e[3]]);
+            let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+            if tag == USER || tag == 0x08 {
+                format!("{tag:#x}:{perm:o}:{id}")
+            } else {
+                format!("{tag:#x}:{perm:o}")
+            }
+        })
+        .collect()
+}
+
+/// The mode and both ACLs of `p`, for the log.
+fn acl_state(p: &Path) -> String {
+    let get = |name: &str| match getx(p, name, 4096, true) {
+        Ok(v) => format!("{:?}", acl_entries(&v)),
+        Err(e) => errno_name(e),
+    };
+    let st = stat(p, false);
+    format!(
+        "mode={:?} uid={:?} access={} default={}",
+        st.map(|s| format!("{:o}", s.st_mode)),
+        st.map(|s| s.st_uid),
+        get(ACL_ACCESS),
+        get(ACL_DEFAULT)
+    )
+}
+
+/// Creates, in a forked child with `umask` and (with `nobody`) nobody's
+/// credentials: a file `<tag>-file` (mode 0666), a directory `<tag>-dir`
+/// (0777), a FIFO `<tag>-fifo` (0666) and an unnamed O_TMPFILE file (0666)
+/// in `dir`. Returns each call's errno (0: done) and the O_TMPFILE file's mode.
+fn create_in(dir: &Path, tag: &str, umask: u32, nobody: bool) -> Result<[i64; CHILD_VALUES], String> {
+    let file = c(&dir.join(format!("{tag}-file")));
+    let sub = c(&dir.join(format!("{tag}-dir")));
+    let fifo = c(&dir.join(format!("{tag}-fifo")));
+    let cdir = c(dir);
+    let child = fork_child(move || {
+        let mut out = [0i64; CHILD_VALUES];
+        let last_errno = || errno() as i64;
+        // SAFETY: plain system calls on prepared C strings in the forked child.
+        unsafe {
+            libc::umask(umask);
+            if nobody {
+                let ok = libc::setgroups(0, std::ptr::null()) == 0
+                    && libc::setresgid(NOGROUP, NOGROUP, NOGROUP) == 0
+                    && libc::setresuid(NOBODY, NOBODY, NOBODY) == 0;
+                if !ok {
+                    out[7] = -1;
+                    return out;
+                }
+            }
+            let fd = libc::open(
+                file.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                0o666,
+            );
+            out[0] = if fd < 0 { last_errno() } else { 0 };
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            out[1] = if libc::mkdir(sub.as_ptr(), 0o777) < 0 {
+                last_errno()
+            } else {
+                0
+            };
+            out[2] = if libc::mknod(fifo.as_ptr(), libc::S_IFIFO | 0o666, 0) < 0 {
+                last_errno()
+            } else {
+                0
+            };
+            let fd = libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o666);
+            if fd < 0 {
+                out[3] = last_errno();
+            } else {
+                let mut st: libc::stat = std::mem::zeroed();
+                out[4] = if libc::fstat(fd, &mut st) == 0 {
+                    st.st_mode as i64
+                } else {
+                    -last_errno()
+                };
+                libc::close(fd);
+            }
+        }
+        out
+    });
+    child.wait(CHILD_TIMEOUT)
+}
+
+const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn log_created(log: &mut Log, ctx: &Ctx, dir: &str, tag: &str, umask: u32, nobody: bool) {
+    let d = ctx.p(dir);
+    match create_in(&d, tag, umask, nobody) {
+        Ok(v) => log.val(
+            &format!("{dir}: {tag} creates (umask {umask:03o}): errnos, O_TMPFILE mode"),
+            (v[0], v[1], v[2], v[3], format!("{:o}", v[4]), v[7]),
+        ),
+        Err(e) => log.val(&format!("{dir}: {tag} creates"), format!("child failed: {e}")),
+    }
+    for kind in ["file", "dir", "fifo"] {
+        let p = d.join(format!("{tag}-{kind}"));
+        log.val(&format!("{dir}: {tag}-{kind}"), acl_state(&p));
+    }
+}
+
+fn check_acls(ctx: &Ctx, log: &mut Log) {
+    // setfacl -m u:65534:rw f; chmod 640 f
+    let f = ctx.p("f");
+    fs::write(&f, b"data").expect("create f");
+    set_mode(&f, 0o644);
+    let a = acl(&[
+        (USER_OBJ, 6, 0),
+        (USER, 6, NOBODY),
+        (GROUP_OBJ, 4, 0),
+        (MASK, 6, 0),
+        (OTHER, 4, 0),
+    ]);
+    log.res("f: set an access ACL", &setx(&f, ACL_ACCESS, &a, true));
+    log.val("f: after setfacl", acl_state(&f));
+    log.res("f: chmod 640", &chmod(&f, 0o640));
+    log.val("f: after chmod", acl_state(&f));
+    log.res(
+        "f: nobody (ACL entry rw, mask r) opens for reading",
+        &as_user(NOBODY, NOGROUP, &[], || open_ro(&f)),
+    );
+    log.res(
+        "f: nobody opens for writing",
+        &as_user(NOBODY, NOGROUP, &[], || open_wo(&f)),
+    );
+    log.res("f: chmod 660", &chmod(&f, 0o660));
+    log.val("f: after chmod 660", acl_state(&f));
+    log.res(
+        "f: nobody opens for writing (mask rw)",
+        &as_user(NOBODY, NOGROUP, &[], || open_wo(&f)),
+    );
+    // An ACL with a mask narrower than its entries, then chmod.
+    let g = ctx.p("g");
+    fs::write(&g, b"data").expect("create g");
+    set_mode(&g, 0o640);
+    let a = acl(&[
+        (USER_OBJ, 4, 0),
+        (USER, 6, NOBODY),
+        (GROUP_OBJ, 4, 0),
+        (MASK, 2, 0),
+        (OTHER, 0, 0),
+    ]);
+    log.res("g: set an ACL with mask -w-", &setx(&g, ACL_ACCESS, &a, true));
+    log.val("g: after setfacl", acl_state(&g));
+    log.res(
+        "g: nobody opens for reading (masked out)",
+        &as_user(NOBODY, NOGROUP, &[], || open_ro(&g)),
+    );
+    for mode in [0o751, 0o400, 0o604] {
+        log.res(&format!("g: chmod {mode:o}"), &chmod(&g, mode));
+        log.val(&format!("g: after chmod {mode:o}"), acl_state(&g));
+        log.res(
+            &format!("g: nobody opens for reading after chmod {mode:o}"),
+            &as_user(NOBODY, NOGROUP, &[], || open_ro(&g)),
+        );
+    }
+    log.res("g: remove the ACL", &removex(&g, ACL_ACCESS, true));
+    log.val("g: after removing it", acl_state(&g));
+    // An entry that denies what the other bits allow.
+    let h = ctx.p("h");
+    fs::write(&h, b"data").expect("create h");
+    set_mode(&h, 0o644);
+    let a = acl(&[
+        (USER_OBJ, 6, 0),
+        (USER, 0, NOBODY),
+        (GROUP_OBJ, 4, 0),
+        (MASK, 4, 0),
+        (OTHER, 4, 0),
+    ]);
+    log.res("h: set an ACL denying nobody", &setx(&h, ACL_ACCESS, &a, true));
+    log.res(
+        "h: nobody opens for reading",
+        &as_user(NOBODY, NOGROUP, &[], || open_ro(&h)),
+    );
+    // Default ACLs, inherited by what root and nobody create.
+    let d = ctx.p("d");
+    fs::create_dir(&d).expect("mkdir d");
+    set_mode(&d, 0o777);
+    let a = acl(&[
+        (USER_OBJ, 7, 0),
+        (USER, 6, NOBODY),
+        (GROUP_OBJ, 5, 0),
+        (MASK, 7, 0),
+        (OTHER, 1, 0),
+    ]);
+    log.res("d: set a default ACL", &setx(&d, ACL_DEFAULT, &a, true));
+    log.val("d: after setting it", acl_state(&d));
+    log_created(log, ctx, "d", "root", 0o022, false);
+    log_created(log, ctx, "d", "nobody", 0o077, true);
+    log_created(log, ctx, "d/root-dir", "deeper", 0o027, false);
+    // Without a default ACL the umask applies as ever.
+    let e = ctx.p("e");
+    fs::create_dir(&e).expect("mkdir e");
+    set_mode(&e, 0o777);
+    log_created(log, ctx, "e", "root", 0o027, false);
+    log_created(log, ctx, "e", "nobody", 0o002, true);
+}
+
+#[test]
+fn posix_acls_like_a_plain_directory() {
+    differential(
+        "posix_acls",
+        check_acls,
+        &[
+            Fs::Passthrough("xattr"),
+            Fs::Passthrough("xattr,default_permissions"),
+            Fs::Passthrough("xattr,default_permissions,cache=always"),
         ],
     );
 }

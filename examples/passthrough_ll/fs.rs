@@ -325,6 +325,28 @@ impl PassthroughFs {
         sys::openat(Dir::Cwd, path, self.source_flags(flags), 0)
     }
 
+    /// The mode to create a node with, and this thread's umask set to the
+    /// caller's until the guard drops. The kernel leaves the umask to us
+    /// (`DONT_MASK`) because the source applies it only where the parent
+    /// directory has no default ACL; where it has one, the ACL decides.
+    fn caller_umask(&self, ctx: &RequestContext<'_>, mode: u32) -> (u32, Option<sys::ThreadUmask>) {
+        let Some(umask) = ctx.umask() else {
+            return (mode, None);
+        };
+        if !ctx.negotiated().flags.contains(InitFlags::DONT_MASK) {
+            // The kernel has applied it.
+            return (mode, None);
+        }
+        match sys::thread_umask(umask & 0o777) {
+            Ok(guard) => (mode, Some(guard)),
+            Err(e) => {
+                // Default ACLs then get the umask applied on top.
+                log::warn!("cannot give this thread its own umask: {e}");
+                (mode & !umask, None)
+            }
+        }
+    }
+
     /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
     fn open_at(&self, parent: &Arc<InodeData>, name: &CStr, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
@@ -852,6 +874,17 @@ impl Filesystem for PassthroughFs {
         if self.opts.readdirplus {
             config.want(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
         }
+        // The umask reaches the source with each create (see caller_umask).
+        config.want(InitFlags::DONT_MASK);
+        if self.opts.xattr && self.opts.default_permissions {
+            // The kernel checks permissions itself here: with the ACLs (which
+            // it reads as system.posix_acl_* xattrs and caches), not just the
+            // mode bits, or an ACL entry granting access would be ignored.
+            // The source keeps ACL and mode in step on chmod and setfacl, as
+            // the kernel expects of a filesystem with POSIX_ACL; POSIX_ACL
+            // would also force default_permissions on, so not without it.
+            config.want(InitFlags::POSIX_ACL);
+        }
         if self.creds.root {
             config.want(InitFlags::CREATE_SUPP_GROUP);
             // The source filesystem clears S_ISUID/S_ISGID itself, as the
@@ -954,7 +987,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
+        let (mode, umask) = self.caller_umask(ctx, mode);
         tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
+        drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -963,7 +998,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
+        let (mode, umask) = self.caller_umask(ctx, mode);
         tri!(reply, sys::mkdirat(parent.fd(), name, mode));
+        drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -1404,7 +1441,9 @@ impl Filesystem for PassthroughFs {
         if is_dot_or_dotdot(name.to_bytes()) {
             return reply.error(Errno::EISDIR);
         }
+        let (mode, umask) = self.caller_umask(ctx, mode);
         let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
+        drop(umask);
         self.finish_create(ctx, fd, flags, created, reply);
     }
 
@@ -1413,7 +1452,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
+        let (mode, umask) = self.caller_umask(ctx, mode);
         let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
+        drop(umask);
         self.finish_create(ctx, fd, flags, true, reply);
     }
 
