@@ -52,7 +52,8 @@ filesystem options (-o):
                        with DIRECT_IO, always with KEEP_CACHE (default auto)
     timeout=SECS       entry/attribute timeout (overrides cache's)
     writeback, no_writeback   kernel writeback cache (default off)
-    xattr, no_xattr    extended attributes (default off)
+    xattr, no_xattr    extended attributes and POSIX ACLs (default off); with
+                       default_permissions the kernel checks the ACLs too
     flock              BSD flock locks served by the daemon
     posix_lock         POSIX locks served by the daemon (open file description locks)
     readdirplus, no_readdirplus   (default on)

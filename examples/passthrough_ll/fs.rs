@@ -74,6 +74,11 @@ impl Default for FsOptions {
 /// lost ~5% with splice, 32 KiB ones gained ~5%, 64 KiB ones ~11%).
 const SPLICE_MIN: usize = 32 * 1024;
 
+/// `__FMODE_EXEC`: in the flags of the OPEN the kernel sends for a program
+/// it is about to execute (`execve` opens `O_RDONLY | __FMODE_EXEC`). The
+/// same bit on every architecture; open(2) drops it from callers' flags.
+const FMODE_EXEC: i32 = 0o40;
+
 /// The filesystem.
 pub struct PassthroughFs {
     opts: FsOptions,
@@ -272,7 +277,7 @@ impl PassthroughFs {
 
     /// Open flags for a reopen or create on the source side.
     fn source_flags(&self, flags: i32) -> i32 {
-        let mut f = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let mut f = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | FMODE_EXEC);
         if self.opts.writeback {
             // The kernel reads pages around partial writes, and keeps the
             // file size itself: a write-only or append-only descriptor
@@ -405,6 +410,53 @@ impl PassthroughFs {
         handle.served = served;
         let fh = self.handles.insert(handle);
         Ok((FileHandle(fh), open_flags, backing))
+    }
+
+    /// Whether `flags` are those of the kernel's own open of a program for
+    /// `execve` (`O_RDONLY | __FMODE_EXEC`; no caller can set that bit in
+    /// open(2)), on a mount where the kernel has checked the caller's
+    /// execute permission itself.
+    fn is_exec_open(&self, flags: i32) -> bool {
+        self.opts.default_permissions && flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY
+    }
+
+    /// Opens a program the caller may execute but not read (mode 0711 and
+    /// the like) for the kernel's `execve`: as the daemon, once the source
+    /// agrees that the caller may execute it. The descriptor serves only
+    /// the kernel's reads of the program (the caller never holds this open
+    /// file), and an ordinary open for reading still fails as the caller.
+    ///
+    /// Only with `default_permissions`: there the kernel also finds the
+    /// program unreadable and makes the new process non-dumpable, so its
+    /// pages cannot be read through ptrace or `/proc/PID/mem`. Without it
+    /// the kernel asks nothing before deciding dumpability and would let
+    /// the caller read the program that way; such execs keep failing.
+    fn open_for_exec(&self, path: &CStr, flags: i32) -> Res<OwnedFd> {
+        sys::faccessat(path, libc::X_OK, libc::AT_EACCESS)?;
+        let _as_daemon = credentials::as_daemon();
+        sys::openat(Dir::Cwd, path, self.source_flags(flags), 0)
+    }
+
+    /// The mode to create a node with, and this thread's umask set to the
+    /// caller's until the guard drops. The kernel leaves the umask to us
+    /// (`DONT_MASK`) because the source applies it only where the parent
+    /// directory has no default ACL; where it has one, the ACL decides.
+    fn caller_umask(&self, ctx: &RequestContext<'_>, mode: u32) -> (u32, Option<sys::ThreadUmask>) {
+        let Some(umask) = ctx.umask() else {
+            return (mode, None);
+        };
+        if !ctx.negotiated().flags.contains(InitFlags::DONT_MASK) {
+            // The kernel has applied it.
+            return (mode, None);
+        }
+        match sys::thread_umask(umask & 0o777) {
+            Ok(guard) => (mode, Some(guard)),
+            Err(e) => {
+                // Default ACLs then get the umask applied on top.
+                log::warn!("cannot give this thread its own umask: {e}");
+                (mode & !umask, None)
+            }
+        }
     }
 
     /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
@@ -705,16 +757,16 @@ impl PassthroughFs {
         0
     }
 
-    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself;
-    /// symbolic links have no race-free way, so they get `EOPNOTSUPP`.
+    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself.
+    /// Also for a symbolic link: following the magic link of its `O_PATH`
+    /// descriptor ends on the link, never on what it points to (the `f*xattr`
+    /// calls and the `*xattrat` calls with `AT_EMPTY_PATH` refuse `O_PATH`
+    /// descriptors, and the link's name in its parent could change meanwhile).
     fn xattr_path(&self, ino: Inode) -> Res<CString> {
         if !self.opts.xattr {
             return Err(err(libc::ENOSYS));
         }
         let inode = self.inode(ino)?;
-        if inode.is_symlink() {
-            return Err(err(libc::EOPNOTSUPP));
-        }
         Ok(proc_path(inode.fd()))
     }
 
@@ -855,6 +907,17 @@ impl Filesystem for PassthroughFs {
         if self.opts.readdirplus {
             config.want(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
         }
+        // The umask reaches the source with each create (see caller_umask).
+        config.want(InitFlags::DONT_MASK);
+        if self.opts.xattr && self.opts.default_permissions {
+            // The kernel checks permissions itself here: with the ACLs (which
+            // it reads as system.posix_acl_* xattrs and caches), not just the
+            // mode bits, or an ACL entry granting access would be ignored.
+            // The source keeps ACL and mode in step on chmod and setfacl, as
+            // the kernel expects of a filesystem with POSIX_ACL; POSIX_ACL
+            // would also force default_permissions on, so not without it.
+            config.want(InitFlags::POSIX_ACL);
+        }
         if self.root {
             config.want(InitFlags::CREATE_SUPP_GROUP);
             // The source filesystem clears S_ISUID/S_ISGID itself, as the
@@ -962,7 +1025,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
+        let (mode, umask) = self.caller_umask(ctx, mode);
         tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
+        drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -971,7 +1036,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
+        let (mode, umask) = self.caller_umask(ctx, mode);
         tri!(reply, sys::mkdirat(parent.fd(), name, mode));
+        drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -1056,10 +1123,13 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
-        let fd = tri!(
-            reply,
-            sys::openat(Dir::Cwd, &proc_path(inode.fd()), self.source_flags(flags), 0)
-        );
+        let path = proc_path(inode.fd());
+        let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
+                tri!(reply, self.open_for_exec(&path, flags))
+            }
+            r => tri!(reply, r),
+        };
         if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
             tri!(reply, self.kill_suidgid(ctx, &inode));
         }
@@ -1408,7 +1478,9 @@ impl Filesystem for PassthroughFs {
         if is_dot_or_dotdot(name.to_bytes()) {
             return reply.error(Errno::EISDIR);
         }
+        let (mode, umask) = self.caller_umask(ctx, mode);
         let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
+        drop(umask);
         self.finish_create(ctx, &parent, fd, flags, created, reply);
     }
 
@@ -1417,7 +1489,9 @@ impl Filesystem for PassthroughFs {
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
+        let (mode, umask) = self.caller_umask(ctx, mode);
         let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
+        drop(umask);
         self.finish_create(ctx, &parent, fd, flags, true, reply);
     }
 
@@ -1609,6 +1683,16 @@ mod tests {
             .is_err()
         );
         assert!(to_flock(&Lock { start: u64::MAX, ..l }).is_err());
+    }
+
+    #[test]
+    fn trusted_names_are_dropped_from_lists() {
+        assert_eq!(
+            without_trusted(b"user.a\0trusted.x\0security.s\0trusted.y\0"),
+            b"user.a\0security.s\0"
+        );
+        assert_eq!(without_trusted(b"trusted.x\0"), b"");
+        assert_eq!(without_trusted(b""), b"");
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn run() -> i32 {
     if let Err(e) = sys::install_interrupt_handler() {
         log::warn!("no interrupt handler for blocking lock waits: {e}");
     }
-    // Modes arrive with the caller's umask already applied.
+    // No umask of the daemon's own: each create applies the caller's (fs.rs).
     sys::set_umask(0);
     match sys::raise_nofile_limit() {
         Ok(n) => log::debug!("open file limit: {n}"),

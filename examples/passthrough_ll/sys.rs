@@ -4,6 +4,7 @@
 //! it makes. Paths are `&CStr`; results are `io::Result`; descriptors come
 //! back as `OwnedFd` so nothing leaks on an error path.
 
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -342,6 +343,39 @@ pub fn geteuid() -> u32 {
 pub fn set_umask(mask: u32) -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::umask(mask) }
+}
+
+thread_local! {
+    /// Whether this thread has its own umask (its own `fs_struct`).
+    static OWN_UMASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's umask set to `mask` until the guard drops.
+///
+/// The umask lives in the `fs_struct` that threads share; the first call on
+/// a thread gives it a copy of its own (`unshare(CLONE_FS)`: same root and
+/// working directory), so that other threads keep theirs.
+pub fn thread_umask(mask: u32) -> io::Result<ThreadUmask> {
+    if !OWN_UMASK.get() {
+        // SAFETY: unshare changes only this thread's kernel state; CLONE_FS
+        // is allowed in a multithreaded process.
+        check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+        OWN_UMASK.set(true);
+    }
+    Ok(ThreadUmask {
+        previous: set_umask(mask),
+    })
+}
+
+/// Restores this thread's previous umask when dropped (see [`thread_umask`]).
+pub struct ThreadUmask {
+    previous: u32,
+}
+
+impl Drop for ThreadUmask {
+    fn drop(&mut self) {
+        set_umask(self.previous);
+    }
 }
 
 /// Raises the soft limit of open files to the hard limit (every known inode
