@@ -220,6 +220,19 @@ impl PassthroughFs {
     /// per-name invalidation, the fallback, must be queued, because the
     /// kernel takes the directory's lock for it, which the request being
     /// served holds, so it lands shortly after the answer.
+    /// After a change of `ino`'s ACL: the mode may have changed with it.
+    /// A kernel without POSIX_ACL does not know that, and in writeback mode
+    /// keeps the mode it has; drop its cached attributes before answering
+    /// (attributes only: that takes no lock the request holds).
+    fn acl_changed(&self, ctx: &RequestContext<'_>, ino: Inode, inode: &InodeData) {
+        if !ctx.negotiated().flags.contains(InitFlags::POSIX_ACL)
+            && let Err(e) = ctx.notifier().inval_inode(ino, -1, 0).and_then(|t| t.wait())
+        {
+            log::warn!("invalidating the attributes of ino {ino} after an ACL change: {e}");
+        }
+        self.search_changed(ctx, ino, inode);
+    }
+
     fn search_changed(&self, ctx: &RequestContext<'_>, ino: Inode, dir: &InodeData) {
         if self.opts.default_permissions || !dir.is_dir() {
             return;
@@ -574,7 +587,7 @@ impl PassthroughFs {
         };
         match set(&times) {
             Err(e) if e.raw_os_error() == Some(libc::EPERM) && self.kernel_times(valid) => {
-                self.set_kernel_times(inode, &times, attr, set)
+                self.set_kernel_times(inode, &times, attr, valid, set)
             }
             r => r,
         }
@@ -606,6 +619,7 @@ impl PassthroughFs {
         inode: &InodeData,
         times: &[libc::timespec; 2],
         attr: &SetattrIn,
+        valid: SetattrValid,
         set: impl Fn(&[libc::timespec; 2]) -> Res<()>,
     ) -> Res<()> {
         if !self.opts.default_permissions {
@@ -615,9 +629,12 @@ impl PassthroughFs {
             if now.abs_diff(attr.mtime) > 120 {
                 return Err(err(libc::EPERM));
             }
-            // As the caller, with its effective (fs) credentials.
+            // As the caller, with its effective (fs) credentials. A refused
+            // `touch` (atime "now" too) says EACCES, as utimensat(NULL) does;
+            // an explicit time stays EPERM.
+            let touch = valid.contains(SetattrValid::ATIME_NOW);
             sys::faccessat(&proc_path(inode.fd()), libc::W_OK, libc::AT_EACCESS)
-                .map_err(|_| err(libc::EPERM))?;
+                .map_err(|e| if touch { e } else { err(libc::EPERM) })?;
         }
         let _as_daemon = credentials::as_daemon();
         set(times)
@@ -1409,7 +1426,7 @@ impl Filesystem for PassthroughFs {
         if name.to_bytes().starts_with(b"system.posix_acl")
             && let Ok(inode) = self.inode(ino)
         {
-            self.search_changed(ctx, ino, &inode);
+            self.acl_changed(ctx, ino, &inode);
         }
         reply.ok();
     }
@@ -1448,7 +1465,7 @@ impl Filesystem for PassthroughFs {
         if name.to_bytes().starts_with(b"system.posix_acl")
             && let Ok(inode) = self.inode(ino)
         {
-            self.search_changed(ctx, ino, &inode);
+            self.acl_changed(ctx, ino, &inode);
         }
         reply.ok();
     }
