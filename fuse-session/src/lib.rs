@@ -11,14 +11,17 @@
 pub mod backing;
 mod buffer;
 pub mod context;
+pub mod deferred;
 mod dispatch;
 pub mod filesystem;
 pub mod init;
 mod interrupt;
 pub mod mount;
 pub mod notify;
+mod pool;
 pub mod reply;
 pub mod session;
+mod signal;
 mod splice;
 pub mod stats;
 pub mod transport;
@@ -27,6 +30,7 @@ mod worker;
 
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
+pub use deferred::{RefuseReason, Refused, Wait};
 pub use filesystem::Filesystem;
 pub use fuse_proto::Errno;
 pub use init::{InitConfig, Negotiated};
