@@ -491,7 +491,7 @@ fn lock_waiters_do_not_stop_the_mount(kind: Lock) {
         waiters.push(w);
     }
     // Each waiter now waits, or was told ENOLCK (beyond its uid's share).
-    let mut refused = vec![false; WAITERS];
+    let mut refused = [false; WAITERS];
     let settled = eventually(|| {
         let mut all = true;
         for (i, w) in waiters.iter().enumerate().skip(1) {
