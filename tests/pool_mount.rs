@@ -20,7 +20,6 @@ mod common;
 use common::TempMountpoint;
 use std::ffi::{CStr, CString};
 use std::fs;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -35,28 +34,53 @@ const OTHER: u32 = 41_002;
 const WAITERS: usize = 100;
 const DEADLINE: Duration = Duration::from_secs(20);
 
-fn example_binary() -> PathBuf {
+/// The daemons under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Example {
+    /// `passthrough_ll SOURCE MOUNTPOINT -o OPTS --stats FILE`
+    Passthrough,
+    /// `memfs -o OPTS MOUNTPOINT` (statistics on stderr at the end)
+    Memfs,
+}
+
+impl Example {
+    fn name(self) -> &'static str {
+        match self {
+            Example::Passthrough => "passthrough_ll",
+            Example::Memfs => "memfs",
+        }
+    }
+}
+
+fn example_binary(ex: Example) -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+    let dir = BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("current_exe");
         let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let bin = profile_dir.join("examples").join("passthrough_ll");
         if let Ok(cargo) = std::env::var("CARGO") {
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--example", "passthrough_ll"]);
+            cmd.args([
+                "build",
+                "--quiet",
+                "--example",
+                "passthrough_ll",
+                "--example",
+                "memfs",
+            ]);
             if profile_dir.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }
             let status = cmd
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
-                .expect("run cargo build --example passthrough_ll");
-            assert!(status.success(), "building the passthrough_ll example failed");
+                .expect("run cargo build --example");
+            assert!(status.success(), "building the examples failed");
         }
-        assert!(bin.exists(), "{} not found", bin.display());
-        bin
-    })
-    .clone()
+        profile_dir.join("examples")
+    });
+    let bin = dir.join(ex.name());
+    assert!(bin.exists(), "{} not found", bin.display());
+    bin
 }
 
 /// A passthrough_ll daemon; on drop, a mount left hanging is aborted and
@@ -65,10 +89,11 @@ struct Daemon {
     child: Option<Child>,
     mnt: PathBuf,
     stats: PathBuf,
+    example: Example,
 }
 
 impl Daemon {
-    fn start(tm: &TempMountpoint, opts: &str) -> Daemon {
+    fn start(example: Example, tm: &TempMountpoint, opts: &str) -> Daemon {
         let src = tm.root().join("src");
         fs::create_dir_all(&src).unwrap();
         fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
@@ -77,38 +102,47 @@ impl Daemon {
         } else {
             opts.to_string()
         };
-        let mut child = Command::new(example_binary())
-            .arg(&src)
-            .arg(tm.path())
-            .arg("-o")
-            .arg(&opts)
-            .arg("--stats")
-            .arg(tm.root().join("stats.json"))
+        let stats = tm.root().join("stats.json");
+        let mut cmd = Command::new(example_binary(example));
+        match example {
+            Example::Passthrough => cmd
+                .arg(&src)
+                .arg(tm.path())
+                .arg("-o")
+                .arg(&opts)
+                .arg("--stats")
+                .arg(&stats),
+            Example::Memfs => cmd.arg("-o").arg(&opts).arg(tm.path()),
+        };
+        // memfs writes its statistics on stderr: keep them in the file.
+        let err = fs::File::create(tm.root().join("stderr")).expect("stderr file");
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(err)
             .spawn()
-            .expect("start passthrough_ll");
+            .expect("start the daemon");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !common::fuse_mounted_at(tm.path()) {
             if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("passthrough_ll exited with {status} before mounting: {err}");
+                let err = fs::read_to_string(tm.root().join("stderr")).unwrap_or_default();
+                panic!("{} exited with {status} before mounting: {err}", example.name());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("passthrough_ll did not mount within 10 s");
+                panic!("{} did not mount within 10 s", example.name());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         Daemon {
             child: Some(child),
             mnt: tm.path().to_path_buf(),
-            stats: tm.root().join("stats.json"),
+            stats: match example {
+                Example::Passthrough => stats,
+                Example::Memfs => tm.root().join("stderr"),
+            },
+            example,
         }
     }
 
@@ -155,10 +189,11 @@ impl Daemon {
         assert!(!common::fuse_mounted_at(&self.mnt), "still mounted after SIGTERM");
         if common::over_uring() {
             // The io_uring pass must really have used the rings.
-            let json = fs::read_to_string(&self.stats).expect("stats file");
+            let json = fs::read_to_string(&self.stats).expect("statistics");
             assert!(
                 !json.contains("\"uring\": 0,") && json.contains("\"uring\": "),
-                "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring: {json}"
+                "FUSE_WIRE_TEST_TRANSPORT=uring but no request of {} went over io_uring: {json}",
+                self.example.name()
             );
         }
     }
@@ -437,7 +472,7 @@ fn count(threads: &[String], prefix: &str) -> usize {
 
 const FLOOR: usize = 2;
 
-fn lock_waiters_do_not_stop_the_mount(kind: Lock) {
+fn lock_waiters_do_not_stop_the_mount(example: Example, kind: Lock) {
     if !common::require_mount_capability() {
         return;
     }
@@ -446,16 +481,15 @@ fn lock_waiters_do_not_stop_the_mount(kind: Lock) {
         Lock::Posix => "posix_lock",
         Lock::Flock => "flock",
     };
-    let d = Daemon::start(
-        &tm,
-        &format!(
-            "allow_other,{lock_opt},threads={FLOOR},max_threads=8,idle_timeout=0.3,max_waits_per_uid=40"
-        ),
-    );
-    let src_file = tm.root().join("src/f");
-    fs::write(&src_file, b"locked").unwrap();
-    fs::set_permissions(&src_file, fs::Permissions::from_mode(0o666)).unwrap();
+    let pool = format!("threads={FLOOR},idle_timeout=0.3,max_waits_per_uid=40");
+    let opts = match example {
+        Example::Passthrough => format!("allow_other,{lock_opt},{pool},max_threads=8"),
+        Example::Memfs => format!("allow_other,{lock_opt},{pool}"),
+    };
+    let d = Daemon::start(example, &tm, &opts);
     let file = tm.path().join("f");
+    fs::write(&file, b"locked").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
     let path = cstr(&file);
 
     // The daemon at rest: its floor of workers, no helper threads.
@@ -509,7 +543,8 @@ fn lock_waiters_do_not_stop_the_mount(kind: Lock) {
     assert!(settled, "not every waiter got to wait or was refused");
     let nrefused = refused.iter().filter(|&&r| r).count();
     eprintln!(
-        "{kind:?}: {} waiting, {nrefused} refused with ENOLCK",
+        "{} {kind:?}: {} waiting, {nrefused} refused with ENOLCK",
+        example.name(),
         WAITERS - nrefused
     );
     assert!(nrefused < WAITERS - 1, "every waiter but the first was refused");
@@ -568,12 +603,22 @@ fn lock_waiters_do_not_stop_the_mount(kind: Lock) {
 
 #[test]
 fn posix_lock_waiters_do_not_stop_the_mount() {
-    lock_waiters_do_not_stop_the_mount(Lock::Posix);
+    lock_waiters_do_not_stop_the_mount(Example::Passthrough, Lock::Posix);
 }
 
 #[test]
 fn flock_waiters_do_not_stop_the_mount() {
-    lock_waiters_do_not_stop_the_mount(Lock::Flock);
+    lock_waiters_do_not_stop_the_mount(Example::Passthrough, Lock::Flock);
+}
+
+#[test]
+fn memfs_posix_lock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Memfs, Lock::Posix);
+}
+
+#[test]
+fn memfs_flock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Memfs, Lock::Flock);
 }
 
 #[test]
@@ -582,7 +627,7 @@ fn an_idle_mount_makes_no_periodic_wakeups() {
         return;
     }
     let tm = TempMountpoint::new("pool-idle");
-    let d = Daemon::start(&tm, "threads=2");
+    let d = Daemon::start(Example::Passthrough, &tm, "threads=2");
     // Let whatever mounting started finish.
     assert!(stat_within(tm.path(), Duration::from_secs(10)).is_some_and(|r| r.is_ok()));
     let before = d.wakeups();

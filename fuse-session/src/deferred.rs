@@ -65,10 +65,14 @@ impl<R> Refused<R> {
     }
 }
 
+type Hook = Box<dyn FnOnce() + Send>;
+
 pub(crate) struct WaitState {
     interrupted: AtomicBool,
     /// The helper thread running the wait, while it runs.
     thread: Mutex<Option<libc::pthread_t>>,
+    /// What the closure asked to run on an interrupt.
+    hook: Mutex<Option<Hook>>,
 }
 
 impl WaitState {
@@ -76,6 +80,7 @@ impl WaitState {
         Arc::new(Self {
             interrupted: AtomicBool::new(false),
             thread: Mutex::new(None),
+            hook: Mutex::new(None),
         })
     }
 
@@ -83,9 +88,15 @@ impl WaitState {
     /// thread running it.
     pub(crate) fn interrupt(&self) {
         self.interrupted.store(true, Ordering::Release);
-        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = *t {
-            signal::wake(t);
+        {
+            let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(t) = *t {
+                signal::wake(t);
+            }
+        }
+        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = hook {
+            h();
         }
     }
 }
@@ -102,6 +113,22 @@ impl Wait {
     /// blocking, and when a blocking call returns `EINTR`.
     pub fn is_interrupted(&self) -> bool {
         self.state.interrupted.load(Ordering::Acquire)
+    }
+
+    /// Runs `cb` once when the request is interrupted (at once if it
+    /// already is), on the thread that reads the INTERRUPT: keep it short.
+    /// For waits that no signal ends, such as a condition variable: `cb`
+    /// wakes the waiter, which then sees [`Wait::is_interrupted`]. Take the
+    /// waiter's lock in `cb` before notifying, or the wake-up can fall
+    /// between the waiter's check and its wait.
+    pub fn on_interrupt(&self, cb: impl FnOnce() + Send + 'static) {
+        let mut hook = self.state.hook.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_interrupted() {
+            drop(hook);
+            cb();
+        } else {
+            *hook = Some(Box::new(cb));
+        }
     }
 
     /// The caller's uid.
