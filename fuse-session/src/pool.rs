@@ -119,6 +119,11 @@ impl Pool {
         cfg.max + 1
     }
 
+    /// Threads alive.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(SeqCst)
+    }
+
     /// Threads started so far.
     pub(crate) fn started(&self) -> usize {
         self.started.load(SeqCst)

@@ -180,6 +180,12 @@ impl SessionHandle {
             .unwrap_or_default()
     }
 
+    /// The `/dev/fuse` worker threads alive now (0 before INIT): the floor,
+    /// more while the pool has grown, and at most `max_workers + 1`.
+    pub fn workers(&self) -> usize {
+        self.0.shared.get().map_or(0, |s| s.pool.live())
+    }
+
     /// The transport in use, once the session has set it up after INIT.
     pub fn transport(&self) -> Option<TransportInfo> {
         self.0.transport.get().cloned()
