@@ -66,15 +66,23 @@ pub(crate) struct Job {
     pub(crate) core: Arc<WorkerCore>,
 }
 
-/// The pool's counters and queue, shared by its threads and the manager.
-pub(crate) struct Pool {
-    pub(crate) cfg: PoolConfig,
-    /// Threads alive.
-    live: AtomicUsize,
+/// The two counters every request changes, together on a cache line of
+/// their own (the thread that changes one changes the other right after).
+#[derive(Default)]
+#[repr(align(128))]
+struct Hot {
     /// Threads waiting for (or about to wait for) a request.
     idle: AtomicUsize,
     /// Threads running a handler.
     busy: AtomicUsize,
+}
+
+/// The pool's counters and queue, shared by its threads and the manager.
+pub(crate) struct Pool {
+    hot: Hot,
+    pub(crate) cfg: PoolConfig,
+    /// Threads alive (read on every request, written when threads come and go).
+    live: AtomicUsize,
     /// When the pool last became saturated (no idle thread), in nanoseconds
     /// since `epoch` plus one; 0 while some thread is idle.
     saturated_since: AtomicU64,
@@ -98,9 +106,8 @@ impl Pool {
     pub(crate) fn new(cfg: PoolConfig) -> Self {
         Self {
             cfg,
+            hot: Hot::default(),
             live: AtomicUsize::new(0),
-            idle: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
             saturated_since: AtomicU64::new(0),
             epoch: Instant::now(),
             watching: AtomicBool::new(false),
@@ -155,7 +162,7 @@ impl Pool {
 
     /// The calling thread goes back to waiting for requests.
     pub(crate) fn enter_idle(&self) {
-        if self.idle.fetch_add(1, SeqCst) == 0 {
+        if self.hot.idle.fetch_add(1, SeqCst) == 0 {
             self.saturated_since.store(0, SeqCst);
         }
     }
@@ -163,7 +170,7 @@ impl Pool {
     /// The calling thread has a request (or leaves): if it was the last
     /// idle one, the pool is saturated and the manager is told.
     pub(crate) fn leave_idle(&self) {
-        if self.idle.fetch_sub(1, SeqCst) == 1 {
+        if self.hot.idle.fetch_sub(1, SeqCst) == 1 {
             let now = self.epoch.elapsed().as_nanos() as u64 + 1;
             let _ = self.saturated_since.compare_exchange(0, now, SeqCst, SeqCst);
             if !self.watching.swap(true, SeqCst) {
@@ -174,18 +181,21 @@ impl Pool {
 
     /// Leaves the idle count without waking anyone (the thread exits).
     pub(crate) fn leave_idle_quietly(&self) {
-        self.idle.fetch_sub(1, SeqCst);
+        self.hot.idle.fetch_sub(1, SeqCst);
     }
 
     /// Takes a handler slot if fewer than `max` handlers run.
     pub(crate) fn acquire_busy(&self) -> bool {
-        self.busy
-            .fetch_update(SeqCst, SeqCst, |b| (b < self.cfg.max).then_some(b + 1))
-            .is_ok()
+        // One read-modify-write when there is room (the common case).
+        if self.hot.busy.fetch_add(1, SeqCst) < self.cfg.max {
+            return true;
+        }
+        self.hot.busy.fetch_sub(1, SeqCst);
+        false
     }
 
     pub(crate) fn release_busy(&self) {
-        self.busy.fetch_sub(1, SeqCst);
+        self.hot.busy.fetch_sub(1, SeqCst);
     }
 
     /// Whether an idle thread above the floor should wait with a timeout.
