@@ -61,7 +61,7 @@ struct TestFs {
     calls: Mutex<Vec<String>>,
     init: InitFn,
     destroyed: AtomicUsize,
-    gate: Gate,
+    gate: Arc<Gate>,
 }
 
 impl TestFs {
@@ -74,7 +74,7 @@ impl TestFs {
             calls: Mutex::new(Vec::new()),
             init: Box::new(f),
             destroyed: AtomicUsize::new(0),
-            gate: Gate::default(),
+            gate: Arc::default(),
         })
     }
 
@@ -232,6 +232,37 @@ impl Filesystem for TestFs {
                 let opened = self.gate.wait();
                 self.rec(format!("gate opened={opened}"));
                 reply.entry(&entry(50))
+            }
+            "deferred" => {
+                // Waits for the gate on a helper thread, or for an INTERRUPT.
+                let gate = self.gate.clone();
+                let r = ctx.defer(reply, move |reply, wait| {
+                    let g = gate.clone();
+                    wait.on_interrupt(move || {
+                        let _open = g.open.lock().unwrap();
+                        g.cv.notify_all();
+                    });
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    let mut open = gate.open.lock().unwrap();
+                    while !*open && !wait.is_interrupted() && Instant::now() < deadline {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        open = gate.cv.wait_timeout(open, left).unwrap().0;
+                    }
+                    if wait.is_interrupted() {
+                        reply.error(Errno::EINTR)
+                    } else if *open {
+                        reply.entry(&entry(51))
+                    } else {
+                        reply.error(Errno::EIO)
+                    }
+                });
+                match r {
+                    Ok(()) => self.rec("deferred".into()),
+                    Err(refused) => {
+                        self.rec(format!("deferred refused={:?}", refused.reason));
+                        refused.into_reply().error(Errno::ENOLCK)
+                    }
+                }
             }
             "drop" => drop(reply),
             "panic" => panic!("this handler panics on purpose"),
@@ -2921,7 +2952,8 @@ fn workers_grow_while_handlers_are_stuck() {
     wait_until("the third handler to block", || {
         fake.fs.count(|c| c.contains("name=gate")) == 3
     });
-    // At max_workers, nothing more is served until a handler returns.
+    // At max_workers, nothing more is served until a handler returns: the
+    // reader beyond the cap queues it.
     fake.send(getattr(110));
     assert!(fake.recv_within(Duration::from_millis(300)).is_none());
     fake.fs.gate.open();
@@ -2936,7 +2968,8 @@ fn workers_grow_while_handlers_are_stuck() {
     want.sort();
     assert_eq!(got, want);
     let report = fake.unmount_and_join().unwrap();
-    assert_eq!(report.workers_started, 3);
+    // Three workers, and the thread that kept reading beyond the cap.
+    assert_eq!(report.workers_started, 4);
 }
 
 #[test]
@@ -2958,4 +2991,130 @@ fn statistics_are_up_to_date_when_the_reply_arrives() {
     }
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 1);
+}
+
+// ---------------------------------------------------------------------------
+// The pool: the reader beyond the cap, shrinking, deferred waits
+// ---------------------------------------------------------------------------
+
+#[test]
+fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
+    let fake = Fake::start(
+        TestFs::new(),
+        SessionConfig {
+            workers: 1,
+            max_workers: 1,
+            grow_after: Duration::from_millis(10),
+            ..Default::default()
+        },
+    );
+    fake.init_ready(45, offer_745());
+    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
+    wait_until("the handler to block", || {
+        fake.fs.count(|c| c.contains("name=gate")) == 1
+    });
+    // The only worker is stuck: another thread starts to keep reading.
+    wait_until("the reader beyond the cap", || fake.handle.workers() == 2);
+    fake.send(request(3, 102, 5, &[0; 16]));
+    assert!(
+        fake.recv_within(Duration::from_millis(200)).is_none(),
+        "a GETATTR was served beyond the cap"
+    );
+    fake.send(request(2, 104, 9, &B::new().u64(3).done()));
+    wait_until("the FORGET to be applied at the cap", || {
+        fake.fs.count(|c| c == "forget ino=9 nlookup=3") == 1
+    });
+    fake.send(request(36, 106, 0, &B::new().u64(102).done()));
+    assert_bytes(
+        "the queued GETATTR, interrupted",
+        &fake.recv(),
+        &err_reply(102, libc::EINTR),
+    );
+    fake.fs.gate.open();
+    assert_bytes("the gate", &fake.recv(), &ok_reply(100, &entry_bytes(50)));
+    fake.expect_silence("nothing else");
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(
+        report.stats.get(Opcode::Getattr),
+        fuse_wire::session::OpStats {
+            count: 1,
+            errors: 1,
+            max_inflight: 0
+        }
+    );
+}
+
+#[test]
+fn workers_above_the_floor_end_after_the_idle_timeout() {
+    let fake = Fake::start(
+        TestFs::new(),
+        SessionConfig {
+            workers: 1,
+            max_workers: 3,
+            grow_after: Duration::from_millis(10),
+            idle_timeout: Duration::from_millis(100),
+            ..Default::default()
+        },
+    );
+    fake.init_ready(45, offer_745());
+    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
+    wait_until("a second worker", || fake.handle.workers() == 2);
+    fake.send(request(1, 102, 1, &B::new().cstr("gate").done()));
+    wait_until("a third worker", || fake.handle.workers() == 3);
+    fake.fs.gate.open();
+    let mut got = vec![fake.recv(), fake.recv()];
+    got.sort();
+    assert_eq!(
+        got,
+        [ok_reply(100, &entry_bytes(50)), ok_reply(102, &entry_bytes(50))]
+    );
+    wait_until("the pool back at its floor", || fake.handle.workers() == 1);
+    // The one left still serves.
+    assert_bytes(
+        "GETATTR after shrinking",
+        &fake.roundtrip(request(3, 104, 5, &[0; 16])),
+        &ok_reply(104, &attr_out_bytes(5)),
+    );
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(report.workers_started, 3);
+}
+
+#[test]
+fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
+    let fake = Fake::start(
+        TestFs::new(),
+        SessionConfig {
+            workers: 1,
+            max_workers: 1,
+            max_deferred_per_uid: 2,
+            ..Default::default()
+        },
+    );
+    fake.init_ready(45, offer_745());
+    let deferred = |x: u64| request(1, x, 1, &B::new().cstr("deferred").done());
+    fake.send(deferred(100));
+    fake.send(deferred(102));
+    wait_until("two waits deferred", || fake.fs.count(|c| c == "deferred") == 2);
+    // A third wait of the same uid is refused; the handler answers ENOLCK.
+    assert_bytes(
+        "beyond the uid's share",
+        &fake.roundtrip(deferred(104)),
+        &err_reply(104, libc::ENOLCK),
+    );
+    assert_eq!(fake.fs.count(|c| c == "deferred refused=PerUid"), 1);
+    // The only worker is free for everything else.
+    assert_bytes(
+        "GETATTR while two waits are pending",
+        &fake.roundtrip(request(3, 106, 5, &[0; 16])),
+        &ok_reply(106, &attr_out_bytes(5)),
+    );
+    // INTERRUPT reaches the deferred wait.
+    fake.send(request(36, 108, 0, &B::new().u64(100).done()));
+    assert_bytes("the interrupted wait", &fake.recv(), &err_reply(100, libc::EINTR));
+    fake.fs.gate.open();
+    assert_bytes("the other wait", &fake.recv(), &ok_reply(102, &entry_bytes(51)));
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(report.workers_started, 1, "the waits needed no worker");
+    // The two waits, and the refused one while it was being answered.
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 3);
 }

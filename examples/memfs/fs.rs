@@ -38,11 +38,11 @@ use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags
 use fuse_wire::session::credentials;
 use fuse_wire::session::reply::{
     ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 use fuse_wire::session::types::dirent_type;
 use fuse_wire::session::{
-    Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, LockOwner, RequestContext,
+    Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
@@ -52,7 +52,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[path = "data.rs"]
 mod data;
+#[path = "locks.rs"]
+mod locks;
 use data::{DOTDOT_COOKIE, DirData, FileData};
+use locks::Locks;
 
 /// Number of inode-table shards.
 pub const SHARDS: usize = 64;
@@ -225,6 +228,11 @@ pub struct MemFsConfig {
     pub ttl: Duration,
     /// Whether the mount uses `default_permissions` (told to INIT).
     pub default_permissions: bool,
+    /// Serve POSIX record locks here (`-o posix_lock`) instead of leaving
+    /// them to the kernel, which only sees this machine's processes.
+    pub posix_lock: bool,
+    /// Serve `flock` locks here (`-o flock`).
+    pub flock: bool,
 }
 
 impl Default for MemFsConfig {
@@ -232,6 +240,8 @@ impl Default for MemFsConfig {
         Self {
             ttl: Duration::from_secs(1),
             default_permissions: false,
+            posix_lock: false,
+            flock: false,
         }
     }
 }
@@ -242,6 +252,7 @@ pub struct MemFs {
     next_ino: AtomicU64,
     rename_lock: Mutex<()>,
     config: MemFsConfig,
+    locks: Arc<Locks>,
 }
 
 /// A caller's identity, as permission checks need it: the library's
@@ -331,6 +342,7 @@ impl MemFs {
             next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
             rename_lock: Mutex::new(()),
             config,
+            locks: Arc::new(Locks::default()),
         };
         let now = Time::now();
         let root = Node {
@@ -1194,6 +1206,12 @@ impl Filesystem for MemFs {
         // filesystem is in charge of): the sticky bit would be lost.
         config.want(InitFlags::HANDLE_KILLPRIV_V2);
         config.default_permissions = self.config.default_permissions;
+        if self.config.posix_lock {
+            config.want(InitFlags::POSIX_LOCKS);
+        }
+        if self.config.flock {
+            config.want(InitFlags::FLOCK_LOCKS);
+        }
         Ok(())
     }
 
@@ -1368,12 +1386,40 @@ impl Filesystem for MemFs {
     fn flush(
         &self,
         _ctx: &RequestContext<'_>,
-        _ino: Inode,
+        ino: Inode,
         _fh: FileHandle,
-        _lo: LockOwner,
+        lo: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // A process closed a descriptor of the file: its POSIX locks go.
+        self.locks.drop_owner(ino.0, lo, false);
         reply.ok();
+    }
+
+    fn getlk(
+        &self,
+        _ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        owner: LockOwner,
+        lock: Lock,
+        reply: ReplyLock,
+    ) {
+        self.locks.getlk(ino.0, owner, lock, reply);
+    }
+
+    fn setlk(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        _fh: FileHandle,
+        owner: LockOwner,
+        lock: Lock,
+        sleep: bool,
+        flock: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.locks.setlk(ctx, ino.0, owner, lock, sleep, flock, reply);
     }
 
     fn release(
@@ -1382,11 +1428,14 @@ impl Filesystem for MemFs {
         ino: Inode,
         _fh: FileHandle,
         _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
-        _flock_release: bool,
+        flock_release: bool,
         reply: ReplyEmpty,
     ) {
+        if let (true, Some(owner)) = (flock_release, lock_owner) {
+            self.locks.drop_owner(ino.0, owner, true);
+        }
         if let Ok(node) = self.get(ino) {
             let _ = node
                 .opens

@@ -3,8 +3,15 @@
 //! it locks).
 //!
 //! ```sh
-//! memfs [-o threads=N,ttl=SECONDS,allow_other,default_permissions,...] MOUNTPOINT
+//! memfs [-o threads=N,ttl=SECONDS,posix_lock,flock,allow_other,...] MOUNTPOINT
 //! ```
+//!
+//! `posix_lock` and `flock` make memfs serve those locks itself; a blocking
+//! wait for one runs on the session's helper threads, not on a worker, and
+//! one uid may hold `max_waits_per_uid` such waits (beyond: `ENOLCK`).
+//! `idle_timeout` is how long a worker above `threads` stays idle before it
+//! ends; `uring` serves requests over FUSE-over-io_uring when the kernel
+//! allows it.
 //!
 //! Runs until the filesystem is unmounted or SIGINT/SIGTERM arrives (then
 //! it unmounts), and prints the session's per-opcode statistics as JSON on
@@ -16,12 +23,13 @@ mod common;
 mod fs;
 
 use fs::{MemFs, MemFsConfig};
-use fuse_wire::session::SessionConfig;
 use fuse_wire::session::mount::MountOptions;
+use fuse_wire::session::{SessionConfig, Transport};
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: memfs [-o threads=N,ttl=SECONDS,MOUNT_OPTIONS] MOUNTPOINT";
+const USAGE: &str = "usage: memfs [-o threads=N,ttl=SECONDS,posix_lock,flock,idle_timeout=SECONDS,\
+max_waits_per_uid=N,uring,MOUNT_OPTIONS] MOUNTPOINT";
 
 /// Splits the `-o` lists into mount options and memfs's own.
 fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConfig), String> {
@@ -49,6 +57,24 @@ fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConf
                     .and_then(|s| Duration::try_from_secs_f64(s).ok())
                     .ok_or_else(|| format!("ttl={s}: expected seconds"))?;
             }
+            Some(("idle_timeout", s)) => {
+                session.idle_timeout = s
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| format!("idle_timeout={s}: expected seconds"))?;
+            }
+            Some(("max_waits_per_uid", n)) => {
+                session.max_deferred_per_uid = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("max_waits_per_uid={n}: expected a positive number"))?;
+            }
+            None if opt == "uring" => session.transport = Transport::Uring,
+            None if opt == "posix_lock" => fs.posix_lock = true,
+            None if opt == "flock" => fs.flock = true,
             _ => return Err(format!("unknown option {opt}\n{USAGE}")),
         }
     }

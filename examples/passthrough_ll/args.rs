@@ -17,6 +17,13 @@ pub struct Args {
     pub mount: MountOptions,
     pub fs: FsOptions,
     pub threads: usize,
+    /// Most workers running handlers at once (0: the session's default).
+    pub max_threads: usize,
+    /// How long a worker above `threads` (or a lock-wait helper) stays idle
+    /// before it ends (`None`: the session's default).
+    pub idle_timeout: Option<Duration>,
+    /// Most blocking lock waits of one uid at once (0: the session's default).
+    pub max_waits_per_uid: usize,
     pub clone_fd: bool,
     pub atomic_open: bool,
     pub uring: bool,
@@ -57,7 +64,12 @@ filesystem options (-o):
     flock              BSD flock locks served by the daemon
     posix_lock         POSIX locks served by the daemon (open file description locks)
     readdirplus, no_readdirplus   (default on)
-    threads=N          worker threads (default: one per CPU)
+    threads=N          worker threads to start and keep (default: one per CPU)
+    max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
+    idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
+    max_waits_per_uid=N
+                       most blocking lock waits (flock, posix_lock) of one user at once;
+                       beyond it the lock request fails with ENOLCK (default 32)
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
     passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
                        not with writeback)
@@ -129,6 +141,9 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut fs = FsOptions::default();
     let mut timeout: Option<f64> = None;
     let mut threads = if single { 1 } else { 0 };
+    let mut max_threads = 0;
+    let mut idle_timeout = None;
+    let mut max_waits_per_uid = 0;
     let mut clone_fd = true;
     let mut atomic_open = false;
     let mut uring = false;
@@ -191,6 +206,29 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                     .filter(|n| (1..=1024).contains(n))
                     .ok_or_else(|| format!("threads={}: expected 1 to 1024", v.unwrap_or("")))?
             }
+            "max_threads" => {
+                max_threads = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=4096).contains(n))
+                    .ok_or_else(|| format!("max_threads={}: expected 1 to 4096", v.unwrap_or("")))?
+            }
+            "max_waits_per_uid" => {
+                max_waits_per_uid = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1 << 16).contains(n))
+                    .ok_or_else(|| format!("max_waits_per_uid={}: expected 1 to 65536", v.unwrap_or("")))?
+            }
+            "idle_timeout" => {
+                let t: f64 = value()?
+                    .parse()
+                    .map_err(|_| format!("idle_timeout={}: not a number of seconds", v.unwrap_or("")))?;
+                if !(0.001..=1e6).contains(&t) {
+                    return Err(format!("idle_timeout={t}: out of range"));
+                }
+                idle_timeout = Some(Duration::from_secs_f64(t));
+            }
             "debug" => debug = true,
             k if IGNORED.contains(&k) || k.starts_with("x-") || k == "comment" => {}
             _ => return Err(format!("unknown option `{o}`")),
@@ -242,6 +280,9 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         mount,
         fs,
         threads,
+        max_threads,
+        idle_timeout,
+        max_waits_per_uid,
         clone_fd,
         atomic_open,
         uring,

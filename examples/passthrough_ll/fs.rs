@@ -17,8 +17,8 @@ use fuse_wire::session::{
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Kernel caching policy (`cache=`).
@@ -891,23 +891,35 @@ fn from_flock(fl: &libc::flock, pid: u32) -> Lock {
     }
 }
 
-/// Runs a blocking call that an INTERRUPT from the kernel can cut short:
-/// the interrupt sends this thread a signal whose handler does nothing, so
-/// the call returns `EINTR`.
-fn interruptible<T>(ctx: &RequestContext<'_>, f: impl FnOnce() -> Res<T>) -> Res<T> {
+/// Waits for a lock (`wait`, a blocking `fcntl` or `flock`) on a helper
+/// thread of the session, so that the wait holds no worker: one user's
+/// waiters cannot stop the mount for everyone else. An INTERRUPT makes the
+/// call return `EINTR` (the session signals the helper thread), which is
+/// the answer then. Beyond the session's limits on waits (per caller uid,
+/// per session, per io_uring queue) the request is answered `ENOLCK`, the
+/// errno for "no lock record available".
+fn wait_for_lock(
+    ctx: &RequestContext<'_>,
+    reply: ReplyEmpty,
+    wait: impl FnOnce() -> Res<()> + Send + 'static,
+) {
     if ctx.is_interrupted() {
-        return Err(err(libc::EINTR));
+        return reply.error(Errno::EINTR);
     }
-    let waiting = Arc::new(Mutex::new(Some(sys::this_thread())));
-    let w = waiting.clone();
-    ctx.on_interrupt(move || {
-        if let Some(t) = *w.lock().unwrap_or_else(|e| e.into_inner()) {
-            sys::kill_thread(t, sys::INTERRUPT_SIGNAL);
+    let deferred = ctx.defer(reply, move |reply, w| {
+        if w.is_interrupted() {
+            return reply.error(Errno::EINTR);
+        }
+        match wait() {
+            Ok(()) => reply.ok(),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => reply.error(Errno::EINTR),
+            Err(e) => reply.io_error(&e),
         }
     });
-    let r = f();
-    *waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    r
+    if let Err(refused) = deferred {
+        log::debug!("lock wait of uid {} refused: {:?}", ctx.uid(), refused.reason);
+        refused.into_reply().error(Errno::ENOLCK);
+    }
 }
 
 impl Filesystem for PassthroughFs {
@@ -1562,10 +1574,9 @@ impl Filesystem for PassthroughFs {
                 op |= libc::LOCK_NB;
             }
             if sleep && op != libc::LOCK_UN {
-                interruptible(ctx, || sys::flock(h.fd(), op))
-            } else {
-                sys::flock(h.fd(), op)
+                return wait_for_lock(ctx, reply, move || sys::flock(h.fd(), op));
             }
+            sys::flock(h.fd(), op)
         } else {
             let mut fl = tri!(reply, to_flock(&lock));
             let unlock = lock.typ == libc::F_UNLCK;
@@ -1576,10 +1587,11 @@ impl Filesystem for PassthroughFs {
                 None => return reply.ok(),
             };
             if sleep && !unlock {
-                interruptible(ctx, || sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl))
-            } else {
-                sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut fl)
+                return wait_for_lock(ctx, reply, move || {
+                    sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl)
+                });
             }
+            sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut fl)
         };
         tri!(reply, r);
         reply.ok();

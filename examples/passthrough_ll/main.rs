@@ -73,9 +73,6 @@ fn run() -> i32 {
         log::error!("cannot block the stop signals: {e}");
         return 1;
     }
-    if let Err(e) = sys::install_interrupt_handler() {
-        log::warn!("no interrupt handler for blocking lock waits: {e}");
-    }
     // No umask of the daemon's own: each create applies the caller's (fs.rs).
     sys::set_umask(0);
     match sys::raise_nofile_limit() {
@@ -120,8 +117,12 @@ fn run() -> i32 {
         }
     };
 
+    let defaults = SessionConfig::default();
     let config = SessionConfig {
         workers: args.threads,
+        max_workers: args.max_threads,
+        idle_timeout: args.idle_timeout.unwrap_or(defaults.idle_timeout),
+        max_deferred_per_uid: args.max_waits_per_uid,
         clone_fd: args.clone_fd,
         atomic_open: args.atomic_open,
         transport: if args.uring {
@@ -129,7 +130,7 @@ fn run() -> i32 {
         } else {
             Transport::DevFuse
         },
-        ..Default::default()
+        ..defaults
     };
     // The session owns the mount: stop() unmounts it, and so does the end
     // of the session if it is still there; only our own mount, never one

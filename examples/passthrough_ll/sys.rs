@@ -430,38 +430,3 @@ pub fn wait_signal(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
         Ok(sig)
     }
 }
-
-extern "C" fn on_interrupt_signal(_: libc::c_int) {}
-
-/// The signal sent to a worker blocked in a lock wait when the kernel
-/// interrupts the request: its handler does nothing and is installed without
-/// `SA_RESTART`, so the wait returns `EINTR`.
-pub const INTERRUPT_SIGNAL: libc::c_int = libc::SIGUSR1;
-
-pub fn install_interrupt_handler() -> io::Result<()> {
-    // SAFETY: a zeroed sigaction with an empty mask, no SA_RESTART, and a
-    // handler that does nothing (async-signal-safe); pointers are to locals.
-    let r = unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_interrupt_signal as *const () as usize;
-        sa.sa_flags = 0;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(INTERRUPT_SIGNAL, &sa, std::ptr::null_mut())
-    };
-    check(r).map(drop)
-}
-
-/// The calling thread's id, for [`kill_thread`].
-pub fn this_thread() -> libc::pthread_t {
-    // SAFETY: no preconditions.
-    unsafe { libc::pthread_self() }
-}
-
-/// Sends `sig` to thread `t`, which must still be running.
-pub fn kill_thread(t: libc::pthread_t, sig: libc::c_int) {
-    // SAFETY: callers only pass threads that are alive (they hold a lock the
-    // thread takes before it moves on).
-    unsafe {
-        libc::pthread_kill(t, sig);
-    }
-}

@@ -65,6 +65,8 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(95);
     /// `EINTR`.
     pub const EINTR: Errno = Errno(4);
+    /// `ENOLCK`.
+    pub const ENOLCK: Errno = Errno(37);
 
     /// Accepts `1..=511`.
     pub const fn new(errno: i32) -> Result<Self, EncodeError> {

@@ -41,6 +41,10 @@ impl AlignedBuf {
         self.len
     }
 
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }

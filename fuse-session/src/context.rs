@@ -3,6 +3,7 @@
 
 use crate::backing::{BackingError, BackingFile};
 use crate::credentials::Caller;
+use crate::deferred::{Refused, Submission, Wait, WaitState};
 use crate::init::Negotiated;
 use crate::interrupt::InterruptCallback;
 use crate::notify::Notifier;
@@ -126,6 +127,47 @@ impl<'a> RequestContext<'a> {
     pub fn on_interrupt(&self, cb: impl FnOnce() + Send + 'static) {
         let cb: InterruptCallback = Box::new(cb);
         self.worker.on_interrupt(&self.slot, cb);
+    }
+
+    /// Gives `reply` to a helper thread that runs `f(reply, wait)`, and
+    /// returns at once: the worker (or io_uring queue thread) that called
+    /// the handler goes back to serving requests while `f` waits. For
+    /// waits other processes control: a blocking lock (`SETLKW`, `flock`
+    /// without `LOCK_NB`), a lease, a condition another request changes.
+    ///
+    /// An INTERRUPT for this request marks `wait` interrupted and sends a
+    /// signal to the helper thread, so that a blocking system call in `f`
+    /// returns `EINTR`; `f` should then answer `EINTR` (check
+    /// [`Wait::is_interrupted`] before blocking, too). This replaces any
+    /// callback set with [`RequestContext::on_interrupt`].
+    ///
+    /// Refused, with the handle given back, when the caller's uid already
+    /// holds `max_deferred_per_uid` waits, the session `max_deferred`, or
+    /// (io_uring) the request's queue has no ring entry to spare: answer it
+    /// then (`ENOLCK` for a lock, `EAGAIN` otherwise). See
+    /// [`crate::deferred`].
+    pub fn defer<R: Send + 'static>(
+        &self,
+        reply: R,
+        f: impl FnOnce(R, &Wait) + Send + 'static,
+    ) -> Result<(), Refused<R>> {
+        let state = WaitState::new();
+        let sub = Submission {
+            uid: self.uid(),
+            unique: self.unique(),
+            budget: self.worker.defer_budget.clone(),
+            wait: state.clone(),
+        };
+        let shared = &self.worker.shared;
+        let r = match shared.helpers.reserve(sub) {
+            Ok(r) => r,
+            Err(reason) => return Err(Refused { reply, reason }),
+        };
+        let s = state.clone();
+        self.worker
+            .on_interrupt(&self.slot, Box::new(move || s.interrupt()));
+        shared.helpers.start(r, move |wait| f(reply, wait));
+        Ok(())
     }
 
     /// The index of the worker serving this request (0 = the session fd).

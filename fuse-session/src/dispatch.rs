@@ -9,7 +9,6 @@
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::reply::*;
-use crate::stats;
 use crate::types::{FileHandle, Inode, LockOwner, PollHandle};
 use crate::worker::WorkerCore;
 use fuse_proto::flags::{
@@ -45,7 +44,17 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
     let all = &worker.shared.stats;
     match req.op {
         Operation::Interrupt { arg } => {
-            stats::count_only(all, worker.index, opcode);
+            all.count_only(worker.index, opcode);
+            if let Some(job) = worker.shared.pool.remove_job(arg.unique) {
+                // Still queued for a worker: it never started, so it ends here.
+                let op = fuse_proto::request::peek_opcode(&job.buf.as_slice()[..job.len])
+                    .and_then(|n| Opcode::from_u32(n).ok())
+                    .unwrap_or(Opcode::Init);
+                all.count_error(job.core.index, op);
+                job.core
+                    .send_reply(op, job.unique, &Reply::error(job.unique, Errno::EINTR));
+                return;
+            }
             if !worker.shared.pending.interrupt(&worker.shared.tables, arg.unique) {
                 // Target not (yet) in flight: ask the kernel to send the
                 // INTERRUPT again later.
@@ -54,14 +63,14 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
             return;
         }
         Operation::NotifyReply { arg, data } => {
-            stats::count_only(all, worker.index, opcode);
+            all.count_only(worker.index, opcode);
             if !worker.shared.notifier.deliver_retrieve(unique, arg.offset, data) {
                 log::warn!("NOTIFY_REPLY {unique} matches no RETRIEVE in progress");
             }
             return;
         }
         Operation::Forget { arg } => {
-            stats::count_only(all, worker.index, opcode);
+            all.count_only(worker.index, opcode);
             let ctx = RequestContext::new(
                 req.header,
                 None,
@@ -75,7 +84,7 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
             return;
         }
         Operation::BatchForget { forgets, .. } => {
-            stats::count_only(all, worker.index, opcode);
+            all.count_only(worker.index, opcode);
             let ctx = RequestContext::new(
                 req.header,
                 None,
@@ -102,12 +111,7 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
     let table = worker.table();
     let slot = table.register(unique);
     worker.shared.pending.check_new(table, &slot, unique);
-    let active = worker
-        .shared
-        .active
-        .load(Ordering::Relaxed)
-        .clamp(worker.index + 1, all.len());
-    stats::start(&all[..active], worker.index, opcode);
+    all.start(worker.index, opcode);
     let mut core = ReplyCore::new(unique, opcode, worker.clone(), slot);
     if req.op.is_atomic_open() {
         core.set_atomic_open();
@@ -157,7 +161,7 @@ fn open_file_op(op: Opcode) -> bool {
 }
 
 fn count_refused(worker: &WorkerCore, op: Opcode) {
-    stats::count_error(&worker.shared.stats, worker.index, op);
+    worker.shared.stats.count_error(worker.index, op);
 }
 
 /// Runs a handler, turning a panic into a log line (its reply handle, dropped
@@ -185,7 +189,7 @@ pub(crate) fn malformed(
     let opcode = opcode.and_then(|n| Opcode::from_u32(n).ok());
     log::error!("malformed request ({len} bytes): {e}");
     if let Some(op) = opcode {
-        stats::count_error(&worker.shared.stats, worker.index, op);
+        worker.shared.stats.count_error(worker.index, op);
         if !op.expects_reply() {
             return;
         }

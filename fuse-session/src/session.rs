@@ -5,8 +5,10 @@
 //! a [`RunningSession`]. Both expose a [`SessionHandle`] for statistics, the
 //! negotiated capabilities, the notifier and stopping. Workers start at one
 //! per CPU (configurable), each on its own cloned `/dev/fuse` fd where the
-//! kernel allows, and grow up to a maximum while every worker is stuck in a
-//! slow handler.
+//! kernel allows; the pool grows while every worker is busy, shrinks back
+//! after an idle timeout, and always keeps a thread reading `/dev/fuse`
+//! (see `docs/architecture.md`). The thread that runs the session sleeps until the
+//! pool needs it: an idle session makes no periodic wake-ups.
 //!
 //! With [`Transport::Uring`] (or `Auto`) the session also asks for
 //! `FUSE_OVER_IO_URING` and, once INIT granted it, starts one io_uring queue
@@ -16,15 +18,18 @@
 
 use crate::buffer::AlignedBuf;
 use crate::credentials::{CallerPolicy, ProcCredentials};
+use crate::deferred::Helpers;
 use crate::filesystem::Filesystem;
 use crate::init::{InitConfig, InitOutcome, Negotiated, check_version, negotiate};
 use crate::interrupt::{InflightTable, PendingInterrupts};
 use crate::mount::{Mount, MountError, MountGuard, MountOptions};
 use crate::notify::Notifier;
-use crate::stats::{Stats, WorkerStats};
+use crate::pool::{Pool, PoolConfig};
+use crate::signal::{self, Registered, Threads};
+use crate::stats::{Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
-use crate::worker::{Activity, Shared, WorkerCore, WorkerEnd};
+use crate::worker::{Shared, WorkerCore, WorkerEnd};
 use fuse_proto::abi::InitIn;
 use fuse_proto::flags::InitFlags;
 use fuse_proto::request::{ParseConfig, peek_unique};
@@ -37,9 +42,11 @@ use std::time::Duration;
 /// How a session runs.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
-    /// Workers to start (0: one per CPU).
+    /// Workers to start, and the floor the pool shrinks back to (0: one per CPU).
     pub workers: usize,
-    /// Most workers to grow to when all are stuck in slow handlers (at least `workers`).
+    /// Most workers running handlers at once (0: `max(4 x workers, 16)`; at
+    /// least `workers`). One more thread may run beyond it, to keep reading
+    /// `/dev/fuse` while all of these are busy (see the module docs).
     pub max_workers: usize,
     /// Give each worker its own `/dev/fuse` fd (`FUSE_DEV_IOC_CLONE`); on
     /// failure workers share the session fd.
@@ -47,8 +54,17 @@ pub struct SessionConfig {
     /// Decode the out-of-tree atomic-open request (see
     /// `fuse_proto::ext::atomic_open`); refuses PASSTHROUGH.
     pub atomic_open: bool,
-    /// How long every worker must be stuck before another is started.
+    /// How long every worker must be busy before another is started.
     pub grow_after: Duration,
+    /// How long a worker above `workers`, or a helper thread of deferred
+    /// waits, waits for work before it ends.
+    pub idle_timeout: Duration,
+    /// Most deferred waits at once ([`crate::RequestContext::defer`]; 0:
+    /// [`crate::deferred::DEFAULT_MAX_DEFERRED`]).
+    pub max_deferred: usize,
+    /// Most deferred waits at once of one caller uid (0:
+    /// [`crate::deferred::DEFAULT_MAX_DEFERRED_PER_UID`]).
+    pub max_deferred_per_uid: usize,
     /// Serve only this uid and root (the `allow_root` mount option: the kernel
     /// lets everyone in, so the session refuses others with `EACCES`, except
     /// for operations on files they already hold open).
@@ -70,6 +86,9 @@ impl Default for SessionConfig {
             clone_fd: true,
             atomic_open: false,
             grow_after: Duration::from_millis(20),
+            idle_timeout: Duration::from_secs(10),
+            max_deferred: 0,
+            max_deferred_per_uid: 0,
             deny_others: None,
             transport: Transport::DevFuse,
             uring_queue_depth: 0,
@@ -79,7 +98,7 @@ impl Default for SessionConfig {
 }
 
 impl SessionConfig {
-    fn resolved(&self) -> (usize, usize) {
+    fn resolved(&self) -> PoolConfig {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let workers = if self.workers == 0 { cpus } else { self.workers };
         let max = if self.max_workers == 0 {
@@ -87,7 +106,12 @@ impl SessionConfig {
         } else {
             self.max_workers.max(workers)
         };
-        (workers, max)
+        PoolConfig {
+            floor: workers,
+            max,
+            grow_after: self.grow_after,
+            idle_timeout: self.idle_timeout,
+        }
     }
 }
 
@@ -135,8 +159,10 @@ struct HandleInner {
     transport: OnceLock<TransportInfo>,
     notifier: Notifier,
     stop: AtomicBool,
-    threads: Mutex<Vec<libc::pthread_t>>,
+    threads: Arc<Threads>,
     on_stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Wakes the io_uring queue threads, once they run.
+    ring_waker: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 /// A handle to a session, usable from any thread while it runs.
@@ -157,6 +183,12 @@ impl SessionHandle {
             .get()
             .map(|s| Stats::collect(&s.stats, s.uring_base))
             .unwrap_or_default()
+    }
+
+    /// The `/dev/fuse` worker threads alive now (0 before INIT): the floor,
+    /// more while the pool has grown, and at most `max_workers + 1`.
+    pub fn workers(&self) -> usize {
+        self.0.shared.get().map_or(0, |s| s.pool.live())
     }
 
     /// The transport in use, once the session has set it up after INIT.
@@ -186,7 +218,10 @@ impl SessionHandle {
         if let Some(f) = self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
             f();
         }
-        kick(&self.0.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        self.0.wake_all();
+        if let Some(s) = self.0.shared.get() {
+            s.pool.notify_manager();
+        }
     }
 
     /// Registers an action run once by [`SessionHandle::stop`] (the mount
@@ -196,49 +231,14 @@ impl SessionHandle {
     }
 }
 
-/// The signal that interrupts a worker blocked in `read(2)` when the session
-/// is stopped. Its handler does nothing; it is installed without
-/// `SA_RESTART` so that the read returns `EINTR`.
-fn wake_signal() -> libc::c_int {
-    libc::SIGRTMIN() + 7
-}
-
-extern "C" fn on_wake(_: libc::c_int) {}
-
-fn install_wake_handler() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: sigaction with a zeroed struct, an empty mask and a handler
-        // that does nothing (async-signal-safe); the pointers are to locals.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_wake as *const () as usize;
-            sa.sa_flags = 0;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(wake_signal(), &sa, std::ptr::null_mut()) != 0 {
-                log::warn!(
-                    "cannot install the wake-up signal handler: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
-    });
-}
-
-fn kick(threads: &[libc::pthread_t]) {
-    for &t in threads {
-        // SAFETY: `t` is a thread of this session that is joined only after
-        // the session's threads list is no longer kicked.
-        unsafe {
-            libc::pthread_kill(t, wake_signal());
+impl HandleInner {
+    /// Wakes every thread of the session that may sleep in the kernel.
+    fn wake_all(&self) {
+        self.threads.wake_all();
+        if let Some(w) = &*self.ring_waker.lock().unwrap_or_else(|e| e.into_inner()) {
+            w();
         }
     }
-}
-
-fn register_thread(h: &HandleInner) {
-    // SAFETY: pthread_self has no preconditions.
-    let me = unsafe { libc::pthread_self() };
-    h.threads.lock().unwrap_or_else(|e| e.into_inner()).push(me);
 }
 
 /// A filesystem bound to a FUSE connection, ready to run.
@@ -271,8 +271,9 @@ impl<F: Filesystem> Session<F> {
             transport: OnceLock::new(),
             notifier,
             stop: AtomicBool::new(false),
-            threads: Mutex::new(Vec::new()),
+            threads: Arc::new(Threads::default()),
             on_stop: Mutex::new(None),
+            ring_waker: Mutex::new(None),
         }));
         Ok(Self {
             fs,
@@ -344,9 +345,9 @@ impl<F: Filesystem> Session<F> {
 
     /// Serves the filesystem until it is unmounted or the session is stopped.
     pub fn run(mut self) -> Result<SessionReport, SessionError> {
-        install_wake_handler();
-        register_thread(&self.handle.0);
-        let (workers, max_workers) = self.config.resolved();
+        signal::install_wake_handler();
+        let _registered = self.handle.0.threads.register();
+        let pool_cfg = self.config.resolved();
         // io_uring: check what can be checked before INIT, so that the flag is
         // only asked for when the rings can be built.
         let mut fallback: Option<Unavailable> = None;
@@ -378,6 +379,7 @@ impl<F: Filesystem> Session<F> {
         if buf.len() != negotiated.buffer_size() {
             buf = AlignedBuf::receive(negotiated.buffer_size());
         }
+        let slots = Pool::slots(&pool_cfg);
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
@@ -385,22 +387,20 @@ impl<F: Filesystem> Session<F> {
                 atomic_open: self.config.atomic_open,
             },
             negotiated: negotiated.clone(),
-            tables: (0..max_workers + nr_queues)
-                .map(|_| InflightTable::new())
-                .collect(),
-            stats: (0..max_workers + nr_queues)
-                .map(|_| WorkerStats::default())
-                .collect(),
-            activity: (0..max_workers + nr_queues)
-                .map(|_| Activity::default())
-                .collect(),
+            tables: (0..slots + nr_queues).map(|_| InflightTable::new()).collect(),
+            stats: StatsTable::new(slots + nr_queues),
+            pool: Pool::new(pool_cfg),
+            helpers: Helpers::new(
+                self.config.max_deferred,
+                self.config.max_deferred_per_uid,
+                self.config.idle_timeout,
+            ),
             pending: PendingInterrupts::default(),
             notifier: self.handle.0.notifier.clone(),
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
             deny_others: self.config.deny_others,
-            uring_base: max_workers,
+            uring_base: slots,
             callers: CallerPolicy::new(
                 self.config.proc_credentials,
                 self.handed_over,
@@ -412,21 +412,22 @@ impl<F: Filesystem> Session<F> {
         self.handle.0.notifier.set_negotiated(negotiated.clone());
         let _ = self.handle.0.shared.set(shared.clone());
 
-        let cloned = AtomicUsize::new(0);
-        let mut threads: Vec<JoinHandle<WorkerEnd>> = Vec::new();
+        let spawner = Spawner {
+            fs: self.fs.clone(),
+            chan: self.chan.clone(),
+            clone_fd: self.config.clone_fd,
+            shared: shared.clone(),
+            handle: self.handle.0.clone(),
+            cloned: Arc::new(AtomicUsize::new(0)),
+        };
         let mut first_buf = Some(buf);
-        for i in 0..workers {
-            match self.start_worker(&shared, i, first_buf.take(), &cloned) {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    shared.shutdown.store(true, Ordering::Release);
-                    self.handle.stop();
-                    for t in threads {
-                        let _ = t.join();
-                    }
-                    self.finish_notifier();
-                    return Err(SessionError::Spawn(e));
-                }
+        for _ in 0..pool_cfg.floor {
+            if let Err(e) = spawner.start(first_buf.take()) {
+                shared.shutdown.store(true, Ordering::Release);
+                self.handle.stop();
+                shared.pool.manage(|| false, || self.handle.0.wake_all(), || true);
+                self.finish_notifier();
+                return Err(SessionError::Spawn(e));
             }
         }
 
@@ -435,6 +436,12 @@ impl<F: Filesystem> Session<F> {
         let mut rings = None;
         if nr_queues > 0 {
             rings = self.start_rings(&shared, nr_queues, &mut fallback);
+        }
+        if let Some(r) = &rings {
+            *self.handle.0.ring_waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(r.waker()));
+            if shared.shutdown.load(Ordering::Acquire) {
+                r.wake_all();
+            }
         }
         let info = match &rings {
             Some(r) => TransportInfo::Uring {
@@ -457,63 +464,34 @@ impl<F: Filesystem> Session<F> {
         }
         let _ = self.handle.0.transport.set(info.clone());
 
-        // Monitor: grow while every worker is stuck; end when all are gone.
-        let mut last_served: Vec<u64> = vec![0; max_workers];
-        let mut stuck_since: Option<std::time::Instant> = None;
-        loop {
-            std::thread::sleep(Duration::from_millis(5));
-            if threads.iter().all(|t| t.is_finished()) {
-                break;
-            }
-            if shared.shutdown.load(Ordering::Acquire) || threads.iter().any(|t| t.is_finished()) {
-                // One worker saw the end (ENODEV, DESTROY, stop): the others
-                // get ENODEV too on unmount; kick them in case they sleep.
-                if shared.shutdown.load(Ordering::Acquire) {
-                    kick(&self.handle.0.threads.lock().unwrap_or_else(|e| e.into_inner()));
-                    if let Some(r) = &rings {
-                        r.wake_all();
-                    }
+        // The pool's manager: sleeps until the pool is saturated (then starts
+        // a worker) or a worker ends; returns when none is left.
+        shared.pool.manage(
+            || match spawner.start(None) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!("could not start another worker: {e}");
+                    false
                 }
-                continue;
-            }
-            let n = threads.len();
-            let all_stuck = (0..n).all(|i| {
-                let a = &shared.activity[i];
-                a.busy.load(Ordering::Relaxed) && a.served.load(Ordering::Relaxed) == last_served[i]
-            });
-            for (i, last) in last_served.iter_mut().enumerate().take(n) {
-                *last = shared.activity[i].served.load(Ordering::Relaxed);
-            }
-            if all_stuck && n < max_workers {
-                let since = *stuck_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= self.config.grow_after {
-                    log::info!(
-                        "all {n} workers are busy in slow handlers; starting worker {}",
-                        n + 1
-                    );
-                    match self.start_worker(&shared, n, None, &cloned) {
-                        Ok(t) => threads.push(t),
-                        Err(e) => log::warn!("could not start another worker: {e}"),
-                    }
-                    stuck_since = None;
-                }
-            } else {
-                stuck_since = None;
-            }
-        }
-        let started = threads.len();
-        for t in threads {
-            match t.join() {
-                Ok(WorkerEnd::Failed(e)) => log::warn!("a worker ended on an error: {e}"),
-                Ok(_) => {}
-                Err(_) => log::error!("a worker thread panicked outside a handler"),
-            }
-        }
+            },
+            || self.handle.0.wake_all(),
+            || shared.shutdown.load(Ordering::Acquire),
+        );
+        shared.pool.clear_backlog();
+        // Deferred waits can no longer be answered usefully: interrupt them.
+        shared.helpers.close();
+        let started = shared.pool.started();
         if let Some(r) = rings {
             // On unmount every parked command completes with ENOTCONN and the
             // queue threads end by themselves; on stop they were woken.
             r.join(&shared, Duration::from_secs(5));
         }
+        self.handle
+            .0
+            .ring_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if !shared.destroyed.swap(true, Ordering::AcqRel) {
             self.fs.destroy();
         }
@@ -531,7 +509,7 @@ impl<F: Filesystem> Session<F> {
             negotiated,
             stats: Stats::collect(&shared.stats, shared.uring_base),
             workers_started: started,
-            cloned_channels: cloned.load(Ordering::Relaxed),
+            cloned_channels: spawner.cloned.load(Ordering::Relaxed),
             transport: info,
         })
     }
@@ -553,8 +531,8 @@ impl<F: Filesystem> Session<F> {
             0 => uring::DEFAULT_QUEUE_DEPTH,
             n => n,
         };
-        let handle = self.handle.0.clone();
-        let on_start: Arc<dyn Fn() + Send + Sync> = Arc::new(move || register_thread(&handle));
+        let threads = self.handle.0.threads.clone();
+        let on_start: Arc<dyn Fn() -> Registered + Send + Sync> = Arc::new(move || threads.register());
         match uring::start(&self.fs, shared, fd, nr_queues, depth, on_start) {
             Ok(r) => Some(r),
             Err(why) => {
@@ -569,46 +547,6 @@ impl<F: Filesystem> Session<F> {
         if let Some(t) = self.notify_thread.take() {
             let _ = t.join();
         }
-    }
-
-    fn start_worker(
-        &self,
-        shared: &Arc<Shared>,
-        index: usize,
-        buf: Option<AlignedBuf>,
-        cloned: &AtomicUsize,
-    ) -> std::io::Result<JoinHandle<WorkerEnd>> {
-        let chan = if index == 0 || !self.config.clone_fd {
-            self.chan.clone()
-        } else {
-            match self.chan.try_clone() {
-                Ok(c) => {
-                    cloned.fetch_add(1, Ordering::Relaxed);
-                    c
-                }
-                Err(e) => {
-                    log::warn!("FUSE_DEV_IOC_CLONE failed ({e}); worker {index} shares the session fd");
-                    self.chan.clone()
-                }
-            }
-        };
-        shared.active.fetch_max(index + 1, Ordering::AcqRel);
-        let core = Arc::new(WorkerCore {
-            index,
-            chan,
-            shared: shared.clone(),
-        });
-        let fs = self.fs.clone();
-        let size = shared.negotiated.buffer_size();
-        let handle = self.handle.0.clone();
-        std::thread::Builder::new()
-            .name(format!("fuse-worker-{index}"))
-            .spawn(move || {
-                register_thread(&handle);
-                let buf = buf.unwrap_or_else(|| AlignedBuf::receive(size));
-                log::debug!("worker {index} serving on {}", core.chan.describe());
-                crate::worker::run(&*fs, core, buf)
-            })
     }
 
     /// Reads until INIT, answers it, and returns what was negotiated.
@@ -707,6 +645,85 @@ impl<F: Filesystem> Session<F> {
         );
         self.send(Opcode::Init, &Reply::init(unique, &out, arg.minor));
         Ok(Some(n))
+    }
+}
+
+/// Starts pool threads: each on its own cloned `/dev/fuse` fd where the
+/// kernel allows (made by the new thread, so that the thread that starts it
+/// does not wait for the ioctl), the first on the session fd.
+struct Spawner<F: Filesystem> {
+    fs: Arc<F>,
+    chan: Arc<dyn Channel>,
+    clone_fd: bool,
+    shared: Arc<Shared>,
+    handle: Arc<HandleInner>,
+    cloned: Arc<AtomicUsize>,
+}
+
+impl<F: Filesystem> Spawner<F> {
+    fn start(&self, buf: Option<AlignedBuf>) -> std::io::Result<()> {
+        let pool = &self.shared.pool;
+        let Some(index) = pool.begin_start() else {
+            return Err(std::io::Error::other("every worker slot is in use"));
+        };
+        let fs = self.fs.clone();
+        let shared = self.shared.clone();
+        let handle = self.handle.clone();
+        let cloned = self.cloned.clone();
+        let chan = self.chan.clone();
+        let clone_fd = self.clone_fd && index != 0;
+        let r = std::thread::Builder::new()
+            .name(format!("fuse-worker-{index}"))
+            .spawn(move || {
+                let _registered = handle.threads.register();
+                let chan = if clone_fd {
+                    match chan.try_clone() {
+                        Ok(c) => {
+                            cloned.fetch_add(1, Ordering::Relaxed);
+                            c
+                        }
+                        Err(e) => {
+                            log::warn!(
+                                "FUSE_DEV_IOC_CLONE failed ({e}); worker {index} shares the session fd"
+                            );
+                            chan
+                        }
+                    }
+                } else {
+                    chan
+                };
+                let core = Arc::new(WorkerCore {
+                    index,
+                    chan,
+                    shared: shared.clone(),
+                    defer_budget: None,
+                });
+                let buf = buf.unwrap_or_else(|| AlignedBuf::receive(shared.negotiated.buffer_size()));
+                log::debug!("worker {index} serving on {}", core.chan.describe());
+                let end = crate::worker::run(&*fs, core, buf);
+                drop(fs);
+                match end {
+                    WorkerEnd::Retired => {
+                        log::debug!(
+                            "worker {index} was idle for {:?}; ending",
+                            shared.pool.cfg.idle_timeout
+                        );
+                        shared.pool.retired(index);
+                        return;
+                    }
+                    WorkerEnd::Failed(e) => log::warn!("worker {index} ended on an error: {e}"),
+                    WorkerEnd::Unmounted => shared.pool.end(),
+                    WorkerEnd::Stopped => {}
+                }
+                shared.pool.exited(index);
+            });
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                pool.start_failed(index);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -1,6 +1,17 @@
 //! Per-opcode statistics: count, errors and the high-water mark of requests
-//! in flight, kept per worker so that no cache line is shared on the hot path.
-//! [`Stats`] sums the workers' counters while the session runs.
+//! in flight.
+//!
+//! Counts and errors are kept per worker (each worker's counters on cache
+//! lines of their own), and so is each worker's high-water mark. No worker
+//! ever loads another worker's counters: [`Stats`] adds them up when it is
+//! read. The number in flight itself is one counter per opcode, on a line
+//! of its own, that a request changes with one relaxed read-modify-write
+//! when it starts and one when it ends: the value that increment returns is
+//! the exact number in flight at that moment (read-modify-writes of one
+//! atomic are totally ordered), which per-worker counts could not give (the
+//! peak of a sum is not the sum of the peaks). The worker that started the
+//! request keeps the highest value it saw; the snapshot takes the highest
+//! of those.
 //!
 //! The counters of `/dev/fuse` workers come first; with the io_uring
 //! transport each ring queue has its own set after them, so the statistics
@@ -8,13 +19,12 @@
 
 use fuse_proto::Opcode;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 #[derive(Default)]
 pub(crate) struct OpCounters {
     count: AtomicU64,
     errors: AtomicU64,
-    inflight: AtomicU32,
     max_inflight: AtomicU32,
 }
 
@@ -32,41 +42,60 @@ impl Default for WorkerStats {
     }
 }
 
-/// Starts a request on worker `me`: counts it and updates the in-flight
-/// high-water mark (the sum over the started workers `all`, read without
-/// writing to theirs).
-pub(crate) fn start(all: &[WorkerStats], me: usize, op: Opcode) {
-    let i = op.index();
-    let mine = &all[me].ops[i];
-    mine.count.fetch_add(1, Relaxed);
-    // SeqCst on the increment and the loads: two workers starting at once
-    // must not both miss each other's increment (store-load reordering), or
-    // the high-water mark would under-count real concurrency. On x86 this
-    // costs nothing over Relaxed (the increment is a locked instruction).
-    mine.inflight.fetch_add(1, SeqCst);
-    let total: u32 = all.iter().map(|w| w.ops[i].inflight.load(SeqCst)).sum();
-    mine.max_inflight.fetch_max(total, Relaxed);
+/// The number of requests of one opcode in flight, alone on its cache line.
+#[derive(Default)]
+#[repr(align(128))]
+struct Inflight(AtomicU32);
+
+/// The statistics of a session: per-worker counters and the per-opcode
+/// in-flight counts.
+pub(crate) struct StatsTable {
+    workers: Box<[WorkerStats]>,
+    inflight: Box<[Inflight]>,
 }
 
-/// Ends a request started on worker `me`.
-pub(crate) fn finish(all: &[WorkerStats], me: usize, op: Opcode, is_error: bool) {
-    let c = &all[me].ops[op.index()];
-    c.inflight.fetch_sub(1, Relaxed);
-    if is_error {
+impl StatsTable {
+    /// Counters for `n` workers (and ring queues).
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            workers: (0..n).map(|_| WorkerStats::default()).collect(),
+            inflight: (0..Opcode::COUNT).map(|_| Inflight::default()).collect(),
+        }
+    }
+
+    /// Starts a request on worker `me`: counts it and updates the worker's
+    /// high-water mark of requests in flight.
+    pub(crate) fn start(&self, me: usize, op: Opcode) {
+        let i = op.index();
+        let mine = &self.workers[me].ops[i];
+        mine.count.fetch_add(1, Relaxed);
+        let now = self.inflight[i].0.fetch_add(1, Relaxed) + 1;
+        if now > mine.max_inflight.load(Relaxed) {
+            mine.max_inflight.fetch_max(now, Relaxed);
+        }
+    }
+
+    /// Ends a request started on worker `me` (from whichever thread answers it).
+    pub(crate) fn finish(&self, me: usize, op: Opcode, is_error: bool) {
+        let i = op.index();
+        self.inflight[i].0.fetch_sub(1, Relaxed);
+        if is_error {
+            self.workers[me].ops[i].errors.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Counts a request that gets no reply (FORGET, BATCH_FORGET, NOTIFY_REPLY, INTERRUPT).
+    pub(crate) fn count_only(&self, me: usize, op: Opcode) {
+        self.workers[me].ops[op.index()].count.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a request that was answered without being started (it could
+    /// not be parsed, or was refused before reaching the filesystem).
+    pub(crate) fn count_error(&self, me: usize, op: Opcode) {
+        let c = &self.workers[me].ops[op.index()];
+        c.count.fetch_add(1, Relaxed);
         c.errors.fetch_add(1, Relaxed);
     }
-}
-
-/// Counts a request that gets no reply (FORGET, BATCH_FORGET, NOTIFY_REPLY, INTERRUPT).
-pub(crate) fn count_only(all: &[WorkerStats], me: usize, op: Opcode) {
-    all[me].ops[op.index()].count.fetch_add(1, Relaxed);
-}
-
-/// Counts a request that could not be parsed.
-pub(crate) fn count_error(all: &[WorkerStats], me: usize, op: Opcode) {
-    let c = &all[me].ops[op.index()];
-    c.count.fetch_add(1, Relaxed);
-    c.errors.fetch_add(1, Relaxed);
 }
 
 /// Statistics of one opcode.
@@ -103,8 +132,9 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Sums `all`; entries from `uring_base` on are ring queues.
-    pub(crate) fn collect(all: &[WorkerStats], uring_base: usize) -> Self {
+    /// Sums the workers' counters; entries from `uring_base` on are ring queues.
+    pub(crate) fn collect(table: &StatsTable, uring_base: usize) -> Self {
+        let all = &table.workers;
         let mut transport = TransportStats::default();
         for (i, w) in all.iter().enumerate() {
             let n: u64 = w.ops.iter().map(|c| c.count.load(Relaxed)).sum();

@@ -7,26 +7,21 @@
 //! workers on the hot path.
 
 use crate::buffer::AlignedBuf;
+use crate::deferred::Helpers;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
 use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts};
 use crate::notify::Notifier;
-use crate::stats::WorkerStats;
+use crate::pool::{Job, Pool};
+use crate::stats::StatsTable;
 use crate::transport::Channel;
 use fuse_proto::request::ParseConfig;
+use fuse_proto::{Errno, Opcode as Op};
 use fuse_proto::{Opcode, Reply};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) use crate::interrupt::Slot;
-
-/// Per-worker liveness, read by the session's monitor to decide on growth.
-#[derive(Default)]
-#[repr(align(128))]
-pub(crate) struct Activity {
-    pub(crate) busy: AtomicBool,
-    pub(crate) served: AtomicU64,
-}
 
 /// State shared by all workers of a session, fixed after INIT.
 pub(crate) struct Shared {
@@ -35,12 +30,13 @@ pub(crate) struct Shared {
     /// Per-worker tables; indices from `uring_base` on belong to io_uring
     /// queues (one each), the others to `/dev/fuse` workers.
     pub(crate) tables: Box<[InflightTable]>,
-    pub(crate) stats: Box<[WorkerStats]>,
-    pub(crate) activity: Box<[Activity]>,
+    pub(crate) stats: StatsTable,
+    /// The `/dev/fuse` worker pool.
+    pub(crate) pool: Pool,
+    /// Helper threads for deferred replies.
+    pub(crate) helpers: Helpers,
     /// `allow_root`: the only non-root uid served.
     pub(crate) deny_others: Option<u32>,
-    /// Workers started so far; per-worker tables beyond it are unused.
-    pub(crate) active: std::sync::atomic::AtomicUsize,
     pub(crate) pending: PendingInterrupts,
     pub(crate) notifier: Notifier,
     pub(crate) shutdown: AtomicBool,
@@ -56,6 +52,8 @@ pub(crate) struct WorkerCore {
     pub(crate) index: usize,
     pub(crate) chan: Arc<dyn Channel>,
     pub(crate) shared: Arc<Shared>,
+    /// io_uring: the share of the queue's entries that deferred waits may hold.
+    pub(crate) defer_budget: Option<Arc<crate::deferred::EntryBudget>>,
 }
 
 impl WorkerCore {
@@ -95,7 +93,7 @@ impl WorkerCore {
     /// Counts a request as finished. Called before its reply is written, so
     /// that statistics read once the kernel has the reply include it.
     pub(crate) fn finished(&self, opcode: Opcode, is_error: bool) {
-        crate::stats::finish(&self.shared.stats, self.index, opcode, is_error);
+        self.shared.stats.finish(self.index, opcode, is_error);
     }
 
     /// Frees a request's in-flight slot. Called after its reply is written,
@@ -120,36 +118,109 @@ pub(crate) enum WorkerEnd {
     Unmounted,
     /// The session was asked to stop.
     Stopped,
+    /// It waited `idle_timeout` for a request above the pool's floor.
+    Retired,
     /// An unexpected receive error.
     Failed(std::io::Error),
 }
 
-/// Runs one worker until the connection ends or the session stops.
+/// Requests that never wait for a handler: a thread at the cap serves them
+/// itself instead of queueing them.
+fn never_waits(op: Option<u32>) -> bool {
+    matches!(
+        op.and_then(|n| Op::from_u32(n).ok()),
+        Some(Op::Interrupt | Op::Forget | Op::BatchForget | Op::NotifyReply)
+    )
+}
+
+/// Runs one pool thread until the connection ends, the session stops, or
+/// it retires. It starts counted as idle ([`Pool::begin_start`]) and leaves
+/// the idle count whenever it returns.
 pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: AlignedBuf) -> WorkerEnd {
-    let buf = buf.as_mut_slice();
-    let activity = &core.shared.activity[core.index];
+    let shared = &core.shared;
+    let pool = &shared.pool;
     loop {
-        if core.shared.shutdown.load(Ordering::Acquire) {
+        // Here the thread is counted idle.
+        if shared.shutdown.load(Ordering::Acquire) {
+            pool.leave_idle_quietly();
             return WorkerEnd::Stopped;
         }
-        match core.chan.receive(buf) {
-            Ok(n) => {
-                activity.busy.store(true, Ordering::Relaxed);
-                crate::dispatch::dispatch(fs, &core, &buf[..n]);
-                activity.served.fetch_add(1, Ordering::Relaxed);
-                activity.busy.store(false, Ordering::Relaxed);
-            }
+        if let Some(job) = pool.take_job() {
+            pool.leave_idle();
+            crate::dispatch::dispatch(fs, &job.core, &job.buf.as_slice()[..job.len]);
+            pool.release_busy();
+            pool.enter_idle();
+            continue;
+        }
+        let got = if pool.above_floor() {
+            core.chan
+                .receive_timeout(buf.as_mut_slice(), pool.cfg.idle_timeout)
+        } else {
+            core.chan.receive(buf.as_mut_slice())
+        };
+        let n = match got {
+            Ok(n) => n,
             Err(e) => match e.raw_os_error() {
                 Some(libc::EINTR | libc::EAGAIN) => continue,
-                Some(libc::ENODEV | libc::ECONNABORTED) => return WorkerEnd::Unmounted,
+                Some(libc::ETIMEDOUT) => {
+                    if pool.try_retire() {
+                        return WorkerEnd::Retired;
+                    }
+                    continue;
+                }
+                Some(libc::ENODEV | libc::ECONNABORTED) => {
+                    pool.leave_idle_quietly();
+                    return WorkerEnd::Unmounted;
+                }
                 _ => {
-                    if core.shared.shutdown.load(Ordering::Acquire) {
+                    pool.leave_idle_quietly();
+                    if shared.shutdown.load(Ordering::Acquire) {
                         return WorkerEnd::Stopped;
                     }
                     log::error!("worker {} receiving on {}: {e}", core.index, core.chan.describe());
                     return WorkerEnd::Failed(e);
                 }
             },
+        };
+        pool.leave_idle();
+        let msg = &buf.as_slice()[..n];
+        let op = fuse_proto::request::peek_opcode(msg);
+        if never_waits(op) {
+            crate::dispatch::dispatch(fs, &core, msg);
+        } else if pool.acquire_busy() {
+            crate::dispatch::dispatch(fs, &core, msg);
+            pool.release_busy();
+        } else {
+            queue_at_cap(&core, msg, op);
         }
+        pool.enter_idle();
+    }
+}
+
+/// Every handler slot is taken: queue the request for the next thread that
+/// finishes a handler (its reply still goes to this thread's channel), and
+/// keep reading. A full queue answers `EAGAIN`.
+fn queue_at_cap(core: &Arc<WorkerCore>, msg: &[u8], op: Option<u32>) {
+    let Some(unique) = fuse_proto::request::peek_unique(msg) else {
+        log::error!("a request too short to have a header; dropped");
+        return;
+    };
+    let mut buf = AlignedBuf::receive(msg.len());
+    buf.as_mut_slice().copy_from_slice(msg);
+    let job = Job {
+        buf,
+        len: msg.len(),
+        unique,
+        core: core.clone(),
+    };
+    if let Err(job) = core.shared.pool.push_job(job) {
+        let opcode = op.and_then(|n| Op::from_u32(n).ok()).unwrap_or(Op::Init);
+        log::warn!(
+            "every worker is busy and {} requests wait; answering {opcode} {unique} EAGAIN",
+            crate::pool::MAX_BACKLOG
+        );
+        core.shared.stats.count_error(core.index, opcode);
+        job.core
+            .send_reply(opcode, unique, &Reply::error(unique, Errno::EAGAIN));
     }
 }

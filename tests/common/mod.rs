@@ -124,6 +124,8 @@ pub struct MountInfo {
     pub source: String,
     /// Superblock options (`rw,user_id=0,group_id=0,…`).
     pub super_opts: String,
+    /// The device number `major:minor`.
+    pub dev: (u32, u32),
 }
 
 fn unescape(s: &str) -> String {
@@ -161,6 +163,10 @@ pub fn mountinfo(path: &Path) -> Option<MountInfo> {
                 fstype: rf.first()?.to_string(),
                 source: unescape(rf.get(1)?),
                 super_opts: rf.get(2).unwrap_or(&"").to_string(),
+                dev: lf.get(2).and_then(|d| {
+                    let (a, b) = d.split_once(':')?;
+                    Some((a.parse().ok()?, b.parse().ok()?))
+                })?,
             })
         })
         .rfind(|m| m.mountpoint == path)
@@ -169,6 +175,51 @@ pub fn mountinfo(path: &Path) -> Option<MountInfo> {
 /// Whether a FUSE filesystem is mounted at `path`.
 pub fn fuse_mounted_at(path: &Path) -> bool {
     mountinfo(path).is_some_and(|m| m.fstype == "fuse" || m.fstype.starts_with("fuse."))
+}
+
+/// Aborts the FUSE connection of the mount at `path` through fusectl, which
+/// ends every request of it (processes waiting on the mount are released)
+/// and makes its daemon's reads fail: for tests that must never hang on a
+/// stuck mount. Touches nothing of the mount itself (no `stat`), and mounts
+/// fusectl on a private temporary directory for the call, so that the
+/// machine's own mounts are left as they are.
+pub fn abort_fuse_connection(path: &Path) -> io::Result<()> {
+    let info =
+        mountinfo(path).ok_or_else(|| io::Error::other(format!("nothing mounted at {}", path.display())))?;
+    // The kernel names a connection after its superblock's dev_t.
+    let (major, minor) = info.dev;
+    let conn = (major << 20) | minor;
+    let dir = std::env::temp_dir().join(format!(
+        "fuse-wire-fusectl-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir_all(&dir)?;
+    let c =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in a temp path");
+    let target = c(&dir);
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"fusectl".as_ptr(),
+            target.as_ptr(),
+            c"fusectl".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        let _ = fs::remove_dir(&dir);
+        return Err(e);
+    }
+    let res = fs::write(dir.join(conn.to_string()).join("abort"), "1");
+    // SAFETY: umount2(2) of the directory mounted just above.
+    unsafe {
+        libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+    }
+    let _ = fs::remove_dir(&dir);
+    res
 }
 
 /// Polls until no FUSE mount is at `path`; `false` on timeout.

@@ -8,6 +8,14 @@ use fuse_proto::consts::dev_ioc;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::signal::ThreadTimer;
+
+thread_local! {
+    /// The calling worker's idle timer, made on its first timed read.
+    static TIMER: std::cell::RefCell<Option<ThreadTimer>> = const { std::cell::RefCell::new(None) };
+}
 
 /// One `/dev/fuse` file descriptor: the session fd or a clone of it.
 #[derive(Debug)]
@@ -137,6 +145,42 @@ impl AsRawFd for DevFuse {
 impl Channel for DevFuse {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read(buf)
+    }
+
+    fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        // A read of /dev/fuse has no timeout of its own: a one-shot timer of
+        // this thread interrupts it (the wake-up signal's handler has no
+        // SA_RESTART). A request that arrives as the timer fires is kept.
+        crate::signal::install_wake_handler();
+        TIMER.with(|t| {
+            let mut t = t.borrow_mut();
+            if t.is_none() {
+                match ThreadTimer::new() {
+                    Ok(timer) => *t = Some(timer),
+                    Err(e) => {
+                        // Without a timer this thread reads as if at the floor.
+                        static SAID: std::sync::Once = std::sync::Once::new();
+                        SAID.call_once(|| {
+                            log::warn!("no idle timer for workers ({e}); they will not time out")
+                        });
+                        drop(t);
+                        return self.read(buf);
+                    }
+                }
+            }
+            let timer = t.as_ref().expect("just set");
+            if timer.arm(timeout).is_err() {
+                return self.read(buf);
+            }
+            let r = self.read(buf);
+            let fired = timer.disarm();
+            match r {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) && fired => {
+                    Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
+                }
+                r => r,
+            }
+        })
     }
 
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {

@@ -103,6 +103,21 @@ impl Channel for FakeChannel {
         Ok(req.len())
     }
 
+    fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        let req = match self.shared.requests.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+            }
+            Err(_) => return Err(io::Error::from_raw_os_error(libc::ENODEV)),
+        };
+        if req.len() > buf.len() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        buf[..req.len()].copy_from_slice(&req);
+        Ok(req.len())
+    }
+
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         let _ = self.shared.written.send(Written {
             channel: self.id,

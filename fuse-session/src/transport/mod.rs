@@ -9,6 +9,7 @@ use fuse_proto::Reply;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub mod dev_fuse;
 pub mod fake;
@@ -91,6 +92,15 @@ pub trait Channel: Send + Sync + 'static {
     /// or the connection aborted: the worker ends), `EINTR`/`EAGAIN` (retry),
     /// `ECONNABORTED` (aborted: ends). Anything else is logged and ends the worker.
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Like [`Channel::receive`], but gives up with `ETIMEDOUT` when no
+    /// request came within `timeout`. The worker pool uses it for workers
+    /// above its floor, which end after an idle timeout. The default waits
+    /// as long as `receive` does (such a channel's workers never time out).
+    fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        let _ = timeout;
+        self.receive(buf)
+    }
 
     /// Sends one complete message (reply or notification) in one write.
     ///

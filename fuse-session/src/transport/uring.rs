@@ -20,20 +20,29 @@
 //! thread (the kernel runs the request copy as task work of the task that
 //! submitted the command, and cancels a task's commands when it exits).
 //!
+//! The queue thread runs handlers itself, which keeps a request on the CPU
+//! that sent it with no hand-off between threads. A handler that has to
+//! wait (a blocking lock, whatever the opcode) gives its reply handle to a
+//! helper thread with [`crate::RequestContext::defer`] and returns: the
+//! queue thread goes on serving its ring, and the reply is committed from
+//! the helper thread later. A deferred request keeps its ring entry until
+//! then, so only three quarters of a queue's entries may be held
+//! by waits. A handler that blocks without deferring does stall its queue:
+//! unlike `/dev/fuse`, a ring queue does not grow.
+//!
 //! INIT, FORGET, INTERRUPT and NOTIFY_REPLY keep arriving on `/dev/fuse`,
 //! and notifications are still written there; the session keeps its
-//! `/dev/fuse` workers for them.
+//! `/dev/fuse` worker pool for them.
 
 use super::Channel;
+use crate::deferred::EntryBudget;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
 use crate::worker::{Shared, WorkerCore};
-use fuse_proto::abi::{InHeader, LkIn};
 use fuse_proto::abi::{OutHeader, UringCmdReq, UringEntInOut, UringReqHeader};
 use fuse_proto::consts::{URING_IN_OUT_HEADER_SZ, uring_cmd};
 use fuse_proto::flags::InitFlags;
-use fuse_proto::request::Extensions;
-use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
+use fuse_proto::{Errno, Opcode, Reply, Request};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::cell::{Cell, UnsafeCell};
 use std::io;
@@ -604,10 +613,13 @@ impl Rings {
 
     /// Wakes every queue thread (they look at the shutdown flag).
     pub(crate) fn wake_all(&self) {
-        for q in &self.queues {
-            q.wake_pending.store(true, Ordering::SeqCst);
-            let _ = nix::unistd::write(&q.wake, &1u64.to_ne_bytes());
-        }
+        wake_queues(&self.queues);
+    }
+
+    /// A function that wakes every queue thread, for the session's stop.
+    pub(crate) fn waker(&self) -> impl Fn() + Send + 'static {
+        let queues = self.queues.clone();
+        move || wake_queues(&queues)
     }
 
     /// Waits for the queue threads; after `grace` they are told to stop
@@ -635,6 +647,13 @@ impl Rings {
     }
 }
 
+fn wake_queues(queues: &[Arc<Queue>]) {
+    for q in queues {
+        q.wake_pending.store(true, Ordering::SeqCst);
+        let _ = nix::unistd::write(&q.wake, &1u64.to_ne_bytes());
+    }
+}
+
 /// Builds one ring per queue with `depth` entries each and starts the queue
 /// threads, which register the entries. `on_thread_start` runs first on
 /// each queue thread (the session uses it to be able to wake them).
@@ -644,7 +663,7 @@ pub(crate) fn start<F: Filesystem>(
     dev: RawFd,
     nr_queues: usize,
     depth: usize,
-    on_thread_start: Arc<dyn Fn() + Send + Sync>,
+    on_thread_start: Arc<dyn Fn() -> crate::signal::Registered + Send + Sync>,
 ) -> Result<Rings, Unavailable> {
     let setup = |what: &str, e: io::Error| Unavailable::Setup {
         what: what.to_string(),
@@ -686,6 +705,7 @@ pub(crate) fn start<F: Filesystem>(
             served: AtomicUsize::new(0),
         });
         let mut entries = Vec::with_capacity(depth);
+        let budget = EntryBudget::new(deferrable_entries(depth));
         for i in 0..depth {
             let e = RingEntry::new(queue.clone(), i as u32, payload_len)
                 .map_err(|e| setup(&format!("allocating {payload_len}-byte ring buffers"), e))?;
@@ -694,6 +714,7 @@ pub(crate) fn start<F: Filesystem>(
                 index: shared.uring_base + qid,
                 chan: e.clone(),
                 shared: shared.clone(),
+                defer_budget: Some(budget.clone()),
             });
             entries.push((e, core));
         }
@@ -714,7 +735,7 @@ pub(crate) fn start<F: Filesystem>(
         let t = std::thread::Builder::new()
             .name(format!("fuse-uring-{qid}"))
             .spawn(move || {
-                on_start();
+                let _registered = on_start();
                 queue_thread(&fs, &shared, &queue, &entries, tx)
             });
         match t {
@@ -937,32 +958,12 @@ fn serve_entry<F: Filesystem>(fs: &Arc<F>, entry: &RingEntry, core: &Arc<WorkerC
     entry.flush_stash();
 }
 
-/// Serves a SETLKW on a thread of its own. A queue thread serves every
-/// request of its CPU's ring in turn, so a handler that waits for a lock
-/// would stop the very requests (the FLUSH or RELEASE of the holder) that
-/// could release it. SETLKW carries no borrowed data, so it can leave the
-/// ring's buffers behind; its reply is committed from that thread later.
-fn offload_setlkw<F: Filesystem>(fs: &Arc<F>, core: &Arc<WorkerCore>, header: InHeader, arg: LkIn) {
-    let (fs2, core2) = (fs.clone(), core.clone());
-    let spawned = std::thread::Builder::new()
-        .name("fuse-uring-setlkw".into())
-        .spawn(move || {
-            let req = Request {
-                header,
-                op: Operation::Setlkw { arg },
-                extensions: Extensions::default(),
-            };
-            crate::dispatch::serve(&*fs2, &core2, req)
-        });
-    if let Err(e) = spawned {
-        log::warn!("no thread for a blocking SETLKW ({e}); serving it on the queue thread");
-        let req = Request {
-            header,
-            op: Operation::Setlkw { arg },
-            extensions: Extensions::default(),
-        };
-        crate::dispatch::serve(&**fs, core, req);
-    }
+/// How many of a queue's `depth` entries deferred waits may hold: a
+/// deferred request keeps its entry until it is answered, and the kernel
+/// gives a CPU's requests to that CPU's queue only, so a quarter (at least
+/// one) stays for requests that do not wait.
+pub(crate) fn deferrable_entries(depth: usize) -> usize {
+    depth - (depth / 4).max(1).min(depth)
 }
 
 thread_local! {
@@ -978,11 +979,6 @@ fn parse_and_serve<F: Filesystem>(
     payload: &[u8],
 ) {
     match Request::parse_split(in_out, op_in, payload, &core.shared.parse) {
-        Ok(Request {
-            header,
-            op: Operation::Setlkw { arg },
-            ..
-        }) => offload_setlkw(fs, core, header, arg),
         Ok(req) => crate::dispatch::serve(&**fs, core, req),
         Err(e) => crate::dispatch::malformed(
             core,

@@ -1,0 +1,375 @@
+//! Deferred replies: a handler that has to wait for something other
+//! processes control (a lock another process holds, a lease) gives its
+//! reply handle to a helper thread and returns at once, so that the wait
+//! holds no worker and no io_uring queue thread.
+//!
+//! [`crate::RequestContext::defer`] runs a closure with the reply handle on
+//! a bounded pool of helper threads. Each accepted wait gets a thread of its
+//! own at once (a wait never queues behind another one: the wait that would
+//! release a lock could otherwise be stuck behind those waiting for it).
+//! Limits, checked when the handler defers:
+//!
+//! - at most `max_deferred` waits at once in the session;
+//! - at most `max_deferred_per_uid` waits of one caller uid, so that one
+//!   user cannot take every helper;
+//! - over io_uring, a wait keeps its ring entry until it is answered, so at
+//!   most a share of each queue's entries may wait (the rest stay for other
+//!   requests of that CPU).
+//!
+//! Beyond a limit the handle comes back in [`Refused`] and the handler
+//! answers with the error it finds right (`ENOLCK` for a lock).
+//!
+//! An INTERRUPT for a deferred request marks its [`Wait`] interrupted and
+//! sends the session's wake-up signal to the helper thread running it, so
+//! that a blocking system call there (`fcntl(F_SETLKW)`, `flock`) returns
+//! `EINTR`; the closure answers `EINTR` then. A helper thread that has had
+//! nothing to do for the session's idle timeout ends.
+
+use crate::signal::{self, this_thread};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Waits at once in a session, unless configured.
+pub const DEFAULT_MAX_DEFERRED: usize = 256;
+/// Waits at once of one caller uid, unless configured.
+pub const DEFAULT_MAX_DEFERRED_PER_UID: usize = 32;
+
+/// Why [`crate::RequestContext::defer`] did not take a wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefuseReason {
+    /// The caller's uid already holds `max_deferred_per_uid` waits.
+    PerUid,
+    /// The session already holds `max_deferred` waits.
+    Session,
+    /// The request's io_uring queue has no entry to spare for another wait.
+    QueueEntries,
+    /// The session is ending, or no helper thread could be started.
+    Unavailable,
+}
+
+/// A deferral that was refused: the reply handle, to answer now.
+#[derive(Debug)]
+pub struct Refused<R> {
+    /// The reply handle, unanswered.
+    pub reply: R,
+    /// Why.
+    pub reason: RefuseReason,
+}
+
+impl<R> Refused<R> {
+    /// The reply handle.
+    pub fn into_reply(self) -> R {
+        self.reply
+    }
+}
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+pub(crate) struct WaitState {
+    interrupted: AtomicBool,
+    /// The helper thread running the wait, while it runs.
+    thread: Mutex<Option<libc::pthread_t>>,
+    /// What the closure asked to run on an interrupt.
+    hook: Mutex<Option<Hook>>,
+}
+
+impl WaitState {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            interrupted: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            hook: Mutex::new(None),
+        })
+    }
+
+    /// Marks the wait interrupted and interrupts the system call of the
+    /// thread running it.
+    pub(crate) fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::Release);
+        {
+            let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(t) = *t {
+                signal::wake(t);
+            }
+        }
+        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+/// What a deferred closure can ask about its request.
+pub struct Wait {
+    state: Arc<WaitState>,
+    uid: u32,
+    unique: u64,
+}
+
+impl Wait {
+    /// Whether the kernel asked to interrupt the request. Check it before
+    /// blocking, and when a blocking call returns `EINTR`.
+    pub fn is_interrupted(&self) -> bool {
+        self.state.interrupted.load(Ordering::Acquire)
+    }
+
+    /// Runs `cb` once when the request is interrupted (at once if it
+    /// already is), on the thread that reads the INTERRUPT: keep it short.
+    /// For waits that no signal ends, such as a condition variable: `cb`
+    /// wakes the waiter, which then sees [`Wait::is_interrupted`]. Take the
+    /// waiter's lock in `cb` before notifying, or the wake-up can fall
+    /// between the waiter's check and its wait.
+    pub fn on_interrupt(&self, cb: impl FnOnce() + Send + 'static) {
+        let mut hook = self.state.hook.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_interrupted() {
+            drop(hook);
+            cb();
+        } else {
+            *hook = Some(Box::new(cb));
+        }
+    }
+
+    /// The caller's uid.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The request's unique id.
+    pub fn unique(&self) -> u64 {
+        self.unique
+    }
+}
+
+impl std::fmt::Debug for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wait")
+            .field("unique", &self.unique)
+            .field("uid", &self.uid)
+            .field("interrupted", &self.is_interrupted())
+            .finish()
+    }
+}
+
+/// A per-queue budget of entries that waits may hold (io_uring).
+pub(crate) struct EntryBudget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl EntryBudget {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    fn take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.max).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    fn give(&self) {
+        self.used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+type Task = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Task>,
+    idle: usize,
+    live: usize,
+    running: usize,
+    per_uid: HashMap<u32, usize>,
+    waits: HashMap<u64, Arc<WaitState>>,
+    next_id: u64,
+    closed: bool,
+}
+
+/// A place taken for one wait; dropping it unused gives the place back.
+pub(crate) struct Reservation {
+    id: u64,
+    state: Arc<(Mutex<State>, Condvar)>,
+    wait: Wait,
+    budget: Option<Arc<EntryBudget>>,
+}
+
+impl Reservation {
+    fn run(self, f: impl FnOnce(&Wait)) {
+        let state = &self.wait.state;
+        *state.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(this_thread());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&self.wait)));
+        // After this no INTERRUPT signals this thread for this wait.
+        *state.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if r.is_err() {
+            log::error!("a deferred wait for request {} panicked", self.wait.unique);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give();
+        }
+        let mut st = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
+        st.running -= 1;
+        st.waits.remove(&self.id);
+        let uid = self.wait.uid;
+        if let Some(n) = st.per_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                st.per_uid.remove(&uid);
+            }
+        }
+    }
+}
+
+/// The helper threads of a session.
+pub(crate) struct Helpers {
+    max: usize,
+    per_uid: usize,
+    idle_timeout: Duration,
+    state: Arc<(Mutex<State>, Condvar)>,
+}
+
+/// What [`Helpers::submit`] needs besides the closure.
+pub(crate) struct Submission {
+    pub(crate) uid: u32,
+    pub(crate) unique: u64,
+    pub(crate) budget: Option<Arc<EntryBudget>>,
+    pub(crate) wait: Arc<WaitState>,
+}
+
+impl Helpers {
+    pub(crate) fn new(max: usize, per_uid: usize, idle_timeout: Duration) -> Self {
+        Self {
+            max: if max == 0 { DEFAULT_MAX_DEFERRED } else { max },
+            per_uid: if per_uid == 0 {
+                DEFAULT_MAX_DEFERRED_PER_UID
+            } else {
+                per_uid
+            },
+            idle_timeout,
+            state: Arc::new((Mutex::new(State::default()), Condvar::new())),
+        }
+    }
+
+    /// Takes a place for a wait, or says why there is none.
+    pub(crate) fn reserve(&self, sub: Submission) -> Result<Reservation, RefuseReason> {
+        let (lock, _) = &*self.state;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if st.closed {
+            return Err(RefuseReason::Unavailable);
+        }
+        if st.running >= self.max {
+            return Err(RefuseReason::Session);
+        }
+        if st.per_uid.get(&sub.uid).copied().unwrap_or(0) >= self.per_uid {
+            return Err(RefuseReason::PerUid);
+        }
+        if let Some(b) = &sub.budget
+            && !b.take()
+        {
+            return Err(RefuseReason::QueueEntries);
+        }
+        st.running += 1;
+        *st.per_uid.entry(sub.uid).or_insert(0) += 1;
+        let id = st.next_id;
+        st.next_id += 1;
+        st.waits.insert(id, sub.wait.clone());
+        Ok(Reservation {
+            id,
+            state: self.state.clone(),
+            wait: Wait {
+                state: sub.wait,
+                uid: sub.uid,
+                unique: sub.unique,
+            },
+            budget: sub.budget,
+        })
+    }
+
+    /// Runs `f` on a helper thread in the place `r` reserved (on the
+    /// calling thread if no helper thread can be started).
+    pub(crate) fn start(&self, r: Reservation, f: impl FnOnce(&Wait) + Send + 'static) {
+        let task: Task = Box::new(move || r.run(f));
+        let (lock, cv) = &*self.state;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if st.idle > st.queue.len() {
+            st.queue.push_back(task);
+            cv.notify_one();
+            return;
+        }
+        st.live += 1;
+        drop(st);
+        let slot = Arc::new(Mutex::new(Some(task)));
+        let theirs = slot.clone();
+        let state = self.state.clone();
+        let idle_timeout = self.idle_timeout;
+        let spawned = std::thread::Builder::new()
+            .name("fuse-deferred".into())
+            .spawn(move || {
+                let first = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+                helper(&state, first, idle_timeout)
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start a helper thread for a deferred wait ({e}); waiting on this thread");
+            lock.lock().unwrap_or_else(|e| e.into_inner()).live -= 1;
+            let task = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(task) = task {
+                task();
+            }
+        }
+    }
+
+    /// Interrupts every wait (the session is ending) and refuses new ones.
+    pub(crate) fn close(&self) {
+        let (lock, cv) = &*self.state;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        st.closed = true;
+        for w in st.waits.values() {
+            w.interrupt();
+        }
+        cv.notify_all();
+    }
+}
+
+/// One helper thread: runs its first task, then waits for more until it has
+/// been idle for `idle_timeout`.
+fn helper(state: &(Mutex<State>, Condvar), first: Option<Task>, idle_timeout: Duration) {
+    signal::install_wake_handler();
+    if let Some(first) = first {
+        first();
+    }
+    let (lock, cv) = state;
+    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(task) = st.queue.pop_front() {
+            drop(st);
+            task();
+            st = lock.lock().unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        if st.closed {
+            break;
+        }
+        st.idle += 1;
+        let (g, timeout) = cv
+            .wait_timeout(st, idle_timeout)
+            .unwrap_or_else(|e| e.into_inner());
+        st = g;
+        st.idle -= 1;
+        if timeout.timed_out() && st.queue.is_empty() {
+            break;
+        }
+    }
+    st.live -= 1;
+}

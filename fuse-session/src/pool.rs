@@ -1,0 +1,345 @@
+//! The `/dev/fuse` worker pool: how many threads read and serve requests,
+//! when another one starts, when one ends, and the reader that is always
+//! there.
+//!
+//! - **Floor.** The session starts `workers` threads and never goes below.
+//! - **Growth, by events.** A thread that takes a request while no other
+//!   thread is waiting in `read(2)` marks the pool saturated and, if the
+//!   manager (the thread that called [`crate::Session::run`]) is not already
+//!   watching, wakes it. The manager then sleeps until `grow_after` past the
+//!   start of the saturation and, if no thread has gone back to reading
+//!   since, starts one. Nothing polls: an idle session's manager sleeps
+//!   with no timeout.
+//! - **Cap, and the reader beyond it.** At most `max_workers` threads run
+//!   handlers at once. One more thread may exist: when all `max_workers`
+//!   are busy for `grow_after`, the manager starts it, and a thread that
+//!   reads a request while the cap is reached does not serve it. It serves
+//!   INTERRUPT, FORGET, BATCH_FORGET and NOTIFY_REPLY at once (they never
+//!   wait for a handler) and queues everything else, in order, for the next
+//!   thread that finishes a handler; an INTERRUPT for a queued request
+//!   answers that request `EINTR` at once. The queue is bounded
+//!   ([`MAX_BACKLOG`]); beyond it a request is answered `EAGAIN`. So,
+//!   whatever the handlers do, something keeps reading `/dev/fuse`:
+//!   interrupts reach their requests, forgets are applied, and another
+//!   user's requests wait their turn instead of the whole mount hanging.
+//! - **Shrinking.** A thread above the floor reads with a one-shot timer
+//!   ([`crate::transport::Channel::receive_timeout`]); when it has waited
+//!   `idle_timeout` for a request it ends, unless that would go below the
+//!   floor. A pool at its floor arms no timer.
+//!
+//! Handlers that wait for something other users control (a lock, a lease)
+//! should not hold a worker at all: they give their reply handle to a
+//! helper thread with [`crate::RequestContext::defer`] ([`crate::deferred`]).
+
+use crate::buffer::AlignedBuf;
+use crate::worker::WorkerCore;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Most requests queued while every worker is busy at the cap.
+pub(crate) const MAX_BACKLOG: usize = 1024;
+
+/// How often a stopping session signals the threads that are still there.
+const KICK_EVERY: Duration = Duration::from_millis(20);
+
+/// How the pool is sized.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolConfig {
+    /// Threads started at once and always kept.
+    pub(crate) floor: usize,
+    /// Most threads running handlers at once.
+    pub(crate) max: usize,
+    /// How long every thread must be busy before another starts.
+    pub(crate) grow_after: Duration,
+    /// How long a thread above the floor waits for a request before it ends.
+    pub(crate) idle_timeout: Duration,
+}
+
+/// A request read while the pool was at its cap, waiting for a worker.
+pub(crate) struct Job {
+    pub(crate) buf: AlignedBuf,
+    pub(crate) len: usize,
+    pub(crate) unique: u64,
+    /// The worker that read it: its reply must go to that channel.
+    pub(crate) core: Arc<WorkerCore>,
+}
+
+/// The two counters every request changes, together on a cache line of
+/// their own (the thread that changes one changes the other right after).
+#[derive(Default)]
+#[repr(align(128))]
+struct Hot {
+    /// Threads waiting for (or about to wait for) a request.
+    idle: AtomicUsize,
+    /// Threads running a handler.
+    busy: AtomicUsize,
+}
+
+/// The pool's counters and queue, shared by its threads and the manager.
+pub(crate) struct Pool {
+    hot: Hot,
+    pub(crate) cfg: PoolConfig,
+    /// Threads alive (read on every request, written when threads come and go).
+    live: AtomicUsize,
+    /// When the pool last became saturated (no idle thread), in nanoseconds
+    /// since `epoch` plus one; 0 while some thread is idle.
+    saturated_since: AtomicU64,
+    epoch: Instant,
+    /// The manager is watching a saturation (sleeping with a deadline).
+    watching: AtomicBool,
+    /// The connection ended: start nothing more.
+    ended: AtomicBool,
+    backlog: Mutex<VecDeque<Job>>,
+    backlog_len: AtomicUsize,
+    /// Per-worker table indices not in use.
+    free: Mutex<Vec<usize>>,
+    /// Threads started so far.
+    started: AtomicUsize,
+    manager: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Pool {
+    /// A pool whose threads use per-worker indices `0..=cfg.max`.
+    pub(crate) fn new(cfg: PoolConfig) -> Self {
+        Self {
+            cfg,
+            hot: Hot::default(),
+            live: AtomicUsize::new(0),
+            saturated_since: AtomicU64::new(0),
+            epoch: Instant::now(),
+            watching: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            backlog: Mutex::new(VecDeque::new()),
+            backlog_len: AtomicUsize::new(0),
+            free: Mutex::new((0..Self::slots(&cfg)).rev().collect()),
+            started: AtomicUsize::new(0),
+            manager: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Per-worker indices the pool needs: the cap plus the reader beyond it.
+    pub(crate) fn slots(cfg: &PoolConfig) -> usize {
+        cfg.max + 1
+    }
+
+    /// Threads alive.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(SeqCst)
+    }
+
+    /// Threads started so far.
+    pub(crate) fn started(&self) -> usize {
+        self.started.load(SeqCst)
+    }
+
+    /// Reserves an index and counts a thread about to start (as idle: it
+    /// reads first). `None` when every index is taken.
+    pub(crate) fn begin_start(&self) -> Option<usize> {
+        let index = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+        self.live.fetch_add(1, SeqCst);
+        self.started.fetch_add(1, SeqCst);
+        self.enter_idle();
+        Some(index)
+    }
+
+    /// Undoes [`Pool::begin_start`] for a thread that could not be started.
+    pub(crate) fn start_failed(&self, index: usize) {
+        self.started.fetch_sub(1, SeqCst);
+        self.leave_idle_quietly();
+        self.exited(index);
+    }
+
+    /// A thread has left its loop (it was counted idle when it left).
+    pub(crate) fn exited(&self, index: usize) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(index);
+        self.live.fetch_sub(1, SeqCst);
+        self.notify_manager();
+    }
+
+    /// The calling thread goes back to waiting for requests.
+    pub(crate) fn enter_idle(&self) {
+        if self.hot.idle.fetch_add(1, SeqCst) == 0 {
+            self.saturated_since.store(0, SeqCst);
+        }
+    }
+
+    /// The calling thread has a request (or leaves): if it was the last
+    /// idle one, the pool is saturated and the manager is told.
+    pub(crate) fn leave_idle(&self) {
+        if self.hot.idle.fetch_sub(1, SeqCst) == 1 {
+            let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+            let _ = self.saturated_since.compare_exchange(0, now, SeqCst, SeqCst);
+            if !self.watching.swap(true, SeqCst) {
+                self.notify_manager();
+            }
+        }
+    }
+
+    /// Leaves the idle count without waking anyone (the thread exits).
+    pub(crate) fn leave_idle_quietly(&self) {
+        self.hot.idle.fetch_sub(1, SeqCst);
+    }
+
+    /// Takes a handler slot if fewer than `max` handlers run.
+    pub(crate) fn acquire_busy(&self) -> bool {
+        // One read-modify-write when there is room (the common case).
+        if self.hot.busy.fetch_add(1, SeqCst) < self.cfg.max {
+            return true;
+        }
+        self.hot.busy.fetch_sub(1, SeqCst);
+        false
+    }
+
+    pub(crate) fn release_busy(&self) {
+        self.hot.busy.fetch_sub(1, SeqCst);
+    }
+
+    /// Whether an idle thread above the floor should wait with a timeout.
+    pub(crate) fn above_floor(&self) -> bool {
+        self.live.load(SeqCst) > self.cfg.floor
+    }
+
+    /// An idle thread timed out: true if it may end (the pool stays at or
+    /// above its floor). It is then no longer counted alive or idle, and
+    /// calls [`Pool::retired`] once it has dropped what it holds.
+    pub(crate) fn try_retire(&self) -> bool {
+        let floor = self.cfg.floor;
+        let ok = self
+            .live
+            .fetch_update(SeqCst, SeqCst, |l| (l > floor).then_some(l - 1))
+            .is_ok();
+        if ok {
+            self.leave_idle_quietly();
+        }
+        ok
+    }
+
+    /// A thread that retired has ended: its index is free again.
+    pub(crate) fn retired(&self, index: usize) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(index);
+        self.notify_manager();
+    }
+
+    /// Queues a request read at the cap; gives it back if the queue is full.
+    pub(crate) fn push_job(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= MAX_BACKLOG {
+            return Err(job);
+        }
+        q.push_back(job);
+        self.backlog_len.store(q.len(), SeqCst);
+        Ok(())
+    }
+
+    /// The oldest queued request, with a handler slot taken for it; `None`
+    /// when nothing is queued or the cap is reached.
+    pub(crate) fn take_job(&self) -> Option<Job> {
+        if self.backlog_len.load(SeqCst) == 0 || !self.acquire_busy() {
+            return None;
+        }
+        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        let job = q.pop_front();
+        self.backlog_len.store(q.len(), SeqCst);
+        drop(q);
+        if job.is_none() {
+            self.release_busy();
+        }
+        job
+    }
+
+    /// Removes the queued request `unique`, if it is queued.
+    pub(crate) fn remove_job(&self, unique: u64) -> Option<Job> {
+        if self.backlog_len.load(SeqCst) == 0 {
+            return None;
+        }
+        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        let i = q.iter().position(|j| j.unique == unique)?;
+        let job = q.remove(i);
+        self.backlog_len.store(q.len(), SeqCst);
+        job
+    }
+
+    /// Drops every queued request (the connection ended).
+    pub(crate) fn clear_backlog(&self) {
+        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        q.clear();
+        self.backlog_len.store(0, SeqCst);
+    }
+
+    /// The connection is gone: the manager starts no more threads.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, SeqCst);
+        self.notify_manager();
+    }
+
+    pub(crate) fn notify_manager(&self) {
+        drop(self.manager.lock().unwrap_or_else(|e| e.into_inner()));
+        self.wake.notify_all();
+    }
+
+    /// The manager's loop: starts a thread with `start` whenever the pool
+    /// stays saturated for `grow_after` while below the cap plus the
+    /// reader; returns when no thread is left. Sleeps without a timeout
+    /// unless a saturation is being watched, or the session is `stopping`:
+    /// then it `kick`s the threads again every [`KICK_EVERY`] until they
+    /// are gone (a wake-up signal that lands just before a thread enters
+    /// `read(2)` is lost).
+    pub(crate) fn manage(
+        &self,
+        mut start: impl FnMut() -> bool,
+        kick: impl Fn(),
+        stopping: impl Fn() -> bool,
+    ) {
+        let mut guard = self.manager.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.live.load(SeqCst) == 0 {
+                return;
+            }
+            if stopping() {
+                kick();
+                guard = self
+                    .wake
+                    .wait_timeout(guard, KICK_EVERY)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            let since = self.saturated_since.load(SeqCst);
+            let room = self.live.load(SeqCst) < Self::slots(&self.cfg);
+            if since == 0 || !room || self.ended.load(SeqCst) {
+                self.watching.store(false, SeqCst);
+                // A saturation that began while we stopped watching.
+                if self.saturated_since.load(SeqCst) != 0 && room && !self.ended.load(SeqCst) {
+                    self.watching.store(true, SeqCst);
+                    continue;
+                }
+                guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let deadline = Duration::from_nanos(since - 1) + self.cfg.grow_after;
+            let now = self.epoch.elapsed();
+            if now >= deadline {
+                drop(guard);
+                log::info!(
+                    "all {} threads of the pool are busy; starting another",
+                    self.live.load(SeqCst)
+                );
+                if !start() {
+                    // Could not start one: do not retry before the next saturation.
+                    let _ = self.saturated_since.compare_exchange(since, 0, SeqCst, SeqCst);
+                }
+                guard = self.manager.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            guard = self
+                .wake
+                .wait_timeout(guard, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}

@@ -1,0 +1,643 @@
+//! The worker pool on real mounts, with the passthrough_ll daemon (over
+//! io_uring too, with `FUSE_WIRE_TEST_TRANSPORT=uring`):
+//!
+//! - one unprivileged process holds a lock and a hundred others of the same
+//!   uid wait for it (`F_SETLKW`, and `flock` without `LOCK_NB`) on a mount
+//!   with `allow_other` and daemon-served locks: another user's `stat` and
+//!   root's still answer, a waiter interrupted by SIGINT gets `EINTR`, after
+//!   SIGKILL to all of them every process ends and the mount answers, and
+//!   the daemon's thread count goes back to what it was once the idle
+//!   timeout has passed;
+//! - an idle mount makes (almost) no wake-ups in the daemon.
+//!
+//! The lock processes are forked from the test, switch to an unprivileged
+//! uid and report over a pipe. Every wait has a deadline; a mount that hangs
+//! is aborted through fusectl so that no test (and no process it forked)
+//! ever hangs.
+
+mod common;
+
+use common::TempMountpoint;
+use std::ffi::{CStr, CString};
+use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The uid (and gid) of the lock holder and its waiters.
+const LOCKER: u32 = 41_001;
+/// Another unprivileged user, who only looks.
+const OTHER: u32 = 41_002;
+const WAITERS: usize = 100;
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// The daemons under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Example {
+    /// `passthrough_ll SOURCE MOUNTPOINT -o OPTS --stats FILE`
+    Passthrough,
+    /// `memfs -o OPTS MOUNTPOINT` (statistics on stderr at the end)
+    Memfs,
+}
+
+impl Example {
+    fn name(self) -> &'static str {
+        match self {
+            Example::Passthrough => "passthrough_ll",
+            Example::Memfs => "memfs",
+        }
+    }
+}
+
+fn example_binary(ex: Example) -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+        if let Ok(cargo) = std::env::var("CARGO") {
+            let mut cmd = Command::new(cargo);
+            cmd.args([
+                "build",
+                "--quiet",
+                "--example",
+                "passthrough_ll",
+                "--example",
+                "memfs",
+            ]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build --example");
+            assert!(status.success(), "building the examples failed");
+        }
+        profile_dir.join("examples")
+    });
+    let bin = dir.join(ex.name());
+    assert!(bin.exists(), "{} not found", bin.display());
+    bin
+}
+
+/// A passthrough_ll daemon; on drop, a mount left hanging is aborted and
+/// the daemon ended.
+struct Daemon {
+    child: Option<Child>,
+    mnt: PathBuf,
+    stats: PathBuf,
+    example: Example,
+}
+
+impl Daemon {
+    fn start(example: Example, tm: &TempMountpoint, opts: &str) -> Daemon {
+        let src = tm.root().join("src");
+        fs::create_dir_all(&src).unwrap();
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
+        let opts = if common::over_uring() {
+            format!("{opts},uring")
+        } else {
+            opts.to_string()
+        };
+        let stats = tm.root().join("stats.json");
+        let mut cmd = Command::new(example_binary(example));
+        match example {
+            Example::Passthrough => cmd
+                .arg(&src)
+                .arg(tm.path())
+                .arg("-o")
+                .arg(&opts)
+                .arg("--stats")
+                .arg(&stats),
+            Example::Memfs => cmd.arg("-o").arg(&opts).arg(tm.path()),
+        };
+        // memfs writes its statistics on stderr: keep them in the file.
+        let err = fs::File::create(tm.root().join("stderr")).expect("stderr file");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start the daemon");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !common::fuse_mounted_at(tm.path()) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let err = fs::read_to_string(tm.root().join("stderr")).unwrap_or_default();
+                panic!("{} exited with {status} before mounting: {err}", example.name());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} did not mount within 10 s", example.name());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child: Some(child),
+            mnt: tm.path().to_path_buf(),
+            stats: match example {
+                Example::Passthrough => stats,
+                Example::Memfs => tm.root().join("stderr"),
+            },
+            example,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The daemon's threads, by name.
+    fn threads(&self) -> Vec<String> {
+        let dir = format!("/proc/{}/task", self.pid());
+        fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                    .map(|c| c.trim().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Voluntary context switches of all the daemon's threads: each time a
+    /// thread wakes up and goes back to sleep counts one.
+    fn wakeups(&self) -> u64 {
+        let dir = format!("/proc/{}/task", self.pid());
+        let mut sum = 0;
+        for e in fs::read_dir(dir).expect("the daemon's tasks").flatten() {
+            if let Ok(s) = fs::read_to_string(e.path().join("status")) {
+                sum += s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        sum
+    }
+
+    /// SIGTERM; the daemon must unmount and exit cleanly within 10 s.
+    fn stop(mut self) {
+        let status = self.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "daemon ended with {status:?}"
+        );
+        assert!(!common::fuse_mounted_at(&self.mnt), "still mounted after SIGTERM");
+        if common::over_uring() {
+            // The io_uring pass must really have used the rings.
+            let json = fs::read_to_string(&self.stats).expect("statistics");
+            assert!(
+                !json.contains("\"uring\": 0,") && json.contains("\"uring\": "),
+                "FUSE_WIRE_TEST_TRANSPORT=uring but no request of {} went over io_uring: {json}",
+                self.example.name()
+            );
+        }
+    }
+
+    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = common::abort_fuse_connection(&self.mnt);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() && std::thread::panicking() {
+            // The test failed, maybe on a hanging mount: release whoever waits on it.
+            let _ = common::abort_fuse_connection(&self.mnt);
+        }
+        self.terminate();
+    }
+}
+
+// ------------------------------------------------------------ forked users
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lock {
+    Posix,
+    Flock,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Role {
+    /// Takes the lock without waiting, says `H`, and holds it until killed.
+    Hold(Lock),
+    /// Says `S`, waits for the lock; then `L` (got it, holds it until
+    /// killed), `I` (EINTR), `N` (ENOLCK) or `E` and the errno.
+    Wait(Lock),
+    /// `stat`s the file: `K`, or `E` and the errno.
+    Stat,
+}
+
+/// A forked process running a [`Role`] as another user.
+struct Kid {
+    pid: libc::pid_t,
+    pipe: OwnedFd,
+    reaped: bool,
+}
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// Writes `b` to `fd` (in the child: async-signal-safe calls only).
+fn say(fd: libc::c_int, b: &[u8]) {
+    // SAFETY: write(2) from a live buffer.
+    unsafe {
+        libc::write(fd, b.as_ptr().cast(), b.len());
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The body of a forked child. Only async-signal-safe calls: the test
+/// process has other threads.
+fn child(out: libc::c_int, uid: u32, path: &CStr, role: Role) -> ! {
+    // SAFETY: plain system calls on values prepared before fork; a zeroed
+    // sigaction with a handler that does nothing and no SA_RESTART (so that
+    // SIGINT interrupts the wait instead of ending the process).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = ignore as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+            say(out, &[b'E', errno() as u8]);
+            libc::_exit(2);
+        }
+        if let Role::Stat = role {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::stat(path.as_ptr(), &mut st) == 0 {
+                say(out, b"K");
+            } else {
+                say(out, &[b'E', errno() as u8]);
+            }
+            libc::_exit(0);
+        }
+        let fd = libc::open(path.as_ptr(), libc::O_RDWR);
+        if fd < 0 {
+            say(out, &[b'E', errno() as u8]);
+            libc::_exit(2);
+        }
+        let lock = |kind: Lock, wait: bool| -> libc::c_int {
+            match kind {
+                Lock::Posix => {
+                    let mut fl: libc::flock = std::mem::zeroed();
+                    fl.l_type = libc::F_WRLCK as libc::c_short;
+                    fl.l_whence = libc::SEEK_SET as libc::c_short;
+                    let cmd = if wait { libc::F_SETLKW } else { libc::F_SETLK };
+                    libc::fcntl(fd, cmd, &mut fl as *mut libc::flock)
+                }
+                Lock::Flock => libc::flock(fd, libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB }),
+            }
+        };
+        match role {
+            Role::Hold(kind) => {
+                if lock(kind, false) != 0 {
+                    say(out, &[b'E', errno() as u8]);
+                    libc::_exit(2);
+                }
+                say(out, b"H");
+            }
+            Role::Wait(kind) => {
+                say(out, b"S");
+                if lock(kind, true) == 0 {
+                    say(out, b"L");
+                } else {
+                    match errno() {
+                        libc::EINTR => say(out, b"I"),
+                        libc::ENOLCK => say(out, b"N"),
+                        e => say(out, &[b'E', e as u8]),
+                    }
+                    libc::_exit(0);
+                }
+            }
+            Role::Stat => {}
+        }
+        loop {
+            libc::pause();
+        }
+    }
+}
+
+impl Kid {
+    fn spawn(uid: u32, path: &CStr, role: Role) -> Kid {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two-element array.
+        assert_eq!(
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
+            0,
+            "pipe2"
+        );
+        // SAFETY: the child runs only async-signal-safe calls, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            child(fds[1], uid, path, role);
+        }
+        // SAFETY: both fds are ours, from pipe2 above.
+        let (pipe, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(w);
+        Kid {
+            pid,
+            pipe,
+            reaped: false,
+        }
+    }
+
+    /// The next byte the child says, waiting until `deadline`.
+    fn hear(&self, deadline: Instant) -> Option<u8> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd {
+                fd: self.pipe.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as libc::c_int) };
+            if r == 0 {
+                return None;
+            }
+            if r < 0 {
+                continue;
+            }
+            let mut b = [0u8; 1];
+            // SAFETY: read(2) into a live one-byte buffer.
+            let n = unsafe { libc::read(self.pipe.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            return (n == 1).then_some(b[0]);
+        }
+    }
+
+    /// What the child has said, without waiting.
+    fn hear_now(&self) -> Option<u8> {
+        self.hear(Instant::now())
+    }
+
+    /// Whether the child sleeps in `fcntl` or `flock`.
+    fn blocked_in_lock(&self) -> bool {
+        fs::read_to_string(format!("/proc/{}/syscall", self.pid))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<libc::c_long>().ok())
+            .is_some_and(|n| n == libc::SYS_fcntl || n == libc::SYS_flock)
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if !self.reaped {
+            // SAFETY: kill(2) on our unreaped child.
+            unsafe {
+                libc::kill(self.pid, sig);
+            }
+        }
+    }
+
+    /// Reaps the child if it has ended.
+    fn try_reap(&mut self) -> bool {
+        if !self.reaped {
+            let mut status = 0;
+            // SAFETY: waitpid(2) on our own child.
+            self.reaped = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } == self.pid;
+        }
+        self.reaped
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+        if std::thread::panicking() {
+            // Maybe stuck on a hanging mount until the daemon's drop aborts
+            // it; the test process reaps nothing more then.
+            self.try_reap();
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.try_reap() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Root's `stat` of `p`, given `d` to answer; `None` if it hangs.
+fn stat_within(p: &Path, d: Duration) -> Option<std::io::Result<fs::Metadata>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = p.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::metadata(&p));
+    });
+    rx.recv_timeout(d).ok()
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// Polls `cond` until it holds or `DEADLINE` passes.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn count(threads: &[String], prefix: &str) -> usize {
+    threads.iter().filter(|t| t.starts_with(prefix)).count()
+}
+
+const FLOOR: usize = 2;
+
+fn lock_waiters_do_not_stop_the_mount(example: Example, kind: Lock) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pool-locks");
+    let lock_opt = match kind {
+        Lock::Posix => "posix_lock",
+        Lock::Flock => "flock",
+    };
+    let pool = format!("threads={FLOOR},idle_timeout=0.3,max_waits_per_uid=40");
+    let opts = match example {
+        Example::Passthrough => format!("allow_other,{lock_opt},{pool},max_threads=8"),
+        Example::Memfs => format!("allow_other,{lock_opt},{pool}"),
+    };
+    let d = Daemon::start(example, &tm, &opts);
+    let file = tm.path().join("f");
+    fs::write(&file, b"locked").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
+    let path = cstr(&file);
+
+    // The daemon at rest: its floor of workers, no helper threads.
+    assert!(
+        eventually(|| {
+            let t = d.threads();
+            count(&t, "fuse-worker") == FLOOR && count(&t, "fuse-deferred") == 0
+        }),
+        "the daemon never settled at {FLOOR} workers: {:?}",
+        d.threads()
+    );
+    let resting = d.threads().len();
+
+    let deadline = Instant::now() + DEADLINE;
+    let holder = Kid::spawn(LOCKER, &path, Role::Hold(kind));
+    assert_eq!(
+        holder.hear(deadline),
+        Some(b'H'),
+        "the holder did not get the lock"
+    );
+
+    // The first waiter, alone, so that the daemon has read its request.
+    let first = Kid::spawn(LOCKER, &path, Role::Wait(kind));
+    assert_eq!(first.hear(deadline), Some(b'S'));
+    assert!(
+        eventually(|| first.blocked_in_lock()),
+        "the first waiter never blocked"
+    );
+    let mut waiters = vec![first];
+    for _ in 1..WAITERS {
+        let w = Kid::spawn(LOCKER, &path, Role::Wait(kind));
+        assert_eq!(w.hear(deadline), Some(b'S'), "a waiter did not start");
+        waiters.push(w);
+    }
+    // Each waiter now waits, or was told ENOLCK (beyond its uid's share).
+    let mut refused = [false; WAITERS];
+    let settled = eventually(|| {
+        let mut all = true;
+        for (i, w) in waiters.iter().enumerate().skip(1) {
+            if refused[i] {
+                continue;
+            }
+            match w.hear_now() {
+                Some(b'N') => refused[i] = true,
+                Some(other) => panic!("waiter {i} said {:?} while the lock is held", other as char),
+                None => all &= w.blocked_in_lock(),
+            }
+        }
+        all
+    });
+    assert!(settled, "not every waiter got to wait or was refused");
+    let nrefused = refused.iter().filter(|&&r| r).count();
+    eprintln!(
+        "{} {kind:?}: {} waiting, {nrefused} refused with ENOLCK",
+        example.name(),
+        WAITERS - nrefused
+    );
+    assert!(nrefused < WAITERS - 1, "every waiter but the first was refused");
+
+    // Another user's stat, and root's, still answer.
+    let looker = Kid::spawn(OTHER, &path, Role::Stat);
+    let said = looker.hear(Instant::now() + Duration::from_secs(10));
+    assert_eq!(
+        said,
+        Some(b'K'),
+        "another user's stat did not answer while {WAITERS} processes wait for a lock"
+    );
+    match stat_within(&file, Duration::from_secs(10)) {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => panic!("root's stat failed: {e}"),
+        None => panic!("root's stat hung while {WAITERS} processes wait for a lock"),
+    }
+
+    // SIGINT to a waiter whose request the daemon holds: EINTR.
+    waiters[0].signal(libc::SIGINT);
+    assert_eq!(
+        waiters[0].hear(Instant::now() + Duration::from_secs(10)),
+        Some(b'I'),
+        "the interrupted waiter did not get EINTR"
+    );
+
+    // SIGKILL to everyone: every process ends (none stays in D state).
+    holder.signal(libc::SIGKILL);
+    for w in &waiters {
+        w.signal(libc::SIGKILL);
+    }
+    let mut kids: Vec<Kid> = waiters;
+    kids.push(holder);
+    kids.push(looker);
+    let gone = eventually(|| kids.iter_mut().all(Kid::try_reap));
+    if !gone {
+        let left = kids.iter().filter(|k| !k.reaped).count();
+        let _ = common::abort_fuse_connection(tm.path());
+        panic!("{left} killed lock processes did not end");
+    }
+    match stat_within(&file, Duration::from_secs(10)) {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => panic!("stat after the kill failed: {e}"),
+        None => panic!("the mount does not answer after the lock processes were killed"),
+    }
+
+    // Back to the threads it had at rest once the idle timeout has passed.
+    assert!(
+        eventually(|| d.threads().len() == resting),
+        "the daemon kept {} threads (it had {resting} at rest): {:?}",
+        d.threads().len(),
+        d.threads()
+    );
+    d.stop();
+}
+
+#[test]
+fn posix_lock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Passthrough, Lock::Posix);
+}
+
+#[test]
+fn flock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Passthrough, Lock::Flock);
+}
+
+#[test]
+fn memfs_posix_lock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Memfs, Lock::Posix);
+}
+
+#[test]
+fn memfs_flock_waiters_do_not_stop_the_mount() {
+    lock_waiters_do_not_stop_the_mount(Example::Memfs, Lock::Flock);
+}
+
+#[test]
+fn an_idle_mount_makes_no_periodic_wakeups() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pool-idle");
+    let d = Daemon::start(Example::Passthrough, &tm, "threads=2");
+    // Let whatever mounting started finish.
+    assert!(stat_within(tm.path(), Duration::from_secs(10)).is_some_and(|r| r.is_ok()));
+    let before = d.wakeups();
+    // The point is idleness over an interval: let time pass.
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = d.wakeups() - before;
+    eprintln!("the idle daemon woke {woke} times in 2 s");
+    assert!(
+        woke <= 10,
+        "an idle daemon woke {woke} times in 2 s: something polls"
+    );
+    d.stop();
+}
