@@ -1715,16 +1715,6 @@ mod tests {
     }
 
     #[test]
-    fn trusted_names_are_dropped_from_lists() {
-        assert_eq!(
-            without_trusted(b"user.a\0trusted.x\0security.s\0trusted.y\0"),
-            b"user.a\0security.s\0"
-        );
-        assert_eq!(without_trusted(b"trusted.x\0"), b"");
-        assert_eq!(without_trusted(b""), b"");
-    }
-
-    #[test]
     fn names_that_leave_the_directory_are_refused() {
         assert!(check_name(c"a/b").is_err());
         assert!(check_name(c"").is_err());
