@@ -1637,6 +1637,7 @@ fn one_worker() -> SessionConfig {
     SessionConfig {
         workers: 1,
         max_workers: 1,
+        track_inflight: true,
         ..Default::default()
     }
 }
@@ -2300,6 +2301,7 @@ fn two_workers() -> SessionConfig {
     SessionConfig {
         workers: 2,
         max_workers: 2,
+        track_inflight: true,
         ..Default::default()
     }
 }
@@ -3087,6 +3089,7 @@ fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
             workers: 1,
             max_workers: 1,
             max_deferred_per_uid: 2,
+            track_inflight: true,
             ..Default::default()
         },
     );

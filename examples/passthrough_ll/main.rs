@@ -125,6 +125,8 @@ fn run() -> i32 {
         max_deferred_per_uid: args.max_waits_per_uid,
         clone_fd: args.clone_fd,
         atomic_open: args.atomic_open,
+        // The statistics file reports the peaks of requests in flight.
+        track_inflight: args.stats.is_some(),
         transport: if args.uring {
             Transport::Uring
         } else {

@@ -76,6 +76,10 @@ pub struct SessionConfig {
     /// Whether callers' groups and capabilities may be read from `/proc`
     /// (see [`crate::credentials`]).
     pub proc_credentials: ProcCredentials,
+    /// Keep the per-opcode high-water mark of requests in flight
+    /// ([`crate::OpStats::max_inflight`]). Off by default: it costs every
+    /// request a write to a cache line all workers share.
+    pub track_inflight: bool,
 }
 
 impl Default for SessionConfig {
@@ -93,6 +97,7 @@ impl Default for SessionConfig {
             transport: Transport::DevFuse,
             uring_queue_depth: 0,
             proc_credentials: ProcCredentials::Auto,
+            track_inflight: false,
         }
     }
 }
@@ -388,7 +393,7 @@ impl<F: Filesystem> Session<F> {
             },
             negotiated: negotiated.clone(),
             tables: (0..slots + nr_queues).map(|_| InflightTable::new()).collect(),
-            stats: StatsTable::new(slots + nr_queues),
+            stats: StatsTable::new(slots + nr_queues, self.config.track_inflight),
             pool: Pool::new(pool_cfg),
             helpers: Helpers::new(
                 self.config.max_deferred,

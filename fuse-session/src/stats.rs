@@ -4,14 +4,16 @@
 //! Counts and errors are kept per worker (each worker's counters on cache
 //! lines of their own), and so is each worker's high-water mark. No worker
 //! ever loads another worker's counters: [`Stats`] adds them up when it is
-//! read. The number in flight itself is one counter per opcode, on a line
-//! of its own, that a request changes with one relaxed read-modify-write
-//! when it starts and one when it ends: the value that increment returns is
-//! the exact number in flight at that moment (read-modify-writes of one
-//! atomic are totally ordered), which per-worker counts could not give (the
-//! peak of a sum is not the sum of the peaks). The worker that started the
-//! request keeps the highest value it saw; the snapshot takes the highest
-//! of those.
+//! read.
+//!
+//! The high-water mark of requests in flight is opt-in
+//! ([`SessionConfig::track_inflight`](crate::SessionConfig)): it needs one
+//! counter per opcode shared by every worker, changed with one relaxed
+//! read-modify-write when a request starts and one when it ends (the value
+//! that increment returns is the exact number in flight at that moment,
+//! which per-worker counts could not give: the peak of a sum is not the sum
+//! of the peaks). That is a cache line all workers write, so it is off
+//! unless asked for, and `max_inflight` is then 0.
 //!
 //! The counters of `/dev/fuse` workers come first; with the io_uring
 //! transport each ring queue has its own set after them, so the statistics
@@ -51,15 +53,18 @@ struct Inflight(AtomicU32);
 /// in-flight counts.
 pub(crate) struct StatsTable {
     workers: Box<[WorkerStats]>,
+    /// Per-opcode in-flight counts; empty when not tracked.
     inflight: Box<[Inflight]>,
 }
 
 impl StatsTable {
-    /// Counters for `n` workers (and ring queues).
-    pub(crate) fn new(n: usize) -> Self {
+    /// Counters for `n` workers (and ring queues); in-flight counts only
+    /// if `track_inflight`.
+    pub(crate) fn new(n: usize, track_inflight: bool) -> Self {
+        let ops = if track_inflight { Opcode::COUNT } else { 0 };
         Self {
             workers: (0..n).map(|_| WorkerStats::default()).collect(),
-            inflight: (0..Opcode::COUNT).map(|_| Inflight::default()).collect(),
+            inflight: (0..ops).map(|_| Inflight::default()).collect(),
         }
     }
 
@@ -69,16 +74,20 @@ impl StatsTable {
         let i = op.index();
         let mine = &self.workers[me].ops[i];
         mine.count.fetch_add(1, Relaxed);
-        let now = self.inflight[i].0.fetch_add(1, Relaxed) + 1;
-        if now > mine.max_inflight.load(Relaxed) {
-            mine.max_inflight.fetch_max(now, Relaxed);
+        if let Some(n) = self.inflight.get(i) {
+            let now = n.0.fetch_add(1, Relaxed) + 1;
+            if now > mine.max_inflight.load(Relaxed) {
+                mine.max_inflight.fetch_max(now, Relaxed);
+            }
         }
     }
 
     /// Ends a request started on worker `me` (from whichever thread answers it).
     pub(crate) fn finish(&self, me: usize, op: Opcode, is_error: bool) {
         let i = op.index();
-        self.inflight[i].0.fetch_sub(1, Relaxed);
+        if let Some(n) = self.inflight.get(i) {
+            n.0.fetch_sub(1, Relaxed);
+        }
         if is_error {
             self.workers[me].ops[i].errors.fetch_add(1, Relaxed);
         }
@@ -105,7 +114,8 @@ pub struct OpStats {
     pub count: u64,
     /// Requests answered with an error.
     pub errors: u64,
-    /// Most requests of this opcode in flight at once.
+    /// Most requests of this opcode in flight at once (0 unless
+    /// [`SessionConfig::track_inflight`](crate::SessionConfig) is on).
     pub max_inflight: u32,
 }
 
@@ -189,5 +199,25 @@ impl Stats {
             queues.join(", ")
         ));
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inflight_peaks_only_when_tracked() {
+        for track in [false, true] {
+            let t = StatsTable::new(2, track);
+            t.start(0, Opcode::Write);
+            t.start(1, Opcode::Write);
+            t.finish(0, Opcode::Write, false);
+            t.finish(1, Opcode::Write, true);
+            let s = Stats::collect(&t, 2);
+            let w = s.ops["WRITE"];
+            assert_eq!((w.count, w.errors), (2, 1));
+            assert_eq!(w.max_inflight, if track { 2 } else { 0 }, "track {track}");
+        }
     }
 }
