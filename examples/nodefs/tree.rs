@@ -1,0 +1,363 @@
+//! nodefs's nodes. Each node locks its own metadata; a directory also locks
+//! its entries. A rename takes `RENAMES` first (renames only), then the
+//! directories' entry locks, the source before the target, so that two
+//! renames never lock two directories in opposite orders.
+
+use fuse_wire::node::{DirFill, Node, NodeRef, OpenFile, Opened};
+use fuse_wire::reply::ReplyData;
+use fuse_wire::{
+    CreateRequest, Errno, FileAttr, FileKind, MknodRequest, OpenFlags, ReadRequest, RenameFlags,
+    RequestContext, SetattrRequest, WriteRequest,
+};
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::SystemTime;
+
+static RENAMES: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What every node has: attributes, and its content by kind.
+pub struct Inode {
+    attr: Arc<Mutex<FileAttr>>,
+    body: Body,
+}
+
+enum Body {
+    Dir(Mutex<BTreeMap<Vec<u8>, Arc<Inode>>>),
+    File(Arc<RwLock<Vec<u8>>>),
+    Link(Vec<u8>),
+    Special,
+}
+
+fn new_node(ctx: &RequestContext<'_>, kind: FileKind, mode: u32, body: Body) -> Arc<Inode> {
+    let mut attr = FileAttr::new(0, kind, (mode & 0o7777) as u16);
+    (attr.uid, attr.gid) = (ctx.uid(), ctx.gid());
+    (attr.atime, attr.mtime, attr.ctime) = (SystemTime::now(), SystemTime::now(), SystemTime::now());
+    Arc::new(Inode {
+        attr: Arc::new(Mutex::new(attr)),
+        body,
+    })
+}
+
+/// The root directory.
+pub fn root() -> NodeRef {
+    let attr = FileAttr::new(0, FileKind::Directory, 0o755);
+    Arc::new(Inode {
+        attr: Arc::new(Mutex::new(attr)),
+        body: Body::Dir(Mutex::default()),
+    })
+}
+
+impl Inode {
+    fn entries(&self) -> Result<&Mutex<BTreeMap<Vec<u8>, Arc<Inode>>>, Errno> {
+        match &self.body {
+            Body::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    fn touch(&self, nlink: i32) {
+        let mut a = lock(&self.attr);
+        a.nlink = a.nlink.saturating_add_signed(nlink);
+        (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
+    }
+
+    /// Adds a new child `name` of `kind`.
+    fn add(
+        &self,
+        ctx: &RequestContext<'_>,
+        name: &CStr,
+        kind: FileKind,
+        mode: u32,
+        body: Body,
+    ) -> Result<NodeRef, Errno> {
+        let mut d = lock(self.entries()?);
+        if d.contains_key(name.to_bytes()) {
+            return Err(Errno::EEXIST);
+        }
+        let node = new_node(ctx, kind, mode, body);
+        d.insert(name.to_bytes().to_vec(), node.clone());
+        self.touch(if kind == FileKind::Directory { 1 } else { 0 });
+        Ok(node)
+    }
+
+    fn attr(&self) -> FileAttr {
+        let a = *lock(&self.attr);
+        match &self.body {
+            Body::File(data) => a.with_size(data.read().unwrap_or_else(|e| e.into_inner()).len() as u64),
+            _ => a,
+        }
+    }
+
+    fn is_dir(&self) -> bool {
+        matches!(self.body, Body::Dir(_))
+    }
+}
+
+fn as_arc(node: NodeRef) -> Result<Arc<Inode>, Errno> {
+    (node as Arc<dyn Any + Send + Sync>)
+        .downcast()
+        .map_err(|_| Errno::EXDEV)
+}
+
+fn as_inode(node: &NodeRef) -> Result<&Inode, Errno> {
+    (&**node as &dyn Any).downcast_ref::<Inode>().ok_or(Errno::EXDEV)
+}
+
+impl Node for Inode {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(self.attr())
+    }
+
+    fn setattr(
+        &self,
+        _: &RequestContext<'_>,
+        req: &SetattrRequest,
+        _: Option<&dyn OpenFile>,
+    ) -> Result<FileAttr, Errno> {
+        if let (Some(size), Body::File(data)) = (req.size, &self.body) {
+            data.write()
+                .unwrap_or_else(|e| e.into_inner())
+                .resize(size as usize, 0);
+            lock(&self.attr).mtime = SystemTime::now();
+        }
+        {
+            let mut a = lock(&self.attr);
+            req.apply_to(&mut a);
+            a.ctime = SystemTime::now();
+        }
+        Ok(self.attr())
+    }
+
+    fn readlink(&self, _: &RequestContext<'_>) -> Result<Vec<u8>, Errno> {
+        match &self.body {
+            Body::Link(t) => Ok(t.clone()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn open(&self, _: &RequestContext<'_>, flags: OpenFlags) -> Result<Opened, Errno> {
+        match &self.body {
+            Body::File(data) => Ok(Opened::new(Handle {
+                attr: self.attr.clone(),
+                data: data.clone(),
+                flags,
+            })),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+        let d = lock(self.entries()?);
+        d.get(name.to_bytes())
+            .map(|n| n.clone() as NodeRef)
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
+        let d = lock(self.entries()?);
+        for (i, (name, node)) in d.iter().enumerate().skip(offset as usize) {
+            if !out.add(name, i as u64 + 1, &(node.clone() as NodeRef)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
+        name: &CStr,
+        req: CreateRequest,
+    ) -> Result<(NodeRef, Opened), Errno> {
+        let node = self.add(
+            ctx,
+            name,
+            FileKind::RegularFile,
+            req.mode,
+            Body::File(Arc::default()),
+        )?;
+        let file = node.open(ctx, req.flags)?;
+        Ok((node, file))
+    }
+
+    fn mknod(&self, ctx: &RequestContext<'_>, name: &CStr, req: MknodRequest) -> Result<NodeRef, Errno> {
+        let kind = req.kind().ok_or(Errno::EINVAL)?;
+        let body = if kind == FileKind::RegularFile {
+            Body::File(Arc::default())
+        } else {
+            Body::Special
+        };
+        let node = self.add(ctx, name, kind, req.mode, body)?;
+        if let Ok(n) = as_inode(&node) {
+            lock(&n.attr).rdev = req.rdev;
+        }
+        Ok(node)
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, name: &CStr, mode: u32) -> Result<NodeRef, Errno> {
+        self.add(ctx, name, FileKind::Directory, mode, Body::Dir(Mutex::default()))
+    }
+
+    fn symlink(&self, ctx: &RequestContext<'_>, name: &CStr, target: &CStr) -> Result<NodeRef, Errno> {
+        let node = self.add(
+            ctx,
+            name,
+            FileKind::Symlink,
+            0o777,
+            Body::Link(target.to_bytes().to_vec()),
+        )?;
+        if let Ok(n) = as_inode(&node) {
+            let mut a = lock(&n.attr);
+            *a = a.with_size(target.to_bytes().len() as u64);
+        }
+        Ok(node)
+    }
+
+    fn link(&self, _: &RequestContext<'_>, name: &CStr, node: &NodeRef) -> Result<(), Errno> {
+        let inode = as_arc(node.clone())?;
+        let mut d = lock(self.entries()?);
+        if d.contains_key(name.to_bytes()) {
+            return Err(Errno::EEXIST);
+        }
+        inode.touch(1);
+        d.insert(name.to_bytes().to_vec(), inode);
+        self.touch(0);
+        Ok(())
+    }
+
+    fn unlink(&self, _: &RequestContext<'_>, name: &CStr) -> Result<(), Errno> {
+        let mut d = lock(self.entries()?);
+        match d.get(name.to_bytes()) {
+            None => Err(Errno::ENOENT),
+            Some(n) if n.is_dir() => Err(Errno::EISDIR),
+            Some(_) => {
+                let n = d.remove(name.to_bytes()).expect("present");
+                n.touch(-1);
+                self.touch(0);
+                Ok(())
+            }
+        }
+    }
+
+    fn rmdir(&self, _: &RequestContext<'_>, name: &CStr) -> Result<(), Errno> {
+        let _renames = lock(&RENAMES); // it locks two directories, too
+        let mut d = lock(self.entries()?);
+        let n = d.get(name.to_bytes()).ok_or(Errno::ENOENT)?;
+        if !lock(n.entries()?).is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        d.remove(name.to_bytes()).expect("present").touch(-2);
+        self.touch(-1);
+        Ok(())
+    }
+
+    fn rename(
+        &self,
+        _: &RequestContext<'_>,
+        name: &CStr,
+        newdir: &NodeRef,
+        newname: &CStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let to = as_inode(newdir)?;
+        if flags.contains(RenameFlags::WHITEOUT) {
+            return Err(Errno::EINVAL);
+        }
+        let _renames = lock(&RENAMES);
+        let (name, newname) = (name.to_bytes(), newname.to_bytes());
+        let mut src = lock(self.entries()?);
+        let mut other = if std::ptr::eq(self, to) {
+            None
+        } else {
+            Some(lock(to.entries()?))
+        };
+        let node = src.get(name).cloned().ok_or(Errno::ENOENT)?;
+        let old = other.as_ref().unwrap_or(&src).get(newname).cloned();
+        let moves_dir = |n: &Inode, from: &Inode, into: &Inode| {
+            if n.is_dir() && other.is_some() {
+                from.touch(-1);
+                into.touch(1);
+            }
+        };
+        if flags.contains(RenameFlags::EXCHANGE) {
+            let old = old.ok_or(Errno::ENOENT)?;
+            moves_dir(&node, self, to);
+            moves_dir(&old, to, self);
+            src.insert(name.to_vec(), old.clone());
+            other
+                .as_mut()
+                .unwrap_or(&mut src)
+                .insert(newname.to_vec(), node.clone());
+        } else {
+            if let Some(old) = &old {
+                if flags.contains(RenameFlags::NOREPLACE) {
+                    return Err(Errno::EEXIST);
+                }
+                if Arc::ptr_eq(old, &node) {
+                    return Ok(()); // two names of one file: nothing to do
+                }
+                match (node.is_dir(), old.is_dir()) {
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    (false, true) => return Err(Errno::EISDIR),
+                    (true, true) if !lock(old.entries()?).is_empty() => return Err(Errno::ENOTEMPTY),
+                    (true, true) => {
+                        old.touch(-2);
+                        to.touch(-1);
+                    }
+                    _ => old.touch(-1),
+                }
+            }
+            moves_dir(&node, self, to);
+            src.remove(name);
+            other
+                .as_mut()
+                .unwrap_or(&mut src)
+                .insert(newname.to_vec(), node.clone());
+        }
+        for n in [&*node, self, to] {
+            n.touch(0);
+        }
+        Ok(())
+    }
+}
+
+/// An open regular file: reads and writes go to the node's bytes.
+struct Handle {
+    attr: Arc<Mutex<FileAttr>>,
+    data: Arc<RwLock<Vec<u8>>>,
+    flags: OpenFlags,
+}
+
+impl OpenFile for Handle {
+    fn read(&self, _: &RequestContext<'_>, req: ReadRequest, reply: ReplyData) {
+        let data = self.data.read().unwrap_or_else(|e| e.into_inner());
+        let start = (req.offset as usize).min(data.len());
+        reply.data(&data[start..start.saturating_add(req.size as usize).min(data.len())]);
+    }
+
+    fn write(&self, _: &RequestContext<'_>, req: WriteRequest<'_>) -> Result<u32, Errno> {
+        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let at = if self.flags.append() {
+            data.len()
+        } else {
+            req.offset as usize
+        };
+        let end = at
+            .checked_add(req.data.len())
+            .filter(|&e| e <= 1 << 40)
+            .ok_or(Errno::EFBIG)?;
+        if data.len() < end {
+            data.resize(end, 0);
+        }
+        data[at..end].copy_from_slice(req.data);
+        let mut a = lock(&self.attr);
+        (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
+        Ok(req.data.len() as u32)
+    }
+}
