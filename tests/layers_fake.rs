@@ -1,0 +1,376 @@
+//! Fake-kernel tests of the library-owned inode table under the node layer
+//! (and the path layer): lookup counts after sequences of entry replies,
+//! READDIRPLUS (added, truncated and skipped entries), FORGET and
+//! BATCH_FORGET; the table empty at the end; a FORGET of an unknown node
+//! logged, not a panic; generations bumped when a node id is reused.
+//!
+//! The filesystem is nodefs's tree (examples/nodefs/tree.rs) behind
+//! `NodeFs`, or a small directory listing names of its own.
+
+mod common_fake;
+#[allow(dead_code)]
+#[path = "../examples/nodefs/tree.rs"]
+mod tree;
+
+use common_fake::*;
+use fuse_wire::node::{DirFill, Node, NodeFs, NodeRef};
+use fuse_wire::proto::flags::InitFlags;
+use fuse_wire::{Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
+
+const LOOKUP: u32 = 1;
+const FORGET: u32 = 2;
+const GETATTR: u32 = 3;
+const SYMLINK: u32 = 6;
+const MKNOD: u32 = 8;
+const MKDIR: u32 = 9;
+const UNLINK: u32 = 10;
+const LINK: u32 = 13;
+const RELEASE: u32 = 18;
+const CREATE: u32 = 35;
+const BATCH_FORGET: u32 = 42;
+const READDIRPLUS: u32 = 44;
+
+// ---- a log capture, for "logged, not a panic" ----
+
+static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Capture;
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        LOGGED.lock().unwrap().push(format!("{} {}", r.level(), r.args()));
+    }
+    fn flush(&self) {}
+}
+
+fn capture_logs() {
+    let _ = log::set_logger(&Capture);
+    log::set_max_level(log::LevelFilter::Warn);
+}
+
+// ---- the session ----
+
+struct Kernel {
+    fake: Fake<NodeFs>,
+    unique: std::cell::Cell<u64>,
+}
+
+impl Kernel {
+    fn start(root: NodeRef) -> Kernel {
+        let fake = Fake::start(Arc::new(NodeFs::new(root)), SessionConfig::default());
+        fake.init_ready(45, InitFlags::DO_READDIRPLUS.bits());
+        Kernel {
+            fake,
+            unique: std::cell::Cell::new(10),
+        }
+    }
+
+    fn fs(&self) -> &NodeFs {
+        &self.fake.fs
+    }
+
+    fn next(&self) -> u64 {
+        self.unique.set(self.unique.get() + 1);
+        self.unique.get()
+    }
+
+    /// Sends a request and returns (error, body) of its reply.
+    fn call(&self, opcode: u32, nodeid: u64, body: &[u8]) -> (i32, Vec<u8>) {
+        let u = self.next();
+        let r = self.fake.roundtrip(request(opcode, u, nodeid, body));
+        let unique = u64::from_ne_bytes(r[8..16].try_into().unwrap());
+        assert_eq!(unique, u, "reply to another request");
+        (i32::from_ne_bytes(r[4..8].try_into().unwrap()), r[16..].to_vec())
+    }
+
+    /// An entry reply's (nodeid, generation); panics on an error.
+    fn entry(&self, opcode: u32, nodeid: u64, body: &[u8]) -> (u64, u64) {
+        let (err, b) = self.call(opcode, nodeid, body);
+        assert_eq!(err, 0, "opcode {opcode} failed");
+        (u64_at(&b, 0), u64_at(&b, 8))
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> (u64, u64) {
+        self.entry(LOOKUP, parent, &B::new().name(name).done())
+    }
+
+    fn mkdir(&self, parent: u64, name: &str) -> u64 {
+        self.entry(MKDIR, parent, &B::new().u32(0o755).u32(0).name(name).done())
+            .0
+    }
+
+    fn mknod(&self, parent: u64, name: &str) -> u64 {
+        let body = B::new()
+            .u32(libc::S_IFIFO | 0o644)
+            .u32(0)
+            .u32(0)
+            .u32(0)
+            .name(name)
+            .done();
+        self.entry(MKNOD, parent, &body).0
+    }
+
+    fn symlink(&self, parent: u64, name: &str, target: &str) -> u64 {
+        self.entry(SYMLINK, parent, &B::new().name(name).name(target).done())
+            .0
+    }
+
+    fn link(&self, ino: u64, parent: u64, name: &str) -> u64 {
+        self.entry(LINK, parent, &B::new().u64(ino).name(name).done()).0
+    }
+
+    /// CREATE, then RELEASE of the handle; the new node id.
+    fn create(&self, parent: u64, name: &str) -> (u64, u64) {
+        let body = B::new()
+            .u32((libc::O_CREAT | libc::O_RDWR) as u32)
+            .u32(libc::S_IFREG | 0o644)
+            .u32(0)
+            .u32(0)
+            .name(name)
+            .done();
+        let (err, b) = self.call(CREATE, parent, &body);
+        assert_eq!(err, 0, "CREATE {name} failed");
+        let (ino, generation, fh) = (u64_at(&b, 0), u64_at(&b, 8), u64_at(&b, 128));
+        let rel = B::new().u64(fh).u32(0).u32(0).u64(0).done();
+        assert_eq!(self.call(RELEASE, ino, &rel).0, 0);
+        (ino, generation)
+    }
+
+    /// READDIRPLUS of `dir` from `offset` with a `size`-byte buffer: the
+    /// names and node ids in the reply.
+    fn readdirplus(&self, dir: u64, offset: u64, size: u32) -> Vec<(String, u64)> {
+        let body = B::new()
+            .u64(0)
+            .u64(offset)
+            .u32(size)
+            .u32(0)
+            .u64(0)
+            .u32(0)
+            .u32(0)
+            .done();
+        let (err, b) = self.call(READDIRPLUS, dir, &body);
+        assert_eq!(err, 0);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < b.len() {
+            let nodeid = u64_at(&b, at);
+            let namelen = u32::from_ne_bytes(b[at + 144..at + 148].try_into().unwrap()) as usize;
+            let name = String::from_utf8_lossy(&b[at + 152..at + 152 + namelen]).into_owned();
+            out.push((name, nodeid));
+            at += (152 + namelen).next_multiple_of(8);
+        }
+        out
+    }
+
+    fn forget(&self, ino: u64, n: u64) {
+        self.fake
+            .send(request(FORGET, self.next(), ino, &B::new().u64(n).done()));
+    }
+
+    fn batch_forget(&self, nodes: &[(u64, u64)]) {
+        let mut b = B::new().u32(nodes.len() as u32).u32(0);
+        for &(ino, n) in nodes {
+            b = b.u64(ino).u64(n);
+        }
+        self.fake.send(request(BATCH_FORGET, self.next(), 0, &b.done()));
+    }
+
+    fn count(&self, ino: u64) -> Option<u64> {
+        self.fs()
+            .lookup_counts()
+            .into_iter()
+            .find(|&(i, _)| i == Inode(ino))
+            .map(|(_, n)| n)
+    }
+
+    #[track_caller]
+    fn expect_counts(&self, what: &str, want: &[(u64, u64)]) {
+        let mut want: Vec<(Inode, u64)> = want.iter().map(|&(i, n)| (Inode(i), n)).collect();
+        want.push((Inode::ROOT, self.count(1).unwrap_or(0)));
+        want.sort();
+        // FORGETs have no reply: wait (bounded) for them to take effect.
+        let start = std::time::Instant::now();
+        loop {
+            let got = self.fs().lookup_counts();
+            if got == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < TIMEOUT,
+                "{what}: lookup counts\n got  {got:?}\n want {want:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn lookup_counts_follow_every_entry_reply_and_forget() {
+    let k = Kernel::start(tree::root());
+    let d = k.mkdir(1, "d");
+    k.expect_counts("MKDIR", &[(d, 1)]);
+    let (f, _) = k.create(d, "f");
+    k.expect_counts("CREATE", &[(d, 1), (f, 1)]);
+    let p = k.mknod(d, "p");
+    let s = k.symlink(d, "s", "target");
+    k.expect_counts("MKNOD, SYMLINK", &[(d, 1), (f, 1), (p, 1), (s, 1)]);
+    assert_eq!(k.link(f, d, "g"), f, "a hard link is the same node");
+    k.expect_counts("LINK", &[(d, 1), (f, 2), (p, 1), (s, 1)]);
+    assert_eq!(k.lookup(d, "f").0, f);
+    assert_eq!(k.lookup(1, "d").0, d);
+    k.expect_counts("LOOKUP", &[(d, 2), (f, 3), (p, 1), (s, 1)]);
+    let missing = k.call(LOOKUP, d, &B::new().name("nothing").done());
+    assert_eq!(missing.0, -libc::ENOENT);
+    k.expect_counts("failed LOOKUP", &[(d, 2), (f, 3), (p, 1), (s, 1)]);
+
+    // A whole listing: ".", ".." not counted, f and g (one node) twice.
+    let all = k.readdirplus(d, 0, 65536);
+    let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [".", "..", "f", "g", "p", "s"]);
+    k.expect_counts("READDIRPLUS", &[(d, 2), (f, 5), (p, 2), (s, 2)]);
+
+    // Truncated: 480 bytes hold ".", ".." and "f" (160 bytes each); "g",
+    // which did not fit, is not counted.
+    let part = k.readdirplus(d, 0, 480);
+    assert_eq!(part.len(), 3, "{part:?}");
+    k.expect_counts("truncated READDIRPLUS", &[(d, 2), (f, 6), (p, 2), (s, 2)]);
+    // And the rest from the last cookie: g, p, s.
+    let rest = k.readdirplus(d, 3, 65536);
+    assert_eq!(
+        rest.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["g", "p", "s"]
+    );
+    k.expect_counts("READDIRPLUS from a cookie", &[(d, 2), (f, 7), (p, 3), (s, 3)]);
+
+    // Unlinked names live on while the kernel holds them.
+    assert_eq!(k.call(UNLINK, d, &B::new().name("s").done()).0, 0);
+    k.expect_counts("UNLINK", &[(d, 2), (f, 7), (p, 3), (s, 3)]);
+
+    k.forget(f, 7);
+    k.expect_counts("FORGET", &[(d, 2), (p, 3), (s, 3)]);
+    k.batch_forget(&[(p, 1), (s, 3)]);
+    k.expect_counts("BATCH_FORGET", &[(d, 2), (p, 2)]);
+    k.batch_forget(&[(p, 2), (d, 2)]);
+    k.expect_counts("BATCH_FORGET of the rest", &[]);
+    assert_eq!(k.fs().live_nodes(), 1, "only the root is left");
+    // The tree still has them: a new LOOKUP finds them again.
+    let (d2, _) = k.lookup(1, "d");
+    let (f2, _) = k.lookup(d2, "g");
+    k.expect_counts("LOOKUP after FORGET", &[(d2, 1), (f2, 1)]);
+}
+
+#[test]
+fn forget_of_unknown_or_overcounted_nodes_is_logged_not_a_panic() {
+    capture_logs();
+    let k = Kernel::start(tree::root());
+    let d = k.mkdir(1, "d");
+    k.forget(0xdead_beef, 1);
+    k.batch_forget(&[(0xfeed, 3), (d, 5)]);
+    k.expect_counts("FORGET beyond the count drops the node", &[]);
+    // The session still serves.
+    let (err, _) = k.call(GETATTR, 1, &B::new().u32(0).u32(0).u64(0).done());
+    assert_eq!(err, 0);
+    let logged = || format!("{:?}", LOGGED.lock().unwrap());
+    wait_until(&format!("the warnings (logged so far: {})", logged()), || {
+        let l = LOGGED.lock().unwrap();
+        l.iter().any(|m| m.contains("FORGET of node 3735928559"))
+            && l.iter().any(|m| m.contains("FORGET of node 65261"))
+            && l.iter().any(|m| m.contains("FORGET of 5 references"))
+    });
+}
+
+#[test]
+fn a_reused_node_id_gets_a_new_generation() {
+    let k = Kernel::start(tree::root());
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut gens: std::collections::HashMap<u64, u64> = Default::default();
+    let mut reused = 0;
+    for i in 0..2000 {
+        let (ino, generation) = k.create(1, &format!("f{i}"));
+        assert!(
+            seen.insert((ino, generation)),
+            "({ino}, {generation}) was handed out twice"
+        );
+        if let Some(&old) = gens.get(&ino) {
+            assert!(
+                generation > old,
+                "node id {ino} reused with generation {generation} after {old}"
+            );
+            reused += 1;
+        }
+        gens.insert(ino, generation);
+        k.forget(ino, 1);
+        k.expect_counts("FORGET", &[]);
+        if reused >= 20 {
+            break;
+        }
+    }
+    assert!(reused >= 20, "node ids were never reused ({reused})");
+}
+
+// ---- READDIRPLUS entries the reply leaves out ----
+
+/// A directory listing names the kernel would reject between good ones.
+struct Odd {
+    files: Vec<(Vec<u8>, NodeRef)>,
+}
+
+struct Leaf;
+impl Node for Leaf {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::RegularFile, 0o644))
+    }
+}
+
+impl Node for Odd {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+    }
+    fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+        let f = self.files.iter().find(|(n, _)| n == name.to_bytes());
+        f.map(|(_, n)| n.clone()).ok_or(Errno::ENOENT)
+    }
+    fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
+        for (i, (name, node)) in self.files.iter().enumerate().skip(offset as usize) {
+            if !out.add(name, i as u64 + 1, node) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn skipped_and_truncated_readdirplus_entries_are_not_counted() {
+    let names: Vec<Vec<u8>> = vec![
+        b"good1".to_vec(),
+        b"bad/slash".to_vec(),
+        vec![b'x'; 2000],
+        b"good2".to_vec(),
+        b"good3".to_vec(),
+    ];
+    let files: Vec<(Vec<u8>, NodeRef)> = names
+        .into_iter()
+        .map(|n| (n, Arc::new(Leaf) as NodeRef))
+        .collect();
+    let k = Kernel::start(Arc::new(Odd { files }));
+    // ".", "..", good1, good2 fit in 4 × 160 bytes + 8 (good3 does not).
+    let got = k.readdirplus(1, 0, 4 * 160 + 8);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [".", "..", "good1", "good2"]);
+    let (g1, g2) = (got[2].1, got[3].1);
+    assert_ne!(g1, g2);
+    k.expect_counts("skipped and truncated entries", &[(g1, 1), (g2, 1)]);
+    assert_eq!(k.fs().live_nodes(), 3, "root, good1 and good2 only");
+    k.batch_forget(&[(g1, 1), (g2, 1)]);
+    k.expect_counts("all forgotten", &[]);
+}
