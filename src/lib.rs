@@ -95,4 +95,4 @@ pub use fuse_session::{
     SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow,
     WriteRequest, reply, serve, serve_with, spawn,
 };
-pub use fuse_session::{inodes, node};
+pub use fuse_session::{inodes, node, path};

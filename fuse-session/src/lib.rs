@@ -100,6 +100,7 @@ pub mod mount;
 pub mod node;
 pub mod notify;
 pub mod ops;
+pub mod path;
 mod pool;
 pub mod reply;
 mod serve;

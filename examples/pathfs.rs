@@ -1,0 +1,399 @@
+//! pathfs: a directory of this machine mirrored on the path layer
+//! (`fuse_wire::path`): each method is the system call of the same name
+//! on `SOURCE/path`, open files are real file descriptors (so a file
+//! unlinked while open keeps working), reads are spliced from them.
+//!
+//! ```sh
+//! pathfs [-o source=DIR,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT
+//! ```
+//!
+//! Permission checks are the kernel's (`default_permissions` is always
+//! on); new files are given to the caller's uid and gid when pathfs runs as
+//! root. `passthrough` opens files in kernel passthrough mode when the
+//! kernel allows it. With `--stats FILE` it writes the session's statistics
+//! as JSON at exit, with `live_nodes` and `open_files`.
+
+use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
+use fuse_wire::proto::abi::Kstatfs;
+use fuse_wire::reply::ReplyData;
+use fuse_wire::session::{SessionConfig, Transport};
+use fuse_wire::{
+    CreateRequest, Errno, FileAttr, FileKind, InitConfig, InitFlags, MknodRequest, MountOptions, OpenFlags,
+    ReadRequest, RenameFlags, RequestContext, SetattrRequest, TimeOrNow, WriteRequest,
+};
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+struct Mirror {
+    source: PathBuf,
+    passthrough: bool,
+}
+
+fn cpath(p: &Path) -> Result<CString, Errno> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+/// `-1` as the errno of the call.
+fn check(r: libc::c_int) -> Result<(), Errno> {
+    if r < 0 {
+        Err(io::Error::last_os_error().into())
+    } else {
+        Ok(())
+    }
+}
+
+fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as i64,
+            }
+        }
+    }
+}
+
+impl Mirror {
+    fn real(&self, path: &Path) -> PathBuf {
+        self.source.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// The attributes of a new node, given to the caller when we are root.
+    fn created(&self, ctx: &RequestContext<'_>, real: &Path) -> Result<FileAttr, Errno> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::lchown(real, Some(ctx.uid()), Some(ctx.gid()))?;
+        }
+        Ok(FileAttr::from(&std::fs::symlink_metadata(real)?))
+    }
+
+    fn open_real(
+        &self,
+        ctx: &RequestContext<'_>,
+        real: &Path,
+        flags: i32,
+        mode: u32,
+    ) -> Result<PathOpened<File>, Errno> {
+        let c = cpath(real)?;
+        // SAFETY: a valid C string; the fd returned is owned by the File below.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+        check(fd)?;
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let opened = match self.passthrough {
+            true => match ctx.open_backing(file.as_fd()) {
+                Ok(b) => PathOpened::new(file).passthrough(b),
+                Err(_) => PathOpened::new(file),
+            },
+            false => PathOpened::new(file),
+        };
+        Ok(opened)
+    }
+}
+
+impl PathFilesystem for Mirror {
+    type File = File;
+
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        if self.passthrough {
+            config.wanted |= InitFlags::PASSTHROUGH;
+        }
+        Ok(())
+    }
+
+    fn getattr(
+        &self,
+        _: &RequestContext<'_>,
+        path: Option<&Path>,
+        file: Option<&File>,
+    ) -> Result<FileAttr, Errno> {
+        let m = match (file, path) {
+            (Some(f), _) => f.metadata()?,
+            (None, Some(p)) => std::fs::symlink_metadata(self.real(p))?,
+            (None, None) => return Err(Errno::ENOENT),
+        };
+        Ok(FileAttr::from(&m))
+    }
+
+    fn setattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: Option<&Path>,
+        file: Option<&File>,
+        req: &SetattrRequest,
+    ) -> Result<FileAttr, Errno> {
+        // Through the open file when there is one (it may have no name).
+        let opened;
+        let f = match (file, path) {
+            (Some(f), _) => f,
+            (None, Some(p)) if req.perm.is_some() || req.size.is_some() => {
+                opened = File::open(self.real(p))
+                    .or_else(|_| std::fs::OpenOptions::new().write(true).open(self.real(p)))?;
+                &opened
+            }
+            (None, Some(p)) => {
+                let real = self.real(p);
+                if req.uid.is_some() || req.gid.is_some() {
+                    std::os::unix::fs::lchown(&real, req.uid, req.gid)?;
+                }
+                if req.atime.is_some() || req.mtime.is_some() {
+                    let c = cpath(&real)?;
+                    let t = [timespec(req.atime), timespec(req.mtime)];
+                    // SAFETY: a valid C string and two timespecs.
+                    check(unsafe {
+                        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+                    })?;
+                }
+                return self.getattr(ctx, path, None);
+            }
+            (None, None) => return Err(Errno::ENOENT),
+        };
+        if let Some(perm) = req.perm {
+            // SAFETY: plain syscall on an fd we hold.
+            check(unsafe { libc::fchmod(f.as_raw_fd(), perm as libc::mode_t) })?;
+        }
+        if req.uid.is_some() || req.gid.is_some() {
+            std::os::unix::fs::fchown(f, req.uid, req.gid)?;
+        }
+        if let Some(size) = req.size {
+            // SAFETY: plain syscall on an fd we hold (opened for writing, or
+            // the kernel checked the caller may truncate).
+            check(unsafe { libc::ftruncate(f.as_raw_fd(), size as i64) }).or_else(|_| match path {
+                Some(p) => {
+                    let c = cpath(&self.real(p))?;
+                    // SAFETY: a valid C string.
+                    check(unsafe { libc::truncate(c.as_ptr(), size as i64) })
+                }
+                None => Err(Errno::EBADF),
+            })?;
+        }
+        if req.atime.is_some() || req.mtime.is_some() {
+            let t = [timespec(req.atime), timespec(req.mtime)];
+            // SAFETY: plain syscall on an fd we hold, two timespecs.
+            check(unsafe { libc::futimens(f.as_raw_fd(), t.as_ptr()) })?;
+        }
+        Ok(FileAttr::from(&f.metadata()?))
+    }
+
+    fn readlink(&self, _: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
+        Ok(std::fs::read_link(self.real(path))?.into_os_string().into_vec())
+    }
+
+    fn mknod(&self, ctx: &RequestContext<'_>, path: &Path, req: MknodRequest) -> Result<FileAttr, Errno> {
+        let real = self.real(path);
+        let c = cpath(&real)?;
+        // SAFETY: a valid C string.
+        check(unsafe { libc::mknod(c.as_ptr(), req.mode as libc::mode_t, req.rdev as libc::dev_t) })?;
+        self.created(ctx, &real)
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
+        let real = self.real(path);
+        let c = cpath(&real)?;
+        // SAFETY: a valid C string.
+        check(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })?;
+        self.created(ctx, &real)
+    }
+
+    fn symlink(&self, ctx: &RequestContext<'_>, path: &Path, target: &CStr) -> Result<FileAttr, Errno> {
+        let real = self.real(path);
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target.to_bytes()), &real)?;
+        self.created(ctx, &real)
+    }
+
+    fn link(&self, _: &RequestContext<'_>, from: &Path, to: &Path) -> Result<FileAttr, Errno> {
+        std::fs::hard_link(self.real(from), self.real(to))?;
+        Ok(FileAttr::from(&std::fs::symlink_metadata(self.real(to))?))
+    }
+
+    fn unlink(&self, _: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
+        Ok(std::fs::remove_file(self.real(path))?)
+    }
+
+    fn rmdir(&self, _: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
+        Ok(std::fs::remove_dir(self.real(path))?)
+    }
+
+    fn rename(
+        &self,
+        _: &RequestContext<'_>,
+        from: &Path,
+        to: &Path,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let (a, b) = (cpath(&self.real(from))?, cpath(&self.real(to))?);
+        // SAFETY: valid C strings.
+        check(unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                flags.bits(),
+            )
+        })
+    }
+
+    fn open(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        flags: OpenFlags,
+    ) -> Result<PathOpened<File>, Errno> {
+        self.open_real(ctx, &self.real(path), flags.bits() & !libc::O_NOFOLLOW, 0)
+    }
+
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        req: CreateRequest,
+    ) -> Result<(FileAttr, PathOpened<File>), Errno> {
+        let real = self.real(path);
+        let opened = self.open_real(ctx, &real, req.flags.bits() | libc::O_CREAT, req.mode)?;
+        Ok((self.created(ctx, &real)?, opened))
+    }
+
+    fn read(&self, _: &RequestContext<'_>, file: &File, req: ReadRequest, reply: ReplyData) {
+        reply.splice_from(file.as_fd(), req.offset, req.size as usize)
+    }
+
+    fn write(&self, _: &RequestContext<'_>, file: &File, req: WriteRequest<'_>) -> Result<u32, Errno> {
+        Ok(file.write_at(req.data, req.offset)? as u32)
+    }
+
+    fn fsync(&self, _: &RequestContext<'_>, file: &File, datasync: bool) -> Result<(), Errno> {
+        Ok(if datasync {
+            file.sync_data()?
+        } else {
+            file.sync_all()?
+        })
+    }
+
+    fn readdir(
+        &self,
+        _: &RequestContext<'_>,
+        path: &Path,
+        offset: u64,
+        out: &mut PathDirFill<'_>,
+    ) -> Result<(), Errno> {
+        for (i, e) in std::fs::read_dir(self.real(path))?
+            .enumerate()
+            .skip(offset as usize)
+        {
+            let e = e?;
+            let kind = e.file_type().map(FileKind::from).unwrap_or(FileKind::RegularFile);
+            if !out.add(e.file_name().as_bytes(), kind, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn statfs(&self, _: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
+        let c = cpath(&self.real(path))?;
+        // SAFETY: all-zero is a valid statvfs.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid C string and a statvfs to fill.
+        check(unsafe { libc::statvfs(c.as_ptr(), &mut st) })?;
+        Ok(Kstatfs {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            bsize: st.f_bsize as u32,
+            namelen: st.f_namemax as u32,
+            frsize: st.f_frsize as u32,
+            ..Default::default()
+        })
+    }
+}
+
+const USAGE: &str =
+    "usage: pathfs -o source=DIR[,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT";
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let (mut mountpoint, mut opts, mut stats) = (None, Vec::new(), None);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-o" => opts.extend(args.next()),
+            "--stats" => stats = args.next().map(PathBuf::from),
+            s if !s.starts_with('-') && mountpoint.is_none() => mountpoint = Some(PathBuf::from(s)),
+            _ => return usage(),
+        }
+    }
+    let Some(mountpoint) = mountpoint else {
+        return usage();
+    };
+    let Ok((mut mount, ours)) = MountOptions::parse_known(&opts.join(",")) else {
+        return usage();
+    };
+    mount.default_permissions = true;
+    mount.fsname.get_or_insert_with(|| "pathfs".into());
+    let (mut session, mut fs) = (
+        SessionConfig::default(),
+        Mirror {
+            source: PathBuf::new(),
+            passthrough: false,
+        },
+    );
+    for o in ours {
+        match o.split_once('=') {
+            Some(("source", dir)) => fs.source = PathBuf::from(dir),
+            Some(("threads", n)) if n.parse::<usize>().is_ok_and(|n| n > 0) => {
+                session.workers = n.parse().unwrap_or(1)
+            }
+            None if o == "uring" => session.transport = Transport::Uring,
+            None if o == "passthrough" => fs.passthrough = true,
+            _ => return usage(),
+        }
+    }
+    if !fs.source.is_dir() {
+        return usage();
+    }
+    let fs = PathFs::new(fs);
+    let counts = fs.clone();
+    match fuse_wire::serve_with(fs, &mountpoint, &mount, session) {
+        Ok(report) => {
+            if let Some(path) = stats {
+                let json = report.stats.to_json();
+                let extra = format!(
+                    "{{\"live_nodes\": {}, \"open_files\": {}, ",
+                    counts.live_nodes(),
+                    counts.open_files()
+                );
+                if let Err(e) = std::fs::write(&path, json.replacen('{', &extra, 1)) {
+                    eprintln!("pathfs: {}: {e}", path.display());
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pathfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage() -> ExitCode {
+    eprintln!("{USAGE}");
+    ExitCode::from(2)
+}
