@@ -49,23 +49,22 @@ fn check(r: libc::c_int) -> Result<(), Errno> {
 }
 
 fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
-    match t {
-        None => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        Some(TimeOrNow::Now) => libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
-        },
-        Some(TimeOrNow::SpecificTime(t)) => {
-            let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            libc::timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: d.subsec_nanos() as i64,
+    let (tv_sec, tv_nsec) = match t {
+        None => (0, libc::UTIME_OMIT),
+        Some(TimeOrNow::Now) => (0, libc::UTIME_NOW),
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+            // Before 1970: whole seconds down, nanoseconds up.
+            Err(e) => {
+                let d = e.duration();
+                match d.subsec_nanos() {
+                    0 => (-(d.as_secs() as i64), 0),
+                    n => (-(d.as_secs() as i64) - 1, 1_000_000_000 - n as i64),
+                }
             }
-        }
-    }
+        },
+    };
+    libc::timespec { tv_sec, tv_nsec }
 }
 
 impl Mirror {
@@ -74,10 +73,23 @@ impl Mirror {
     }
 
     /// The attributes of a new node, given to the caller when we are root.
+    /// The attributes of a new node, given to the caller when we are root
+    /// (its group stays the directory's in a set-group-ID directory).
     fn created(&self, ctx: &RequestContext<'_>, real: &Path) -> Result<FileAttr, Errno> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let m = std::fs::symlink_metadata(real)?;
+        let sgid_dir = real
+            .parent()
+            .and_then(|p| p.metadata().ok())
+            .is_some_and(|d| d.mode() & 0o2000 != 0);
+        let gid = if sgid_dir { m.gid() } else { ctx.gid() };
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            std::os::unix::fs::lchown(real, Some(ctx.uid()), Some(ctx.gid()))?;
+        if unsafe { libc::geteuid() } == 0 && (m.uid(), m.gid()) != (ctx.uid(), gid) {
+            std::os::unix::fs::lchown(real, Some(ctx.uid()), Some(gid))?;
+            if !m.is_symlink() && m.mode() & 0o6000 != 0 {
+                // chown cleared the set-ID bits the creator asked for.
+                std::fs::set_permissions(real, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+            }
         }
         Ok(FileAttr::from(&std::fs::symlink_metadata(real)?))
     }
@@ -292,16 +304,34 @@ impl PathFilesystem for Mirror {
         offset: u64,
         out: &mut PathDirFill<'_>,
     ) -> Result<(), Errno> {
-        for (i, e) in std::fs::read_dir(self.real(path))?
-            .enumerate()
-            .skip(offset as usize)
-        {
-            let e = e?;
-            let kind = e.file_type().map(FileKind::from).unwrap_or(FileKind::RegularFile);
-            if !out.add(e.file_name().as_bytes(), kind, i as u64 + 1) {
+        // The source's own cookies (telldir), stable while entries come and go.
+        let c = cpath(&self.real(path))?;
+        // SAFETY: a valid C string; the stream is closed below.
+        let dir = unsafe { libc::opendir(c.as_ptr()) };
+        if dir.is_null() {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: `dir` is an open stream; `offset` is 0 or a cookie it gave.
+        unsafe { libc::seekdir(dir, offset as libc::c_long) };
+        loop {
+            // SAFETY: `dir` is an open stream; the entry is read before the next call.
+            let e = unsafe { libc::readdir(dir) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: readdir returned a valid entry with a NUL-terminated name.
+            let (name, typ, next) =
+                unsafe { (CStr::from_ptr((*e).d_name.as_ptr()), (*e).d_type, (*e).d_off) };
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let kind = FileKind::from_mode((typ as u32) << 12).unwrap_or(FileKind::RegularFile);
+            if !out.add(name.to_bytes(), kind, next as u64) {
                 break;
             }
         }
+        // SAFETY: closing the stream opened above.
+        unsafe { libc::closedir(dir) };
         Ok(())
     }
 

@@ -32,6 +32,10 @@ const PT_ATOMIC: Fs = Fs::Passthrough("atomic_open");
 const MEM: Fs = Fs::Memfs("");
 /// memfs with the kernel checking permissions.
 const MEM_DP: Fs = Fs::Memfs("default_permissions");
+/// nodefs: an in-memory filesystem on the node layer (the kernel checks permissions).
+const NODE: Fs = Fs::Nodefs("");
+/// pathfs: a mirror of a source directory on the path layer (the kernel checks permissions).
+const PATH: Fs = Fs::Pathfs("");
 
 // ---------------------------------------------------------------------------
 // small wrappers
@@ -335,7 +339,11 @@ fn check_open_flags(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_flags() {
-    differential("open_flags", check_open_flags, &[PT, PT_NEVER, PT_DP, MEM]);
+    differential(
+        "open_flags",
+        check_open_flags,
+        &[PT, PT_NEVER, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 #[test]
@@ -399,7 +407,11 @@ fn check_read_write(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn read_write_offsets() {
-    differential("read_write_offsets", check_read_write, &[PT, PT_NEVER, MEM]);
+    differential(
+        "read_write_offsets",
+        check_read_write,
+        &[PT, PT_NEVER, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -449,7 +461,7 @@ fn check_truncate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn truncate_and_ftruncate() {
-    differential("truncate", check_truncate, &[PT, PT_NEVER, MEM]);
+    differential("truncate", check_truncate, &[PT, PT_NEVER, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -533,7 +545,11 @@ fn check_attrs_as_root(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn attrs_as_root() {
-    differential("attrs_as_root", check_attrs_as_root, &[PT, PT_DP, MEM]);
+    differential(
+        "attrs_as_root",
+        check_attrs_as_root,
+        &[PT, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -671,7 +687,7 @@ fn permissions_unprivileged_with_default_permissions() {
     differential(
         "permissions (default_permissions)",
         check_attrs_unprivileged,
-        &[PT_DP, MEM_DP],
+        &[PT_DP, MEM_DP, NODE, PATH],
     );
 }
 
@@ -722,7 +738,7 @@ fn check_links(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn hard_links() {
-    differential("hard_links", check_links, &[PT, MEM]);
+    differential("hard_links", check_links, &[PT, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -849,7 +865,7 @@ fn check_symlinks(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn symlinks_and_escapes() {
-    differential("symlinks", check_symlinks, &[PT, PT_DP, MEM]);
+    differential("symlinks", check_symlinks, &[PT, PT_DP, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -938,7 +954,7 @@ fn check_rename(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn rename_and_renameat2() {
-    differential("rename", check_rename, &[PT, PT_DP, MEM]);
+    differential("rename", check_rename, &[PT, PT_DP, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1007,7 +1023,7 @@ fn check_dirs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mkdir_and_rmdir() {
-    differential("mkdir_rmdir", check_dirs, &[PT, PT_DP, MEM]);
+    differential("mkdir_rmdir", check_dirs, &[PT, PT_DP, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1122,7 +1138,7 @@ fn check_readdir_10k(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn readdir_10k_telldir_seekdir() {
-    differential("readdir_10k", check_readdir_10k, &[PT, MEM]);
+    differential("readdir_10k", check_readdir_10k, &[PT, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1684,7 +1700,11 @@ fn check_mmap(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mmap_shared_coherence() {
-    differential("mmap", check_mmap, &[PT, Fs::Passthrough("cache=always"), MEM]);
+    differential(
+        "mmap",
+        check_mmap,
+        &[PT, Fs::Passthrough("cache=always"), MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1877,7 +1897,11 @@ fn check_copy_file_range(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn copy_file_range_between_files() {
-    differential("copy_file_range", check_copy_file_range, &[PT, PT_NEVER, MEM]);
+    differential(
+        "copy_file_range",
+        check_copy_file_range,
+        &[PT, PT_NEVER, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1914,7 +1938,11 @@ fn check_open_unlink(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_unlink_read() {
-    differential("open_unlink_read", check_open_unlink, &[PT, PT_NEVER, MEM]);
+    differential(
+        "open_unlink_read",
+        check_open_unlink,
+        &[PT, PT_NEVER, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -2011,5 +2039,5 @@ fn check_ownership(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn ownership_of_files_created_by_another_user() {
-    differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP]);
+    differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP, NODE, PATH]);
 }

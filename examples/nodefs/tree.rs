@@ -21,6 +21,54 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Longest name.
+const NAME_MAX: usize = 255;
+/// Largest file (contents are kept in one vector).
+const SIZE_MAX: u64 = 1 << 30;
+
+/// A directory's entries. Listing cookies are insertion numbers, so that a
+/// listing neither skips nor repeats names while others come and go.
+#[derive(Default)]
+pub struct Entries {
+    names: BTreeMap<Vec<u8>, (u64, Arc<Inode>)>,
+    order: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+impl Entries {
+    fn contains_key(&self, name: &[u8]) -> bool {
+        self.names.contains_key(name)
+    }
+
+    fn get(&self, name: &[u8]) -> Option<&Arc<Inode>> {
+        self.names.get(name).map(|(_, n)| n)
+    }
+
+    fn insert(&mut self, name: Vec<u8>, node: Arc<Inode>) {
+        self.remove(&name);
+        self.next += 1;
+        self.order.insert(self.next, name.clone());
+        self.names.insert(name, (self.next, node));
+    }
+
+    fn remove(&mut self, name: &[u8]) -> Option<Arc<Inode>> {
+        let (seq, node) = self.names.remove(name)?;
+        self.order.remove(&seq);
+        Some(node)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+fn check_name(name: &CStr) -> Result<&[u8], Errno> {
+    match name.to_bytes() {
+        n if n.len() > NAME_MAX => Err(Errno::ENAMETOOLONG),
+        n => Ok(n),
+    }
+}
+
 /// What every node has: attributes, and its content by kind.
 pub struct Inode {
     attr: Arc<Mutex<FileAttr>>,
@@ -28,7 +76,7 @@ pub struct Inode {
 }
 
 enum Body {
-    Dir(Mutex<BTreeMap<Vec<u8>, Arc<Inode>>>),
+    Dir(Mutex<Entries>),
     File(Arc<RwLock<Vec<u8>>>),
     Link(Vec<u8>),
     Special,
@@ -54,7 +102,7 @@ pub fn root() -> NodeRef {
 }
 
 impl Inode {
-    fn entries(&self) -> Result<&Mutex<BTreeMap<Vec<u8>, Arc<Inode>>>, Errno> {
+    fn entries(&self) -> Result<&Mutex<Entries>, Errno> {
         match &self.body {
             Body::Dir(d) => Ok(d),
             _ => Err(Errno::ENOTDIR),
@@ -76,12 +124,22 @@ impl Inode {
         mode: u32,
         body: Body,
     ) -> Result<NodeRef, Errno> {
+        let name = check_name(name)?;
         let mut d = lock(self.entries()?);
-        if d.contains_key(name.to_bytes()) {
+        if d.contains_key(name) {
             return Err(Errno::EEXIST);
         }
         let node = new_node(ctx, kind, mode, body);
-        d.insert(name.to_bytes().to_vec(), node.clone());
+        let dir = *lock(&self.attr);
+        if dir.perm & 0o2000 != 0 {
+            // A set-group-ID directory gives its group, and to directories its bit.
+            let mut a = lock(&node.attr);
+            a.gid = dir.gid;
+            if kind == FileKind::Directory {
+                a.perm |= 0o2000;
+            }
+        }
+        d.insert(name.to_vec(), node.clone());
         self.touch(if kind == FileKind::Directory { 1 } else { 0 });
         Ok(node)
     }
@@ -121,6 +179,9 @@ impl Node for Inode {
         _: Option<&dyn OpenFile>,
     ) -> Result<FileAttr, Errno> {
         if let (Some(size), Body::File(data)) = (req.size, &self.body) {
+            if size > SIZE_MAX {
+                return Err(Errno::EFBIG);
+            }
             data.write()
                 .unwrap_or_else(|e| e.into_inner())
                 .resize(size as usize, 0);
@@ -153,16 +214,16 @@ impl Node for Inode {
     }
 
     fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+        let name = check_name(name)?;
         let d = lock(self.entries()?);
-        d.get(name.to_bytes())
-            .map(|n| n.clone() as NodeRef)
-            .ok_or(Errno::ENOENT)
+        d.get(name).map(|n| n.clone() as NodeRef).ok_or(Errno::ENOENT)
     }
 
     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         let d = lock(self.entries()?);
-        for (i, (name, node)) in d.iter().enumerate().skip(offset as usize) {
-            if !out.add(name, i as u64 + 1, &(node.clone() as NodeRef)) {
+        for (&seq, name) in d.order.range(offset + 1..) {
+            let node = d.get(name).expect("listed") as &Arc<Inode>;
+            if !out.add(name, seq, &(node.clone() as NodeRef)) {
                 break;
             }
         }
@@ -221,12 +282,13 @@ impl Node for Inode {
 
     fn link(&self, _: &RequestContext<'_>, name: &CStr, node: &NodeRef) -> Result<(), Errno> {
         let inode = as_arc(node.clone())?;
+        let name = check_name(name)?;
         let mut d = lock(self.entries()?);
-        if d.contains_key(name.to_bytes()) {
+        if d.contains_key(name) {
             return Err(Errno::EEXIST);
         }
         inode.touch(1);
-        d.insert(name.to_bytes().to_vec(), inode);
+        d.insert(name.to_vec(), inode);
         self.touch(0);
         Ok(())
     }
@@ -266,6 +328,7 @@ impl Node for Inode {
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         let to = as_inode(newdir)?;
+        check_name(newname)?;
         if flags.contains(RenameFlags::WHITEOUT) {
             return Err(Errno::EINVAL);
         }
@@ -342,6 +405,9 @@ impl OpenFile for Handle {
     }
 
     fn write(&self, _: &RequestContext<'_>, req: WriteRequest<'_>) -> Result<u32, Errno> {
+        if req.data.is_empty() {
+            return Ok(0);
+        }
         let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
         let at = if self.flags.append() {
             data.len()
@@ -350,7 +416,7 @@ impl OpenFile for Handle {
         };
         let end = at
             .checked_add(req.data.len())
-            .filter(|&e| e <= 1 << 40)
+            .filter(|&e| e as u64 <= SIZE_MAX)
             .ok_or(Errno::EFBIG)?;
         if data.len() < end {
             data.resize(end, 0);

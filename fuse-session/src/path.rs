@@ -300,33 +300,36 @@ impl<F> PathOpened<F> {
     }
 }
 
-/// Where a name is: its parent's node id and its name there, or nowhere.
-struct Loc {
-    parent: u64,
-    name: Box<[u8]>,
-    linked: bool,
-}
-
-/// A name the kernel knows.
+/// A file or directory the kernel knows, with the names it has in the
+/// tree (several for a hard-linked file, none once unlinked).
 struct PNode {
-    loc: Mutex<Loc>,
+    /// (parent node id, name) of each name.
+    names: Mutex<Vec<(u64, Box<[u8]>)>>,
     /// Children the kernel knows: name → (node id, generation).
     children: Mutex<HashMap<Box<[u8]>, (u64, u64)>>,
     /// Open files of this node (for `fstat` of a file that lost its name).
     open: Mutex<Vec<u64>>,
+    /// The attributes last reported (for `fstat` of a removed directory).
+    last: Mutex<Option<FileAttr>>,
 }
 
 impl PNode {
-    fn new(parent: u64, name: &[u8]) -> Arc<PNode> {
+    fn new(names: Vec<(u64, Box<[u8]>)>) -> Arc<PNode> {
         Arc::new(PNode {
-            loc: Mutex::new(Loc {
-                parent,
-                name: name.into(),
-                linked: true,
-            }),
+            names: Mutex::new(names),
             children: Mutex::default(),
             open: Mutex::default(),
+            last: Mutex::default(),
         })
+    }
+
+    /// Renames `(parent, name)` to `to` (`None`: removes it).
+    fn rename(&self, parent: u64, name: &[u8], to: Option<(u64, &[u8])>) {
+        let mut names = lock(&self.names);
+        names.retain(|(p, n)| !(*p == parent && &**n == name));
+        if let Some((p, n)) = to {
+            names.push((p, n.into()));
+        }
     }
 }
 
@@ -366,7 +369,7 @@ impl TreeLock {
 
 struct Shared<F: PathFilesystem> {
     fs: F,
-    table: InodeTable<(), Arc<PNode>>,
+    table: InodeTable<u64, Arc<PNode>>,
     files: HandleTable<Arc<OpenEntry<F::File>>>,
     tree: TreeLock,
 }
@@ -417,7 +420,7 @@ impl<F: PathFilesystem> PathFs<F> {
         PathFs {
             shared: Arc::new(Shared {
                 fs,
-                table: InodeTable::new(PNode::new(Inode::ROOT.0, b"")),
+                table: InodeTable::new(PNode::new(Vec::new())),
                 files: HandleTable::new(),
                 tree: TreeLock {
                     shards: (0..TREE_SHARDS).map(|_| RwLock::new(())).collect(),
@@ -468,12 +471,9 @@ impl<F: PathFilesystem> PathFs<F> {
         let mut at = ino;
         while at != Inode::ROOT {
             let node = self.node(at)?;
-            let loc = lock(&node.loc);
-            if !loc.linked {
-                return Err(Errno::ENOENT);
-            }
-            names.push(loc.name.clone());
-            at = Inode(loc.parent);
+            let (parent, name) = lock(&node.names).first().cloned().ok_or(Errno::ENOENT)?;
+            names.push(name);
+            at = Inode(parent);
             if names.len() > 4096 {
                 log::error!("the path of node {ino} does not reach the root");
                 return Err(Errno::EIO);
@@ -503,21 +503,31 @@ impl<F: PathFilesystem> PathFs<F> {
         let mut stale = None;
         let (ino, generation) = {
             let mut children = lock(&dir.children);
-            let known = children.get(name).copied();
-            let acquired =
-                known.and_then(
-                    |(ino, generation)| match self.shared.table.acquire_ino(Inode(ino)) {
-                        Some((_, g)) if g == generation => Some((Inode(ino), g)),
-                        Some(_) => {
-                            // The number was reused for another node: not this name.
-                            stale = Some(Inode(ino));
-                            None
-                        }
-                        None => None,
-                    },
-                );
-            acquired.unwrap_or_else(|| {
-                let (ino, generation) = self.shared.table.insert(PNode::new(parent.0, name));
+            let known = children.get(name).copied().and_then(|(ino, generation)| {
+                match self.shared.table.acquire_ino(Inode(ino)) {
+                    Some((_, g)) if g == generation => Some((Inode(ino), g)),
+                    Some(_) => {
+                        // The number was reused for another node: not this name.
+                        stale = Some(Inode(ino));
+                        None
+                    }
+                    None => None,
+                }
+            });
+            known.unwrap_or_else(|| {
+                let here = || vec![(parent.0, Box::<[u8]>::from(name))];
+                let (ino, generation) = if attr.kind != FileKind::Directory && attr.nlink > 1 && attr.ino != 0
+                {
+                    // A hard-linked file: one node for all its names, found
+                    // by the inode number the filesystem reports.
+                    let (ino, generation) = self.shared.table.acquire(attr.ino, || PNode::new(Vec::new()));
+                    if let Some(node) = self.shared.table.get(ino) {
+                        node.rename(parent.0, name, Some((parent.0, name)));
+                    }
+                    (ino, generation)
+                } else {
+                    self.shared.table.insert(PNode::new(here()))
+                };
                 children.insert(name.into(), (ino.0, generation));
                 (ino, generation)
             })
@@ -528,6 +538,7 @@ impl<F: PathFilesystem> PathFs<F> {
         if attr.ino == 0 {
             attr.ino = ino.0;
         }
+        self.remember(ino, &attr);
         Ok(Entry {
             ino,
             generation,
@@ -537,20 +548,26 @@ impl<F: PathFilesystem> PathFs<F> {
         })
     }
 
+    /// Keeps `attr` as the last attributes of `ino`.
+    fn remember(&self, ino: Inode, attr: &FileAttr) {
+        if let Some(node) = self.shared.table.get(ino) {
+            *lock(&node.last) = Some(*attr);
+        }
+    }
+
     /// Gives back `n` references of `ino`; a node dropped leaves its
     /// parent's children.
     fn forget_one(&self, ino: Inode, n: u64) {
         let Forgotten::Dropped(node) = self.shared.table.forget(ino, n) else {
             return;
         };
-        let (parent, name) = {
-            let loc = lock(&node.loc);
-            (loc.parent, loc.name.clone())
-        };
-        if let Some(dir) = self.shared.table.get(Inode(parent)) {
-            let mut children = lock(&dir.children);
-            if children.get(&name).is_some_and(|&(i, _)| i == ino.0) {
-                children.remove(&name);
+        let names = std::mem::take(&mut *lock(&node.names));
+        for (parent, name) in names {
+            if let Some(dir) = self.shared.table.get(Inode(parent)) {
+                let mut children = lock(&dir.children);
+                if children.get(&name).is_some_and(|&(i, _)| i == ino.0) {
+                    children.remove(&name);
+                }
             }
         }
     }
@@ -568,7 +585,7 @@ impl<F: PathFilesystem> PathFs<F> {
         };
         let child = lock(&dir.children).remove(name);
         if let Some(node) = child.and_then(|c| self.live(c)) {
-            lock(&node.loc).linked = false;
+            node.rename(parent.0, name, None);
         }
     }
 
@@ -576,6 +593,7 @@ impl<F: PathFilesystem> PathFs<F> {
         if attr.ino == 0 {
             attr.ino = ino.0;
         }
+        self.remember(ino, &attr);
         (self.ttl, attr)
     }
 
@@ -660,6 +678,15 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let path = self.path(ino);
         let file = self.file_for(ino, fh, path.is_ok());
         let r = match (&path, &file) {
+            // Removed and not open as a file (an open directory, say): what
+            // it was, without links.
+            (Err(Errno::ENOENT), None) => self
+                .shared
+                .table
+                .get(ino)
+                .and_then(|n| *lock(&n.last))
+                .map(|a| FileAttr { nlink: 0, ..a })
+                .ok_or(Errno::ENOENT),
             (Err(e), None) => Err(*e),
             _ => self
                 .shared
@@ -745,32 +772,38 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         })();
         if r.is_ok() {
             // Alone in the tree now: move the names.
+            let (p, q) = (req.parent, req.newparent);
             let (name, newname) = (req.name.to_bytes(), req.newname.to_bytes());
             let take = |dir: Inode, n: &[u8]| {
                 let d = self.shared.table.get(dir)?;
                 lock(&d.children).remove(n)
             };
-            let put = |dir: Inode, n: &[u8], (ino, generation): (u64, u64)| {
-                if let (Some(d), Some(node)) = (self.shared.table.get(dir), self.live((ino, generation))) {
-                    *lock(&node.loc) = Loc {
-                        parent: dir.0,
-                        name: n.into(),
-                        linked: true,
-                    };
-                    lock(&d.children).insert(n.into(), (ino, generation));
+            let put = |dir: Inode, n: &[u8], child: (u64, u64), from: (Inode, &[u8])| {
+                if let (Some(d), Some(node)) = (self.shared.table.get(dir), self.live(child)) {
+                    node.rename(from.0.0, from.1, Some((dir.0, n)));
+                    lock(&d.children).insert(n.into(), child);
                 }
             };
-            let src = take(req.parent, name);
-            let dst = take(req.newparent, newname);
-            if req.flags.contains(RenameFlags::EXCHANGE) {
-                if let Some(d) = dst {
-                    put(req.parent, name, d);
+            let src = take(p, name);
+            let dst = take(q, newname);
+            match (src, dst) {
+                // Two names of one file: rename did nothing.
+                (Some(s), Some(d)) if s == d => {
+                    put(p, name, s, (p, name));
+                    put(q, newname, d, (q, newname));
                 }
-            } else if let Some(node) = dst.and_then(|d| self.live(d)) {
-                lock(&node.loc).linked = false;
-            }
-            if let Some(s) = src {
-                put(req.newparent, newname, s);
+                (src, dst) => {
+                    if req.flags.contains(RenameFlags::EXCHANGE) {
+                        if let Some(d) = dst {
+                            put(p, name, d, (q, newname));
+                        }
+                    } else if let Some(node) = dst.and_then(|d| self.live(d)) {
+                        node.rename(q.0, newname, None);
+                    }
+                    if let Some(s) = src {
+                        put(q, newname, s, (p, name));
+                    }
+                }
             }
         }
         reply.result(r)
@@ -788,8 +821,27 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let r = (|| {
             let from = self.path(ino)?;
             let to = self.child_path(newparent, newname)?;
-            let attr = self.shared.fs.link(ctx, &from, &to)?;
-            self.enter(newparent, newname.to_bytes(), attr)
+            let mut attr = self.shared.fs.link(ctx, &from, &to)?;
+            // The new name leads to the same node (the kernel's inode, with
+            // its cached pages and link count).
+            let dir = self.node(newparent)?;
+            let mut children = lock(&dir.children);
+            let (node, generation) = self.shared.table.acquire_ino(ino).ok_or(Errno::ESTALE)?;
+            let newname = newname.to_bytes();
+            node.rename(newparent.0, newname, Some((newparent.0, newname)));
+            children.insert(newname.into(), (ino.0, generation));
+            drop(children);
+            if attr.ino == 0 {
+                attr.ino = ino.0;
+            }
+            self.remember(ino, &attr);
+            Ok::<_, Errno>(Entry {
+                ino,
+                generation,
+                attr,
+                entry_ttl: self.ttl,
+                attr_ttl: self.ttl,
+            })
         })();
         reply.result(r)
     }
