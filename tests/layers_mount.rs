@@ -1,0 +1,238 @@
+//! Real mounts of the node layer (nodefs) and the path layer (pathfs):
+//! rename storms from several processes, with concurrent `ls -lR`, end in
+//! the same tree as on a plain directory (the model); afterwards, with the
+//! kernel's caches dropped (`echo 2 > /proc/sys/vm/drop_caches`), the daemon
+//! holds no node but the root when it is unmounted, and no open file.
+//!
+//! Over io_uring with `FUSE_WIRE_TEST_TRANSPORT=uring`. Every wait is
+//! bounded: the storm processes are killed after [`STORM_TIMEOUT`], the
+//! daemons by `posix_support::Daemon`. Needs root and `/dev/fuse` (skips
+//! loudly without, fails under `CI=true`) and the examples built.
+
+mod common;
+mod posix_support;
+
+use posix_support::*;
+use std::fmt::Write as _;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Processes renaming at once, and the steps each takes.
+const PROCS: usize = 4;
+const STEPS: usize = 40;
+const STORM_TIMEOUT: Duration = Duration::from_secs(120);
+/// Files in the directory listed in several replies.
+const MANY: usize = 8000;
+
+/// The shell script of process `p`: its own subtree moves between the
+/// shared directories A and B at every step (a directory rename carrying
+/// files and a subdirectory), and its files and subdirectory are renamed
+/// inside it. The names are the process's own, so the end state does not
+/// depend on how the processes interleave.
+fn script(p: usize) -> String {
+    let mut s = String::from("set -e\n");
+    let mut cur = format!("A/p{p}");
+    let mut files: Vec<String> = (0..4).map(|i| format!("x{i}")).collect();
+    let mut sub = "s".to_string();
+    for k in 0..STEPS {
+        let next = format!("{}/p{p}_{k}", if k % 2 == 0 { "B" } else { "A" });
+        writeln!(s, "mv {cur} {next}").unwrap();
+        cur = next;
+        let i = k % files.len();
+        let renamed = format!("x{i}_{k}");
+        writeln!(s, "mv {cur}/{} {cur}/{renamed}", files[i]).unwrap();
+        files[i] = renamed;
+        if k % 3 == 0 {
+            let renamed = format!("s_{k}");
+            writeln!(s, "mv {cur}/{sub} {cur}/{renamed}").unwrap();
+            sub = renamed;
+            writeln!(
+                s,
+                "mv {cur}/{sub}/y {cur}/{sub}/y{k} && mv {cur}/{sub}/y{k} {cur}/{sub}/y"
+            )
+            .unwrap();
+        }
+    }
+    s
+}
+
+fn setup(root: &Path) {
+    for d in ["A", "B", "many"] {
+        fs::create_dir(root.join(d)).expect("mkdir");
+    }
+    // A directory whose listing takes several READDIRPLUS replies even of
+    // 1 MiB (MAX_PAGES) each (entries
+    // that do not fit one are added to the next: counted only there).
+    for i in 0..MANY {
+        fs::write(
+            root.join(format!("many/file-with-a-longish-name-for-listing-{i:05}")),
+            b"",
+        )
+        .expect("write");
+    }
+    for p in 0..PROCS {
+        let dir = root.join(format!("A/p{p}"));
+        fs::create_dir_all(dir.join("s")).expect("mkdir");
+        for i in 0..4 {
+            fs::write(dir.join(format!("x{i}")), format!("p{p} file {i}\n")).expect("write");
+        }
+        fs::write(dir.join("s/y"), format!("p{p} y\n")).expect("write");
+    }
+}
+
+/// Runs the storm in `root` (the scripts, plus one process listing the
+/// tree over and over) and waits, bounded, for all of them.
+fn storm(root: &Path) {
+    let mut kids: Vec<(String, Child)> = (0..PROCS)
+        .map(|p| {
+            let c = Command::new("sh")
+                .arg("-c")
+                .arg(script(p))
+                .current_dir(root)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn sh");
+            (format!("renamer {p}"), c)
+        })
+        .collect();
+    let lister = Command::new("sh")
+        .arg("-c")
+        .arg("for i in 1 2 3 4 5 6 7 8 9 10; do ls -lR . >/dev/null 2>&1 || true; done")
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn ls");
+    kids.push(("lister".into(), lister));
+    let deadline = Instant::now() + STORM_TIMEOUT;
+    let mut failures = Vec::new();
+    for (name, mut c) in kids {
+        let status = loop {
+            match c.try_wait().expect("wait") {
+                Some(st) => break Some(st),
+                None if Instant::now() >= deadline => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut err = String::new();
+        if let Some(mut e) = c.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        match status {
+            Some(st) if st.success() => {}
+            Some(st) => failures.push(format!("{name} in {}: {st}: {err}", root.display())),
+            None => failures.push(format!(
+                "{name} in {} did not finish within {STORM_TIMEOUT:?} (killed)",
+                root.display()
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "the storm failed:\n{}", failures.join("\n"));
+}
+
+/// The tree as `ls -lR` shows it, without times, owners' names or inode
+/// numbers: path, type, permissions, links, size, and file contents.
+fn listing(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+            .map(|e| e.expect("entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let m = fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()));
+            let rel = p.strip_prefix(root).expect("below root").display().to_string();
+            let size = if m.is_dir() { 0 } else { m.size() };
+            let mut line = format!("{rel} {:o} nlink={} size={size}", m.mode(), m.nlink());
+            if m.is_file() {
+                line.push_str(&format!(" {:?}", fs::read_to_string(&p).unwrap_or_default()));
+            }
+            out.push(line);
+            if m.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    fs::write("/proc/sys/vm/drop_caches", "2").expect("write /proc/sys/vm/drop_caches");
+}
+
+fn storm_on(fs_kind: Fs) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let plain = TempBase::new("layers-plain");
+    let model = plain.subdir("root");
+    setup(&model);
+    storm(&model);
+    let want = listing(&model);
+    assert_eq!(
+        want.len(),
+        3 + MANY + PROCS * 7,
+        "the model has every file: {want:#?}"
+    );
+
+    let d = Daemon::start(fs_kind);
+    setup(&d.mnt);
+    storm(&d.mnt);
+    let ls = Command::new("ls")
+        .arg("-lR")
+        .arg(&d.mnt)
+        .stdout(Stdio::null())
+        .status()
+        .expect("ls");
+    assert!(ls.success(), "ls -lR on {} failed", d.label());
+    let got = listing(&d.mnt);
+    assert_eq!(got, want, "{} after the storm differs from the model", d.label());
+
+    // Let the kernel forget everything it can, then let the FORGETs it
+    // queued be read (they go before other requests) and served.
+    drop_caches();
+    for _ in 0..20 {
+        let _ = fs::metadata(&d.mnt);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let label = d.label().to_string();
+    let exit = d.finish();
+    assert!(
+        exit.status.is_some_and(|s| s.success()),
+        "{label} did not exit cleanly: {:?}\n{}",
+        exit.status,
+        exit.output_tail
+    );
+    let stats = exit.stats();
+    let live = stats.get("live_nodes").and_then(Json::as_u64);
+    let open = stats.get("open_files").and_then(Json::as_u64);
+    assert_eq!(
+        (live, open),
+        (Some(1), Some(0)),
+        "{label}: after drop_caches and unmount the daemon still held nodes or files \
+         (live_nodes counts the root); stats: {stats:?}"
+    );
+    assert!(exit.op("FORGET", "count") + exit.op("BATCH_FORGET", "count") > 0);
+}
+
+#[test]
+fn rename_storm_then_every_node_forgotten_nodefs() {
+    storm_on(Fs::Nodefs(""));
+}
+
+#[test]
+fn rename_storm_then_every_node_forgotten_pathfs() {
+    storm_on(Fs::Pathfs(""));
+}
