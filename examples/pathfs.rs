@@ -290,11 +290,12 @@ impl PathFilesystem for Mirror {
     }
 
     fn fsync(&self, _: &RequestContext<'_>, file: &File, datasync: bool) -> Result<(), Errno> {
-        Ok(if datasync {
-            file.sync_data()?
+        let r = if datasync {
+            file.sync_data()
         } else {
-            file.sync_all()?
-        })
+            file.sync_all()
+        };
+        Ok(r?)
     }
 
     fn readdir(

@@ -85,7 +85,7 @@ pub enum Forgotten<V> {
 /// assert_eq!(table.forget(a, 2), Forgotten::Dropped(10)); // FORGET a, 2
 /// let (b, gen_b) = table.acquire("b", || 11);
 /// assert!(b != a || gen_b > gen_a, "a reused number gets a new generation");
-/// assert_eq!(table.len(), 1); // the root
+/// assert_eq!(table.len(), 2); // the root and "b"
 /// ```
 pub struct InodeTable<K, V> {
     shards: Box<[Mutex<Shard<K, V>>]>,
@@ -285,8 +285,11 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
 /// table (`fh % SHARDS` is the shard; a thread allocates in a shard of its
 /// own choosing, so opens on different threads do not meet on one lock).
 pub(crate) struct HandleTable<T> {
-    shards: Box<[Mutex<(HashMap<u64, T>, u64)>]>,
+    shards: Box<[Mutex<HandleShard<T>>]>,
 }
+
+/// Open handles of one shard, and the count of handles it gave out.
+type HandleShard<T> = (HashMap<u64, T>, u64);
 
 impl<T: Clone> HandleTable<T> {
     pub(crate) fn new() -> Self {
@@ -295,7 +298,7 @@ impl<T: Clone> HandleTable<T> {
         }
     }
 
-    fn shard(&self, i: u64) -> MutexGuard<'_, (HashMap<u64, T>, u64)> {
+    fn shard(&self, i: u64) -> MutexGuard<'_, HandleShard<T>> {
         self.shards[(i as usize) % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner())

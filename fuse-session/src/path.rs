@@ -300,13 +300,16 @@ impl<F> PathOpened<F> {
     }
 }
 
+/// A directory's children the kernel knows: name → (node id, generation).
+type Children = HashMap<Box<[u8]>, (u64, u64)>;
+
 /// A file or directory the kernel knows, with the names it has in the
 /// tree (several for a hard-linked file, none once unlinked).
 struct PNode {
     /// (parent node id, name) of each name.
     names: Mutex<Vec<(u64, Box<[u8]>)>>,
     /// Children the kernel knows: name → (node id, generation).
-    children: Mutex<HashMap<Box<[u8]>, (u64, u64)>>,
+    children: Mutex<Children>,
     /// Open files of this node (for `fstat` of a file that lost its name).
     open: Mutex<Vec<u64>>,
     /// The attributes last reported (for `fstat` of a removed directory).
