@@ -387,13 +387,14 @@ impl SetattrRequest {
     /// The typed view of the kernel's `fuse_setattr_in`.
     pub fn from_raw(raw: &SetattrIn) -> SetattrRequest {
         let v = SetattrValid::from_bits_retain(raw.valid);
+        // FATTR_ATIME_NOW/MTIME_NOW qualify FATTR_ATIME/MTIME, never come alone.
         let time = |set: SetattrValid, now: SetattrValid, secs: u64, nanos: u32| {
-            if v.contains(now) {
-                Some(TimeOrNow::Now)
-            } else if v.contains(set) {
-                Some(TimeOrNow::SpecificTime(time_from_wire(secs, nanos)))
-            } else {
+            if !v.contains(set) {
                 None
+            } else if v.contains(now) {
+                Some(TimeOrNow::Now)
+            } else {
+                Some(TimeOrNow::SpecificTime(time_from_wire(secs, nanos)))
             }
         };
         SetattrRequest {
