@@ -50,6 +50,8 @@ impl AccessMode {
 /// let f = OpenFlags::from_bits(libc::O_WRONLY | libc::O_APPEND);
 /// assert_eq!(f.access_mode(), AccessMode::WriteOnly);
 /// assert!(f.append() && !f.truncate());
+/// // 3: no reading or writing, but both permissions needed (ioctl opens).
+/// assert_eq!(OpenFlags::from_bits(3).access_mode(), AccessMode::ReadWrite);
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct OpenFlags(i32);
@@ -65,13 +67,15 @@ impl OpenFlags {
         self.0
     }
 
-    /// Read, write or both.
+    /// Read, write or both: what the open needs permission for.
+    ///
+    /// The fourth value, 3, opens for neither (ioctls only) but needs both
+    /// read and write permission on Linux, so it reads as `ReadWrite`.
     pub const fn access_mode(self) -> AccessMode {
         match self.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => AccessMode::ReadOnly,
             libc::O_WRONLY => AccessMode::WriteOnly,
-            libc::O_RDWR => AccessMode::ReadWrite,
-            // O_RDONLY, and the odd value 3 that Linux treats as "no access".
-            _ => AccessMode::ReadOnly,
+            _ => AccessMode::ReadWrite,
         }
     }
 
