@@ -349,6 +349,9 @@ impl<F: Filesystem> Session<F> {
     }
 
     /// Serves the filesystem until it is unmounted or the session is stopped.
+    /// It does not react to signals: a Ctrl-C kills the process and leaves
+    /// the mount behind. [`crate::serve`] mounts, runs and stops on SIGINT,
+    /// SIGTERM and SIGHUP.
     pub fn run(mut self) -> Result<SessionReport, SessionError> {
         signal::install_wake_handler();
         let _registered = self.handle.0.threads.register();
