@@ -167,8 +167,8 @@ pub struct ReadRequest {
 /// A WRITE.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteRequest<'a> {
-    /// Where to write (ignore it for a file opened with `O_APPEND`
-    /// unless the writeback cache is on: then the kernel resolved it).
+    /// Where to write (for a file opened with `O_APPEND`: the end of the
+    /// file as the kernel's cached size says).
     pub offset: u64,
     /// The bytes.
     pub data: &'a [u8],
