@@ -253,7 +253,6 @@ impl Filesystem for NotesFs {
     }
 }
 
-#[allow(dead_code)] // the tests include this file for `NotesFs`
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let mountpoint = std::env::args_os().nth(1).ok_or("usage: notes MOUNTPOINT")?;

@@ -1,16 +1,13 @@
-//! The new user's trial, on real mounts: the `notes` example (three
-//! generated files, one writable) behaves as a user expects from the shell,
-//! its binary leaves no mount behind on SIGINT, SIGTERM or SIGHUP, and a
-//! readdirplus that skips a name keeps the lookup counts balanced.
+//! The new user's trial, on real mounts: the `notes` example program
+//! (three generated files, one writable) behaves as a user expects from the
+//! shell and leaves no mount behind on SIGINT, SIGTERM or SIGHUP; a
+//! READDIRPLUS that skips a name keeps the lookup counts balanced, served
+//! through `fuse_wire::spawn`, whose handle unmounts when dropped.
 //!
 //! Every wait is bounded; a watchdog aborts the FUSE connection of a test
 //! that hangs and then the whole process, saying what it waited for.
 
 mod common;
-
-#[path = "../examples/notes.rs"]
-#[allow(dead_code)]
-mod notes;
 
 use common::TempMountpoint;
 use fuse_wire::reply::{ReplyAttr, ReplyDirectoryPlus, ReplyEntry};
@@ -70,37 +67,121 @@ fn sh(cmd: &str, dir: &Path) -> std::process::Output {
         .expect("run sh")
 }
 
+/// The `notes` binary built next to this test binary.
+fn notes_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("examples/notes");
+    bin.exists().then_some(bin)
+}
+
+/// The `notes` program serving a temporary mountpoint.
+struct Notes {
+    child: Child,
+    mp: TempMountpoint,
+}
+
+impl Notes {
+    /// Starts it and waits (at most 10 s) until it is mounted.
+    fn start(bin: &Path, tag: &str) -> Notes {
+        let mp = TempMountpoint::new(tag);
+        let child = Command::new(bin)
+            .arg(mp.path())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start notes");
+        let mut n = Notes { child, mp };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !common::fuse_mounted_at(n.mp.path()) {
+            if Instant::now() > deadline || n.child.try_wait().unwrap().is_some() {
+                n.kill();
+                panic!(
+                    "waiting for notes to mount on {}: not within 10 s",
+                    n.mp.path().display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        n
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.mp.path().join(name)
+    }
+
+    /// Sends `sig` and waits (at most 10 s) for the program to exit.
+    fn signal_and_wait(&mut self, sig: libc::c_int) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid, not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!("waiting for notes to exit after signal {sig}: still running after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ends the program and frees its mount, whatever state they are in.
+    fn kill(&mut self) {
+        let _ = common::abort_fuse_connection(self.mp.path());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Notes {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill();
+        }
+    }
+}
+
 #[test]
 fn notes_behaves_as_the_shell_expects() {
     if !common::require_mount_capability() {
         return;
     }
-    let mp = TempMountpoint::new("trial-notes");
-    let done = watchdog(mp.path().to_path_buf(), "notes_behaves_as_the_shell_expects");
-    let opts = MountOptions::parse_opts("fsname=notes,default_permissions").unwrap();
-    let running = fuse_wire::spawn(notes::NotesFs::new(), mp.path(), &opts, config()).expect("mount notes");
-    let dir = mp.path();
+    let Some(bin) = notes_binary() else {
+        common::skip("examples/notes is not built (cargo build --examples)");
+        return;
+    };
+    let mut notes = Notes::start(&bin, "trial-notes");
+    let done = watchdog(
+        notes.mp.path().to_path_buf(),
+        "notes_behaves_as_the_shell_expects",
+    );
+    let dir = notes.mp.path().to_path_buf();
 
-    fs::write(dir.join("notes"), "a long first line\n").unwrap();
-    assert_eq!(fs::read(dir.join("notes")).unwrap(), b"a long first line\n");
+    fs::write(notes.path("notes"), "a long first line\n").unwrap();
+    assert_eq!(fs::read(notes.path("notes")).unwrap(), b"a long first line\n");
 
     // `echo > f`: O_TRUNC reaches the filesystem (as a SETATTR of size 0).
-    let out = sh("echo > notes", dir);
+    let out = sh("echo > notes", &dir);
     assert!(out.status.success(), "echo > notes: {out:?}");
     assert_eq!(
-        fs::read(dir.join("notes")).unwrap(),
+        fs::read(notes.path("notes")).unwrap(),
         b"\n",
         "echo > notes must truncate"
     );
-    let out = sh("printf abc > notes", dir);
+    let out = sh("printf abc > notes", &dir);
     assert!(out.status.success(), "printf abc > notes: {out:?}");
-    assert_eq!(fs::read(dir.join("notes")).unwrap(), b"abc", "printf abc > notes");
-    let out = sh("echo def >> notes", dir);
-    assert!(out.status.success());
-    assert_eq!(fs::read(dir.join("notes")).unwrap(), b"abcdef\n");
+    assert_eq!(
+        fs::read(notes.path("notes")).unwrap(),
+        b"abc",
+        "printf abc > notes"
+    );
+    let out = sh("echo def >> notes", &dir);
+    assert!(out.status.success(), "echo def >> notes: {out:?}");
+    assert_eq!(fs::read(notes.path("notes")).unwrap(), b"abcdef\n");
 
     // Generated content (size 0 in its attributes) reads with `cat`.
-    let out = sh("cat uptime hostname reads", dir);
+    let out = sh("cat uptime hostname reads", &dir);
     assert!(out.status.success(), "cat: {out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -111,31 +192,15 @@ fn notes_behaves_as_the_shell_expects() {
     assert!(lines[2].parse::<u64>().unwrap() > 0, "reads: {text:?}");
 
     // Creating is not supported: a clear error, not "Function not implemented".
-    let err = fs::File::create(dir.join("new")).unwrap_err();
+    let err = fs::File::create(notes.path("new")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "touch new: {err}");
-    let err = fs::write(dir.join("uptime"), "x").unwrap_err();
+    let err = fs::write(notes.path("uptime"), "x").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EACCES), "write to uptime: {err}");
 
-    // The background handle unmounts when dropped.
-    drop(running);
-    assert!(
-        !common::fuse_mounted_at(dir),
-        "still mounted after the handle was dropped"
-    );
+    let status = notes.signal_and_wait(libc::SIGTERM);
+    assert!(status.success(), "notes exited with {status}");
+    assert!(!common::fuse_mounted_at(&dir), "still mounted after SIGTERM");
     done.store(true, Ordering::Release);
-}
-
-/// The `notes` binary built next to this test binary.
-fn notes_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("examples/notes");
-    bin.exists().then_some(bin)
-}
-
-/// Kills and reaps `child` (a test that fails must not leave it serving).
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
@@ -147,49 +212,18 @@ fn signals_leave_no_mount_behind() {
         common::skip("examples/notes is not built (cargo build --examples)");
         return;
     };
-    let mp = TempMountpoint::new("trial-signals");
-    let done = watchdog(mp.path().to_path_buf(), "signals_leave_no_mount_behind");
-    for (round, sig) in [
+    let signals = [
         libc::SIGINT,
         libc::SIGTERM,
         libc::SIGINT,
         libc::SIGHUP,
         libc::SIGTERM,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut child = Command::new(&bin)
-            .arg(mp.path())
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start notes");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !common::fuse_mounted_at(mp.path()) {
-            if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-                kill(&mut child);
-                panic!("round {round}: waiting for notes to mount: not mounted within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let uptime = fs::read_to_string(mp.path().join("uptime"));
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                kill(&mut child);
-                let _ = common::abort_fuse_connection(mp.path());
-                panic!(
-                    "round {round}: waiting for notes to exit after signal {sig}: still running after 10 s"
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+    ];
+    for (round, sig) in signals.into_iter().enumerate() {
+        let mut notes = Notes::start(&bin, "trial-signals");
+        let done = watchdog(notes.mp.path().to_path_buf(), "signals_leave_no_mount_behind");
+        let uptime = fs::read_to_string(notes.path("uptime"));
+        let status = notes.signal_and_wait(sig);
         assert!(
             uptime.is_ok_and(|u| u.trim().parse::<u64>().is_ok()),
             "round {round}: uptime"
@@ -199,21 +233,24 @@ fn signals_leave_no_mount_behind() {
             "round {round}: notes exited with {status} after signal {sig}"
         );
         assert!(
-            !common::fuse_mounted_at(mp.path()),
+            !common::fuse_mounted_at(notes.mp.path()),
             "round {round}: still mounted after signal {sig}"
         );
+        done.store(true, Ordering::Release);
     }
-    done.store(true, Ordering::Release);
 }
 
 /// A root directory listing three names, one of which (`bad/name`) the
 /// kernel would refuse; counts the lookup references it hands out.
-struct PlusFs {
+#[derive(Default)]
+struct PlusCounts {
     /// Per node 2, 3, 4: references given minus references forgotten.
     refs: [AtomicI64; 3],
     /// A count went below zero (a FORGET for a reference never counted).
     negative: AtomicBool,
 }
+
+struct PlusFs(Arc<PlusCounts>);
 
 const PLUS_NAMES: [(&str, u64); 3] = [("one", 2), ("bad/name", 3), ("two", 4)];
 
@@ -228,7 +265,7 @@ impl PlusFs {
     }
 
     fn refs(&self, ino: u64) -> Option<&AtomicI64> {
-        self.refs.get(usize::try_from(ino).ok()?.checked_sub(2)?)
+        self.0.refs.get(usize::try_from(ino).ok()?.checked_sub(2)?)
     }
 }
 
@@ -256,7 +293,7 @@ impl Filesystem for PlusFs {
         if let Some(r) = self.refs(ino.0)
             && r.fetch_sub(nlookup as i64, Ordering::SeqCst) < nlookup as i64
         {
-            self.negative.store(true, Ordering::SeqCst);
+            self.0.negative.store(true, Ordering::SeqCst);
         }
     }
 
@@ -296,14 +333,14 @@ fn readdirplus_lookup_counts_stay_balanced_when_a_name_is_skipped() {
         mp.path().to_path_buf(),
         "readdirplus_lookup_counts_stay_balanced_when_a_name_is_skipped",
     );
-    let plus = Arc::new(PlusFs {
-        refs: Default::default(),
-        negative: AtomicBool::new(false),
-    });
-    let session = fuse_wire::Session::mount_arc(plus.clone(), mp.path(), &MountOptions::default(), config())
-        .expect("mount")
-        .spawn()
-        .expect("spawn");
+    let plus = Arc::new(PlusCounts::default());
+    let running = fuse_wire::spawn(
+        PlusFs(plus.clone()),
+        mp.path(),
+        &MountOptions::default(),
+        config(),
+    )
+    .expect("mount");
     let mut names: Vec<String> = fs::read_dir(mp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -333,6 +370,11 @@ fn readdirplus_lookup_counts_stay_balanced_when_a_name_is_skipped() {
         !plus.negative.load(Ordering::SeqCst),
         "a FORGET for a reference never counted"
     );
-    drop(session);
+    // The background handle unmounts when dropped.
+    drop(running);
+    assert!(
+        !common::fuse_mounted_at(mp.path()),
+        "still mounted after the handle was dropped"
+    );
     done.store(true, Ordering::Release);
 }
