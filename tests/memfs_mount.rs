@@ -252,12 +252,8 @@ fn mkdir_rmdir_enotempty() {
     // A FIFO through MKNOD.
     let fifo = cstr(&fs.path("fifo"));
     // SAFETY: mkfifo with a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) },
-        0,
-        "mkfifo: errno {}",
-        errno()
-    );
+    let r = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "mkfifo: errno {}", errno());
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(
         &fs::metadata(fs.path("fifo")).unwrap().file_type()
     ));

@@ -344,11 +344,8 @@ impl Kid {
     fn spawn(uid: u32, path: &CStr, role: Role) -> Kid {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills the two-element array.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
-            0,
-            "pipe2"
-        );
+        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        assert_eq!(r, 0, "pipe2");
         // SAFETY: the child runs only async-signal-safe calls, then _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());

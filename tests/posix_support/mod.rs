@@ -756,11 +756,8 @@ pub struct ForkedChild {
 pub fn fork_child(f: impl FnOnce() -> [i64; CHILD_VALUES]) -> ForkedChild {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints.
-    assert_eq!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
-        0,
-        "pipe2"
-    );
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
     // SAFETY: the child only runs `f` (simple system calls), writes and `_exit`s.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", errno_name(errno()));
