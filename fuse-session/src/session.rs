@@ -17,6 +17,7 @@
 //! used the session says why and serves everything over `/dev/fuse`.
 
 use crate::buffer::AlignedBuf;
+use crate::conn::{Shared, WorkerCore};
 use crate::credentials::{CallerPolicy, ProcCredentials};
 use crate::deferred::Helpers;
 use crate::filesystem::Filesystem;
@@ -29,7 +30,7 @@ use crate::signal::{self, Registered, Threads};
 use crate::stats::{Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
-use crate::worker::{Shared, WorkerCore, WorkerEnd};
+use crate::worker::WorkerEnd;
 use fuse_proto::abi::InitIn;
 use fuse_proto::flags::InitFlags;
 use fuse_proto::request::{ParseConfig, peek_unique};
@@ -384,7 +385,7 @@ impl<F: Filesystem> Session<F> {
         if buf.len() != negotiated.buffer_size() {
             buf = AlignedBuf::receive(negotiated.buffer_size());
         }
-        let slots = Pool::slots(&pool_cfg);
+        let slots = pool_cfg.slots();
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
