@@ -215,6 +215,7 @@ impl Filesystem for TestFs {
                 ctx.on_interrupt(move || {
                     let _ = tx.send(());
                 });
+                self.rec("cb-intr registered".into());
                 let got = rx.recv_timeout(Duration::from_secs(5)).is_ok();
                 self.rec(format!("cb-intr callback={got}"));
                 if got {
@@ -275,11 +276,14 @@ impl Filesystem for TestFs {
                 reply.entry(&entry(60))
             }
             "later" => {
-                // Answer from another thread, after this handler returned.
+                // Answer from another thread, once this handler is done
+                // (its last act is to say so).
+                let (done, handler_done) = std::sync::mpsc::channel::<()>();
                 std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
+                    let _ = handler_done.recv_timeout(Duration::from_secs(5));
                     reply.entry(&entry(61))
                 });
+                let _ = done.send(());
             }
             "enoent" => reply.error(Errno::ENOENT),
             "negative" => reply.negative(ENTRY_TTL),
@@ -2161,7 +2165,7 @@ fn init_newer_major_gets_our_major_then_a_second_init() {
         &fake.recv(),
         &ok_reply(1, &want.bytes(64)),
     );
-    std::thread::sleep(SILENCE);
+    fake.expect_silence("after the answer to major 8");
     assert!(fake.handle.negotiated().is_none(), "nothing is negotiated yet");
 
     fake.send(request(OP_INIT, 3, 0, &init_body(7, 45, 131072, offer_745())));
@@ -2327,10 +2331,9 @@ fn interrupt_after_its_target() {
 
     // The handler registered a callback with ctx.on_interrupt.
     fake.send(request(1, 102, 1, &B::new().cstr("cb-intr").done()));
-    wait_until("the handler to start", || {
-        fake.fs.count(|c| c.contains("name=cb-intr")) == 1
+    wait_until("the handler to register its callback", || {
+        fake.fs.count(|c| c == "cb-intr registered") == 1
     });
-    std::thread::sleep(Duration::from_millis(20));
     fake.send(request(36, 103, 0, &B::new().u64(102).done()));
     assert_bytes(
         "interrupted LOOKUP (callback)",
