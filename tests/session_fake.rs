@@ -276,14 +276,13 @@ impl Filesystem for TestFs {
                 reply.entry(&entry(60))
             }
             "later" => {
-                // Answer from another thread, once this handler is done
-                // (its last act is to say so).
-                let (done, handler_done) = std::sync::mpsc::channel::<()>();
+                // Answer from another thread after this handler returned,
+                // once the test opens the gate.
+                let gate = self.gate.clone();
                 std::thread::spawn(move || {
-                    let _ = handler_done.recv_timeout(Duration::from_secs(5));
+                    gate.wait();
                     reply.entry(&entry(61))
                 });
-                let _ = done.send(());
             }
             "enoent" => reply.error(Errno::ENOENT),
             "negative" => reply.negative(ENTRY_TTL),
@@ -2418,6 +2417,7 @@ fn a_reply_may_come_later_from_another_thread() {
         &fake.roundtrip(request(3, 12, 5, &[0; 16])),
         &ok_reply(12, &attr_out_bytes(5)),
     );
+    fake.fs.gate.open();
     assert_bytes("the late reply", &fake.recv(), &ok_reply(10, &entry_bytes(61)));
 }
 
