@@ -1636,10 +1636,15 @@ fn negotiated_745_fs() -> Arc<TestFs> {
     })
 }
 
+/// Exactly one worker: no reader beyond the cap either. The fake kernel's
+/// receive is not woken by the session's signal, so such a reader, started
+/// when a handler ran longer than `grow_after` on a loaded machine, would
+/// keep a session that DESTROY ended alive until its idle timeout.
 fn one_worker() -> SessionConfig {
     SessionConfig {
         workers: 1,
         max_workers: 1,
+        grow_after: Duration::from_secs(3600),
         track_inflight: true,
         ..Default::default()
     }
