@@ -67,13 +67,6 @@ fn sh(cmd: &str, dir: &Path) -> std::process::Output {
         .expect("run sh")
 }
 
-/// The `notes` binary built next to this test binary.
-fn notes_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("examples/notes");
-    bin.exists().then_some(bin)
-}
-
 /// The `notes` program serving a temporary mountpoint.
 struct Notes {
     child: Child,
@@ -147,10 +140,7 @@ fn notes_behaves_as_the_shell_expects() {
     if !common::require_mount_capability() {
         return;
     }
-    let Some(bin) = notes_binary() else {
-        common::skip("examples/notes is not built (cargo build --examples)");
-        return;
-    };
+    let bin = common::example_binary("notes");
     let mut notes = Notes::start(&bin, "trial-notes");
     let done = watchdog(
         notes.mp.path().to_path_buf(),
@@ -208,10 +198,7 @@ fn signals_leave_no_mount_behind() {
     if !common::require_mount_capability() {
         return;
     }
-    let Some(bin) = notes_binary() else {
-        common::skip("examples/notes is not built (cargo build --examples)");
-        return;
-    };
+    let bin = common::example_binary("notes");
     let signals = [
         libc::SIGINT,
         libc::SIGTERM,

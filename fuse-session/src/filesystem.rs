@@ -38,7 +38,6 @@
 //! empty filesystem, and CREATE answers `EROFS` unless the filesystem
 //! implements [`Filesystem::create`] or [`Filesystem::atomic_open`].
 
-use crate::attr::SetattrRequest;
 use crate::context::RequestContext;
 use crate::init::InitConfig;
 use crate::ops::*;
