@@ -784,6 +784,21 @@ impl PassthroughFs {
     fn drop_lock_owner(&self, inode: &InodeData, owner: u64) {
         if self.opts.posix_lock {
             let gone = inode.lock_owners().remove(&owner);
+            // Unlocked explicitly: closing the descriptor releases the
+            // locks only with the last reference to its open file, which a
+            // system call of another thread may hold for a moment.
+            if let Some(o) = &gone {
+                let mut all = libc::flock {
+                    l_type: libc::F_UNLCK as libc::c_short,
+                    l_whence: libc::SEEK_SET as libc::c_short,
+                    l_start: 0,
+                    l_len: 0,
+                    l_pid: 0,
+                };
+                if let Err(e) = sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut all) {
+                    log::warn!("unlocking the locks of lock owner {owner:#x}: {e}");
+                }
+            }
             drop(gone);
         }
     }
