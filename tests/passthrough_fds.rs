@@ -305,7 +305,11 @@ fn ls_l_of_30000_files_holds_a_bounded_number_of_descriptors() {
     d.doing("the second walk of 30000 files");
     let w = walk(&d, &d.p("big"));
     assert_eq!((w.ok, w.emfile), (FILES, 0), "second walk: {w:?}");
-    assert!(w.max_fds <= bound, "second walk held {} descriptors: {w:?}", w.max_fds);
+    assert!(
+        w.max_fds <= bound,
+        "second walk held {} descriptors: {w:?}",
+        w.max_fds
+    );
 
     // A small cache holds less.
     d.stop();
@@ -384,7 +388,11 @@ fn unlinks_racing_a_large_readdirplus_never_fail_with_emfile() {
     }
     d.doing("the walk after the unlinks");
     let w = walk(&d, &big);
-    assert_eq!((w.ok, w.emfile), (FILES - FILES / 10, 0), "after the unlinks: {w:?}");
+    assert_eq!(
+        (w.ok, w.emfile),
+        (FILES - FILES / 10, 0),
+        "after the unlinks: {w:?}"
+    );
     d.stop();
 }
 
@@ -419,7 +427,11 @@ fn renamed_linked_and_recreated_files_keep_their_identity() {
 
     fs::write(d.p("a"), "one").unwrap();
     let ino = fs::metadata(d.p("a")).unwrap().ino();
-    let mut open = fs::OpenOptions::new().read(true).write(true).open(d.p("a")).unwrap();
+    let mut open = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.p("a"))
+        .unwrap();
     churn(&d, 64);
 
     // Rename: same inode, same data, writes through the old open file land.
@@ -436,7 +448,10 @@ fn renamed_linked_and_recreated_files_keep_their_identity() {
     churn(&d, 64);
     fs::set_permissions(d.p("c"), fs::Permissions::from_mode(0o640)).unwrap();
     churn(&d, 64);
-    let (mb, mc) = (fs::metadata(d.p("sub/b")).unwrap(), fs::metadata(d.p("c")).unwrap());
+    let (mb, mc) = (
+        fs::metadata(d.p("sub/b")).unwrap(),
+        fs::metadata(d.p("c")).unwrap(),
+    );
     assert_eq!((mb.ino(), mb.nlink(), mb.mode() & 0o777), (ino, 2, 0o640));
     assert_eq!((mc.ino(), mc.nlink(), mc.mode() & 0o777), (ino, 2, 0o640));
 
@@ -512,7 +527,12 @@ fn mandatory_file_handles_refuse_a_source_without_them() {
         }
     };
     let mut err = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(!status.success(), "started on /proc/sys: {err}");
     assert!(err.contains("inode_file_handles=mandatory"), "{err}");
     assert!(!common::fuse_mounted_at(tm.path()), "mounted anyway");
