@@ -26,6 +26,10 @@ mod sys;
 #[path = "../examples/passthrough_ll/inodes.rs"]
 mod inodes;
 
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/fdcache.rs"]
+mod fdcache;
+
 use posix_support::*;
 use std::collections::HashSet;
 use std::fs;
@@ -298,7 +302,7 @@ fn inode_table_inserts_into_other_shards_proceed_while_one_is_held() {
         files[1..].iter().cloned().partition(|p| shard(p) == held);
     assert!(!others.is_empty(), "every file hashed to shard {held}");
     let (root_fd, _) = path_fd(base.path());
-    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd).expect("table"));
+    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, fdcache::DEFAULT_CAPACITY).expect("table"));
 
     let guard = table.lock_shard(held);
     let (tx, rx) = mpsc::channel();
@@ -358,7 +362,11 @@ fn inode_table_concurrent_inserts_and_forgets() {
     // SAFETY: `root.0` is an open descriptor we give away to the OwnedFd.
     let root_fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(root.0) };
     std::mem::forget(root);
-    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd).expect("table"));
+    // File handles (where the scratch directory gives them) with a small
+    // descriptor cache: the inserts evict each other's descriptors too.
+    let table = std::sync::Arc::new(
+        inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, 64).expect("table"),
+    );
     let dir: PathBuf = base.path().to_path_buf();
     let ids = bounded("inode table inserts", Duration::from_secs(60), || {}, {
         let table = table.clone();

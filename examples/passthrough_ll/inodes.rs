@@ -166,7 +166,8 @@ impl InodeData {
         }
     }
 
-    /// Whether this inode is known by its file handle.
+    /// Whether this inode is known by its file handle (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn has_handle(&self) -> bool {
         matches!(self.anchor, Anchor::Handle(_))
     }

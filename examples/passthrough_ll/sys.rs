@@ -454,7 +454,9 @@ impl RawFileHandle {
         &self.f_handle[..(self.handle_bytes as usize).min(MAX_HANDLE_SZ)]
     }
 
-    /// A handle of `handle_type` made of `bytes` (at most [`MAX_HANDLE_SZ`]).
+    /// A handle of `handle_type` made of `bytes` (at most [`MAX_HANDLE_SZ`];
+    /// tests).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn from_parts(handle_type: i32, bytes: &[u8]) -> Self {
         let n = bytes.len().min(MAX_HANDLE_SZ);
         let mut f_handle = [0u8; MAX_HANDLE_SZ];
