@@ -302,7 +302,10 @@ fn inode_table_inserts_into_other_shards_proceed_while_one_is_held() {
         files[1..].iter().cloned().partition(|p| shard(p) == held);
     assert!(!others.is_empty(), "every file hashed to shard {held}");
     let (root_fd, _) = path_fd(base.path());
-    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, fdcache::DEFAULT_CAPACITY).expect("table"));
+    let table = std::sync::Arc::new(
+        inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, fdcache::DEFAULT_CAPACITY)
+            .expect("table"),
+    );
 
     let guard = table.lock_shard(held);
     let (tx, rx) = mpsc::channel();
@@ -364,9 +367,8 @@ fn inode_table_concurrent_inserts_and_forgets() {
     std::mem::forget(root);
     // File handles (where the scratch directory gives them) with a small
     // descriptor cache: the inserts evict each other's descriptors too.
-    let table = std::sync::Arc::new(
-        inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, 64).expect("table"),
-    );
+    let table =
+        std::sync::Arc::new(inodes::InodeTable::new(root_fd, inodes::HandleMode::Prefer, 64).expect("table"));
     let dir: PathBuf = base.path().to_path_buf();
     let ids = bounded("inode table inserts", Duration::from_secs(60), || {}, {
         let table = table.clone();

@@ -628,7 +628,12 @@ mod tests {
             };
             let r = run(&c).unwrap();
             assert_eq!(r.len(), 1, "{phase}");
-            assert_eq!((r[0].name, r[0].ops, r[0].errors), (phase, ops, 0), "{phase}: {:?}", r[0]);
+            assert_eq!(
+                (r[0].name, r[0].ops, r[0].errors),
+                (phase, ops, 0),
+                "{phase}: {:?}",
+                r[0]
+            );
         }
         fs::remove_dir_all(&sub).unwrap();
         let r = run(&cfg).unwrap();
