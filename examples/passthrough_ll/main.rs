@@ -15,6 +15,8 @@ mod args;
 mod fdcache;
 mod fs;
 mod handles;
+#[cfg(test)]
+mod inode_table_tests;
 mod inodes;
 mod sys;
 
