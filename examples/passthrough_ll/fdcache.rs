@@ -14,7 +14,6 @@
 //! slots hand out `Arc`s), so the descriptors open are at most the capacity
 //! plus those pinned by open files plus those in use by requests.
 
-use crate::inodes::InodeData;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -24,13 +23,23 @@ const RINGS: usize = 16;
 /// Default capacity (`-o fd_cache=`).
 pub const DEFAULT_CAPACITY: usize = 4096;
 
+/// What the cache needs of an entry (an inode holding a descriptor).
+pub trait Cached {
+    /// Clears the entry's reference bit; whether it was set (used since the
+    /// cache last looked).
+    fn take_referenced(&self) -> bool;
+    /// The entry is off its ring: it must drop its descriptor (unless
+    /// something else keeps it).
+    fn evict_fd(&self);
+}
+
 /// The rings of cached descriptors.
-pub struct FdCache {
-    rings: Box<[Mutex<VecDeque<Weak<InodeData>>>]>,
+pub struct FdCache<T: Cached> {
+    rings: Box<[Mutex<VecDeque<Weak<T>>>]>,
     per_ring: usize,
 }
 
-impl FdCache {
+impl<T: Cached> FdCache<T> {
     /// A cache holding at most `capacity` descriptors (rounded up to a
     /// multiple of the number of rings).
     pub fn new(capacity: usize) -> Self {
@@ -48,14 +57,14 @@ impl FdCache {
         self.per_ring * RINGS
     }
 
-    fn ring(&self, i: usize) -> MutexGuard<'_, VecDeque<Weak<InodeData>>> {
+    fn ring(&self, i: usize) -> MutexGuard<'_, VecDeque<Weak<T>>> {
         self.rings[i % RINGS].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records that `inode`'s slot now holds a descriptor (the caller has
     /// marked it on a ring), evicting others from ring `ring` to make room.
-    pub fn admit(&self, ring: usize, inode: Weak<InodeData>) {
-        let mut victims: Vec<Arc<InodeData>> = Vec::new();
+    pub fn admit(&self, ring: usize, inode: Weak<T>) {
+        let mut victims: Vec<Arc<T>> = Vec::new();
         let mut r = self.ring(ring);
         // Every entry gets at most one second chance per admission.
         let mut chances = r.len();
@@ -85,5 +94,54 @@ impl FdCache {
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn len(&self) -> usize {
         (0..RINGS).map(|i| self.ring(i).len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[derive(Default)]
+    struct Entry {
+        referenced: AtomicBool,
+        evicted: AtomicBool,
+    }
+
+    impl Cached for Entry {
+        fn take_referenced(&self) -> bool {
+            self.referenced.swap(false, Ordering::Relaxed)
+        }
+
+        fn evict_fd(&self) {
+            self.evicted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn rings_evict_in_clock_order_with_a_second_chance() {
+        // Two entries per ring.
+        let c = FdCache::new(2 * RINGS);
+        assert_eq!(c.capacity(), 2 * RINGS);
+        let e: Vec<Arc<Entry>> = (0..4).map(|_| Arc::new(Entry::default())).collect();
+        c.admit(3, Arc::downgrade(&e[0]));
+        c.admit(3, Arc::downgrade(&e[1]));
+        // Another ring is not touched by ring 3's admissions.
+        c.admit(4, Arc::downgrade(&e[3]));
+        // e[0] was used: e[1] goes instead.
+        e[0].referenced.store(true, Ordering::Relaxed);
+        c.admit(3, Arc::downgrade(&e[2]));
+        assert!(!e[0].evicted.load(Ordering::Relaxed));
+        assert!(e[1].evicted.load(Ordering::Relaxed));
+        assert!(!e[3].evicted.load(Ordering::Relaxed));
+        assert_eq!(c.len(), 3);
+        // A dropped entry frees its place without an eviction.
+        let gone = Arc::downgrade(&e[2]);
+        drop(e);
+        assert!(gone.upgrade().is_none());
+        let f = Arc::new(Entry::default());
+        c.admit(3, Arc::downgrade(&f));
+        assert!(!f.evicted.load(Ordering::Relaxed));
+        assert!(c.len() <= 2 * RINGS);
     }
 }

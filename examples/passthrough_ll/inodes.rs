@@ -25,7 +25,7 @@
 //! A slot is reused after its inode is forgotten; its generation number then
 //! grows, so `(node id, generation)` never repeats.
 
-use crate::fdcache::FdCache;
+use crate::fdcache::{Cached, FdCache};
 use crate::sys::{self, RawFileHandle};
 use fuse_wire::session::BackingFile;
 use fuse_wire::session::credentials;
@@ -215,7 +215,7 @@ impl InodeData {
 
     /// The cache took this inode off its ring: drop the descriptor unless
     /// open files pin it.
-    pub fn evict_fd(&self) {
+    fn evict(&self) {
         let Anchor::Handle(a) = &self.anchor else { return };
         let mut s = a.slot();
         s.in_ring = false;
@@ -225,7 +225,7 @@ impl InodeData {
     }
 
     /// Clears the reference bit; whether it was set.
-    pub fn take_referenced(&self) -> bool {
+    fn clear_referenced(&self) -> bool {
         match &self.anchor {
             Anchor::Handle(a) => {
                 a.referenced.load(Ordering::Relaxed) && a.referenced.swap(false, Ordering::Relaxed)
@@ -260,6 +260,16 @@ impl InodeData {
     }
 }
 
+impl Cached for InodeData {
+    fn take_referenced(&self) -> bool {
+        self.clear_referenced()
+    }
+
+    fn evict_fd(&self) {
+        self.evict()
+    }
+}
+
 /// What file-handle mode needs: the descriptor `open_by_handle_at` resolves
 /// handles on, the mount they must come from, and the cache.
 struct Handles {
@@ -269,7 +279,7 @@ struct Handles {
     /// The id of the source's mount: handles of inodes on other mounts are
     /// not taken (they would resolve on the wrong filesystem).
     mount_id: i32,
-    cache: FdCache,
+    cache: FdCache<InodeData>,
 }
 
 /// Checks that the filesystem behind `root` (a directory) gives file handles
