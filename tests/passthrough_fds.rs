@@ -21,7 +21,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Files in the big directory: more than the daemon may open.
@@ -34,30 +34,6 @@ const NOFILE: u64 = 20000;
 const SLACK: usize = 128;
 /// How long one test may take.
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn example_binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let bin = profile_dir.join("examples").join("passthrough_ll");
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--example", "passthrough_ll"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example passthrough_ll");
-            assert!(status.success(), "building the passthrough_ll example failed");
-        }
-        assert!(bin.exists(), "{} not found", bin.display());
-        bin
-    })
-    .clone()
-}
 
 /// What the test is waiting for now, for the deadline's message.
 type Doing = Arc<Mutex<&'static str>>;
@@ -82,7 +58,7 @@ impl Daemon {
                 o.push_str(x);
             }
         }
-        let mut cmd = Command::new(example_binary());
+        let mut cmd = Command::new(common::example_binary("passthrough_ll"));
         cmd.arg(src)
             .arg(tm.path())
             .arg("-o")
@@ -518,7 +494,7 @@ fn mandatory_file_handles_refuse_a_source_without_them() {
     }
     let tm = TempMountpoint::new("pt-fds-mandatory");
     // procfs gives no file handles.
-    let mut child = Command::new(example_binary())
+    let mut child = Command::new(common::example_binary("passthrough_ll"))
         .arg("/proc/sys")
         .arg(tm.path())
         .args(["-o", "inode_file_handles=mandatory"])
