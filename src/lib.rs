@@ -85,6 +85,11 @@
 //!   methods on the reply handles.
 #![forbid(unsafe_code)]
 
+/// The README's code, compiled as a doctest so that it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use fuse_proto as proto;
 pub use fuse_session as session;
 pub use fuse_session::{

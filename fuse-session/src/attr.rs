@@ -1,14 +1,13 @@
 //! Attributes as a filesystem thinks of them: [`FileAttr`] with
-//! [`SystemTime`] times and a [`FileKind`], and [`SetattrRequest`], the
-//! changes a SETATTR asks for as one `Option` per field.
+//! [`SystemTime`] times and a [`FileKind`], and the time conversions to and
+//! from the kernel's seconds + nanoseconds.
 //!
-//! Both convert to and from the kernel's structs (`fuse_attr`,
-//! `fuse_setattr_in` in [`fuse_proto::abi`]) for code that wants the raw
-//! form; the conversions keep every bit (times before 1970 included).
+//! A `FileAttr` converts to and from the kernel's `fuse_attr` (in
+//! [`fuse_proto::abi`]) for code that wants the raw form; the conversion
+//! keeps every bit (times before 1970 included). The changes a SETATTR asks
+//! for are [`crate::ops::SetattrRequest`].
 
-use crate::types::{FileHandle, LockOwner};
-use fuse_proto::abi::{Attr, SetattrIn};
-use fuse_proto::flags::SetattrValid;
+use fuse_proto::abi::Attr;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -329,148 +328,6 @@ pub fn time_from_wire(secs: u64, nanos: u32) -> SystemTime {
     base.and_then(|b| b.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
 }
 
-/// A time SETATTR asks for: a given one, or "now" (`utimensat` with
-/// `UTIME_NOW`, `touch` without `-d`), which the filesystem reads from its
-/// own clock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TimeOrNow {
-    /// This time.
-    SpecificTime(SystemTime),
-    /// The filesystem's current time.
-    Now,
-}
-
-impl TimeOrNow {
-    /// The time, with `Now` read from the system clock.
-    pub fn resolve(self) -> SystemTime {
-        match self {
-            TimeOrNow::SpecificTime(t) => t,
-            TimeOrNow::Now => SystemTime::now(),
-        }
-    }
-}
-
-/// The changes a SETATTR asks for: each field that is `Some` is to be set.
-///
-/// The kernel sends SETATTR for `chmod`, `chown`, `truncate`/`ftruncate`
-/// (and for `open(O_TRUNC)` unless the filesystem asked for
-/// `ATOMIC_O_TRUNC`), `utimensat`/`touch`, and, with the writeback cache,
-/// to store times it kept. Reply with the attributes after the change.
-#[derive(Clone, Copy, Debug)]
-#[non_exhaustive]
-pub struct SetattrRequest {
-    /// New permission bits (set-ID and sticky included).
-    pub perm: Option<u16>,
-    /// New owner.
-    pub uid: Option<u32>,
-    /// New group.
-    pub gid: Option<u32>,
-    /// New size (truncate or extend with zeros).
-    pub size: Option<u64>,
-    /// New access time.
-    pub atime: Option<TimeOrNow>,
-    /// New modification time.
-    pub mtime: Option<TimeOrNow>,
-    /// New change time (sent by the kernel only with the writeback cache).
-    pub ctime: Option<SystemTime>,
-    /// The open file the change comes through (`ftruncate`, `fchmod`…).
-    pub fh: Option<FileHandle>,
-    /// The lock owner of a truncation through an open file.
-    pub lock_owner: Option<LockOwner>,
-    /// Clear set-user-ID and set-group-ID (`FATTR_KILL_SUIDGID`; sent only
-    /// when the filesystem asked for `HANDLE_KILLPRIV_V2`).
-    pub kill_suidgid: bool,
-    raw: SetattrIn,
-}
-
-impl SetattrRequest {
-    /// The typed view of the kernel's `fuse_setattr_in`.
-    pub fn from_raw(raw: &SetattrIn) -> SetattrRequest {
-        let v = SetattrValid::from_bits_retain(raw.valid);
-        let time = |set: SetattrValid, now: SetattrValid, secs: u64, nanos: u32| {
-            if v.contains(now) {
-                Some(TimeOrNow::Now)
-            } else if v.contains(set) {
-                Some(TimeOrNow::SpecificTime(time_from_wire(secs, nanos)))
-            } else {
-                None
-            }
-        };
-        SetattrRequest {
-            perm: v
-                .contains(SetattrValid::MODE)
-                .then_some((raw.mode & 0o7777) as u16),
-            uid: v.contains(SetattrValid::UID).then_some(raw.uid),
-            gid: v.contains(SetattrValid::GID).then_some(raw.gid),
-            size: v.contains(SetattrValid::SIZE).then_some(raw.size),
-            atime: time(
-                SetattrValid::ATIME,
-                SetattrValid::ATIME_NOW,
-                raw.atime,
-                raw.atimensec,
-            ),
-            mtime: time(
-                SetattrValid::MTIME,
-                SetattrValid::MTIME_NOW,
-                raw.mtime,
-                raw.mtimensec,
-            ),
-            ctime: v
-                .contains(SetattrValid::CTIME)
-                .then(|| time_from_wire(raw.ctime, raw.ctimensec)),
-            fh: v.contains(SetattrValid::FH).then_some(FileHandle(raw.fh)),
-            lock_owner: v
-                .contains(SetattrValid::LOCKOWNER)
-                .then_some(LockOwner(raw.lock_owner)),
-            kill_suidgid: v.contains(SetattrValid::KILL_SUIDGID),
-            raw: *raw,
-        }
-    }
-
-    /// The kernel's struct as it arrived (`valid` says which fields apply;
-    /// see [`SetattrValid`]).
-    pub fn raw(&self) -> &SetattrIn {
-        &self.raw
-    }
-
-    /// Which fields the kernel marked valid.
-    pub fn valid(&self) -> SetattrValid {
-        SetattrValid::from_bits_retain(self.raw.valid)
-    }
-
-    /// Applies the ownership, permission, size and time changes to `attr`
-    /// (`Now` read once from the system clock), and sets its ctime to the
-    /// requested one or, if anything changed, to now. Checks nothing: the
-    /// permission rules are the filesystem's to apply before.
-    pub fn apply_to(&self, attr: &mut FileAttr) {
-        let now = SystemTime::now();
-        let at = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => t,
-            TimeOrNow::Now => now,
-        };
-        if let Some(p) = self.perm {
-            attr.perm = p & 0o7777;
-        }
-        if let Some(u) = self.uid {
-            attr.uid = u;
-        }
-        if let Some(g) = self.gid {
-            attr.gid = g;
-        }
-        if let Some(s) = self.size {
-            *attr = attr.with_size(s);
-            attr.mtime = now;
-        }
-        if let Some(t) = self.atime {
-            attr.atime = at(t);
-        }
-        if let Some(t) = self.mtime {
-            attr.mtime = at(t);
-        }
-        attr.ctime = self.ctime.unwrap_or(now);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,23 +355,5 @@ mod tests {
         assert_eq!(raw.mode, libc::S_IFLNK | 0o4755);
         assert_eq!(FileAttr::from_abi(&raw), Some(a));
         assert_eq!(FileAttr::from_abi(&Attr { mode: 0o644, ..raw }), None);
-    }
-
-    #[test]
-    fn setattr_now_wins_over_a_given_time() {
-        let raw = SetattrIn {
-            valid: (SetattrValid::ATIME | SetattrValid::ATIME_NOW | SetattrValid::MTIME | SetattrValid::SIZE)
-                .bits(),
-            mtime: 10,
-            size: 0,
-            ..Default::default()
-        };
-        let r = SetattrRequest::from_raw(&raw);
-        assert_eq!(r.atime, Some(TimeOrNow::Now));
-        assert_eq!(
-            r.mtime,
-            Some(TimeOrNow::SpecificTime(UNIX_EPOCH + Duration::from_secs(10)))
-        );
-        assert_eq!((r.size, r.perm, r.fh), (Some(0), None, None));
     }
 }

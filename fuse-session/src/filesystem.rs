@@ -38,7 +38,6 @@
 //! empty filesystem, and CREATE answers `EROFS` unless the filesystem
 //! implements [`Filesystem::create`] or [`Filesystem::atomic_open`].
 
-use crate::attr::SetattrRequest;
 use crate::context::RequestContext;
 use crate::init::InitConfig;
 use crate::ops::*;
@@ -206,8 +205,8 @@ pub trait Filesystem: Send + Sync + 'static {
     /// READ: up to `req.size` bytes at `req.offset`. Reply
     /// [`ReplyData::data`]; a shorter reply means end of file (with
     /// `DIRECT_IO` it is returned to the caller as is). Without `DIRECT_IO`
-    /// reads come from the page cache in page-sized pieces and stop at the
-    /// size in the attributes.
+    /// the kernel reads whole pages (and reads ahead) to fill its page
+    /// cache, and never beyond the size in the attributes.
     fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
         let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);

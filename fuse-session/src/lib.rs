@@ -88,6 +88,7 @@
 pub mod attr;
 pub mod backing;
 mod buffer;
+mod conn;
 pub mod context;
 pub mod credentials;
 pub mod deferred;
@@ -112,7 +113,7 @@ pub mod transport;
 pub mod types;
 mod worker;
 
-pub use attr::{FileAttr, FileKind, SetattrRequest, TimeOrNow};
+pub use attr::{FileAttr, FileKind};
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
 pub use credentials::{ActingAs, Caller, ProcCredentials};
@@ -128,7 +129,7 @@ pub use notify::Notifier;
 pub use ops::{
     AccessMode, CopyFileRangeRequest, CreateRequest, FallocateRequest, IoctlRequest, LockRequest,
     LseekRequest, MknodRequest, OpenFlags, PollRequest, ReadRequest, ReleaseRequest, RenameFlags,
-    RenameRequest, SetxattrRequest, StatxRequest, WriteRequest,
+    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteRequest,
 };
 pub use reply::{DirAdd, DirPlusAdd};
 pub use serve::{serve, serve_with, spawn};

@@ -1,16 +1,19 @@
 //! Typed arguments of [`crate::Filesystem`] methods: open flags with their
-//! access mode, rename flags, and one request value for each operation with
-//! more arguments than fit a readable signature (READ, WRITE, RELEASE,
-//! CREATE, MKNOD, RENAME, SETXATTR, locks, IOCTL, POLL, FALLOCATE, LSEEK,
+//! access mode, rename flags, the changes of a SETATTR as one `Option` per
+//! field, and one request value for each operation with more arguments
+//! than fit a readable signature (READ, WRITE, RELEASE, CREATE, MKNOD,
+//! RENAME, SETXATTR, locks, IOCTL, POLL, FALLOCATE, LSEEK,
 //! COPY_FILE_RANGE, STATX).
 //!
 //! The values are built by the session from the kernel's structs; their
 //! fields are public.
 
-use crate::attr::FileKind;
+use crate::attr::{FileAttr, FileKind, time_from_wire};
 use crate::types::{FileHandle, Inode, Lock, LockOwner, PollHandle};
-use fuse_proto::flags::{IoctlFlags, SetxattrFlags, WriteFlags};
+use fuse_proto::abi::SetattrIn;
+use fuse_proto::flags::{IoctlFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use std::ffi::CStr;
+use std::time::SystemTime;
 
 /// How a file was opened: `O_RDONLY`, `O_WRONLY` or `O_RDWR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +53,8 @@ impl AccessMode {
 /// let f = OpenFlags::from_bits(libc::O_WRONLY | libc::O_APPEND);
 /// assert_eq!(f.access_mode(), AccessMode::WriteOnly);
 /// assert!(f.append() && !f.truncate());
+/// // 3: no reading or writing, but both permissions needed (ioctl opens).
+/// assert_eq!(OpenFlags::from_bits(3).access_mode(), AccessMode::ReadWrite);
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct OpenFlags(i32);
@@ -65,13 +70,15 @@ impl OpenFlags {
         self.0
     }
 
-    /// Read, write or both.
+    /// Read, write or both: what the open needs permission for.
+    ///
+    /// The fourth value, 3, opens for neither (ioctls only) but needs both
+    /// read and write permission on Linux, so it reads as `ReadWrite`.
     pub const fn access_mode(self) -> AccessMode {
         match self.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => AccessMode::ReadOnly,
             libc::O_WRONLY => AccessMode::WriteOnly,
-            libc::O_RDWR => AccessMode::ReadWrite,
-            // O_RDONLY, and the odd value 3 that Linux treats as "no access".
-            _ => AccessMode::ReadOnly,
+            _ => AccessMode::ReadWrite,
         }
     }
 
@@ -163,8 +170,8 @@ pub struct ReadRequest {
 /// A WRITE.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteRequest<'a> {
-    /// Where to write (ignore it for a file opened with `O_APPEND`
-    /// unless the writeback cache is on: then the kernel resolved it).
+    /// Where to write (for a file opened with `O_APPEND`: the end of the
+    /// file as the kernel's cached size says).
     pub offset: u64,
     /// The bytes.
     pub data: &'a [u8],
@@ -341,4 +348,171 @@ pub struct StatxRequest {
     pub flags: u32,
     /// The `STATX_*` fields wanted.
     pub mask: u32,
+}
+
+/// A time SETATTR asks for: a given one, or "now" (`utimensat` with
+/// `UTIME_NOW`, `touch` without `-d`), which the filesystem reads from its
+/// own clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimeOrNow {
+    /// This time.
+    SpecificTime(SystemTime),
+    /// The filesystem's current time.
+    Now,
+}
+
+impl TimeOrNow {
+    /// The time, with `Now` read from the system clock.
+    pub fn resolve(self) -> SystemTime {
+        match self {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => SystemTime::now(),
+        }
+    }
+}
+
+/// The changes a SETATTR asks for: each field that is `Some` is to be set.
+///
+/// The kernel sends SETATTR for `chmod`, `chown`, `truncate`/`ftruncate`
+/// (and for `open(O_TRUNC)` unless the filesystem asked for
+/// `ATOMIC_O_TRUNC`), `utimensat`/`touch`, and, with the writeback cache,
+/// to store times it kept. Reply with the attributes after the change.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct SetattrRequest {
+    /// New permission bits (set-ID and sticky included).
+    pub perm: Option<u16>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate or extend with zeros).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeOrNow>,
+    /// New modification time.
+    pub mtime: Option<TimeOrNow>,
+    /// New change time (sent by the kernel only with the writeback cache).
+    pub ctime: Option<SystemTime>,
+    /// The open file the change comes through (`ftruncate`, `fchmod`…).
+    pub fh: Option<FileHandle>,
+    /// The lock owner of a truncation through an open file.
+    pub lock_owner: Option<LockOwner>,
+    /// Clear set-user-ID and set-group-ID (`FATTR_KILL_SUIDGID`; sent only
+    /// when the filesystem asked for `HANDLE_KILLPRIV_V2`).
+    pub kill_suidgid: bool,
+    raw: SetattrIn,
+}
+
+impl SetattrRequest {
+    /// The typed view of the kernel's `fuse_setattr_in`.
+    pub fn from_raw(raw: &SetattrIn) -> SetattrRequest {
+        let v = SetattrValid::from_bits_retain(raw.valid);
+        // FATTR_ATIME_NOW/MTIME_NOW qualify FATTR_ATIME/MTIME, never come alone.
+        let time = |set: SetattrValid, now: SetattrValid, secs: u64, nanos: u32| {
+            if !v.contains(set) {
+                None
+            } else if v.contains(now) {
+                Some(TimeOrNow::Now)
+            } else {
+                Some(TimeOrNow::SpecificTime(time_from_wire(secs, nanos)))
+            }
+        };
+        SetattrRequest {
+            perm: v
+                .contains(SetattrValid::MODE)
+                .then_some((raw.mode & 0o7777) as u16),
+            uid: v.contains(SetattrValid::UID).then_some(raw.uid),
+            gid: v.contains(SetattrValid::GID).then_some(raw.gid),
+            size: v.contains(SetattrValid::SIZE).then_some(raw.size),
+            atime: time(
+                SetattrValid::ATIME,
+                SetattrValid::ATIME_NOW,
+                raw.atime,
+                raw.atimensec,
+            ),
+            mtime: time(
+                SetattrValid::MTIME,
+                SetattrValid::MTIME_NOW,
+                raw.mtime,
+                raw.mtimensec,
+            ),
+            ctime: v
+                .contains(SetattrValid::CTIME)
+                .then(|| time_from_wire(raw.ctime, raw.ctimensec)),
+            fh: v.contains(SetattrValid::FH).then_some(FileHandle(raw.fh)),
+            lock_owner: v
+                .contains(SetattrValid::LOCKOWNER)
+                .then_some(LockOwner(raw.lock_owner)),
+            kill_suidgid: v.contains(SetattrValid::KILL_SUIDGID),
+            raw: *raw,
+        }
+    }
+
+    /// The kernel's struct as it arrived (`valid` says which fields apply;
+    /// see [`SetattrValid`]).
+    pub fn raw(&self) -> &SetattrIn {
+        &self.raw
+    }
+
+    /// Which fields the kernel marked valid.
+    pub fn valid(&self) -> SetattrValid {
+        SetattrValid::from_bits_retain(self.raw.valid)
+    }
+
+    /// Applies the ownership, permission, size and time changes to `attr`
+    /// (`Now` read once from the system clock), and sets its ctime to the
+    /// requested one or, if anything changed, to now. Checks nothing: the
+    /// permission rules are the filesystem's to apply before.
+    pub fn apply_to(&self, attr: &mut FileAttr) {
+        let now = SystemTime::now();
+        let at = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => now,
+        };
+        if let Some(p) = self.perm {
+            attr.perm = p & 0o7777;
+        }
+        if let Some(u) = self.uid {
+            attr.uid = u;
+        }
+        if let Some(g) = self.gid {
+            attr.gid = g;
+        }
+        if let Some(s) = self.size {
+            *attr = attr.with_size(s);
+            attr.mtime = now;
+        }
+        if let Some(t) = self.atime {
+            attr.atime = at(t);
+        }
+        if let Some(t) = self.mtime {
+            attr.mtime = at(t);
+        }
+        attr.ctime = self.ctime.unwrap_or(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn setattr_now_wins_over_a_given_time() {
+        let raw = SetattrIn {
+            valid: (SetattrValid::ATIME | SetattrValid::ATIME_NOW | SetattrValid::MTIME | SetattrValid::SIZE)
+                .bits(),
+            mtime: 10,
+            size: 0,
+            ..Default::default()
+        };
+        let r = SetattrRequest::from_raw(&raw);
+        assert_eq!(r.atime, Some(TimeOrNow::Now));
+        assert_eq!(
+            r.mtime,
+            Some(TimeOrNow::SpecificTime(UNIX_EPOCH + Duration::from_secs(10)))
+        );
+        assert_eq!((r.size, r.perm, r.fh), (Some(0), None, None));
+    }
 }
