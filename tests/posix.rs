@@ -870,7 +870,11 @@ fn check_symlinks(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn symlinks_and_escapes() {
-    differential("symlinks", check_symlinks, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH]);
+    differential(
+        "symlinks",
+        check_symlinks,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -959,7 +963,11 @@ fn check_rename(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn rename_and_renameat2() {
-    differential("rename", check_rename, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH]);
+    differential(
+        "rename",
+        check_rename,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1028,7 +1036,11 @@ fn check_dirs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mkdir_and_rmdir() {
-    differential("mkdir_rmdir", check_dirs, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH]);
+    differential(
+        "mkdir_rmdir",
+        check_dirs,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------

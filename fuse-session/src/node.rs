@@ -80,7 +80,7 @@
 //! // fuse_session::serve(fs, "/mnt/hello", &Default::default())?;
 //! ```
 
-use crate::attr::{FileAttr, FileKind, SetattrRequest};
+use crate::attr::{FileAttr, FileKind};
 use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
