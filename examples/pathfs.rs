@@ -30,7 +30,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-struct Mirror {
+pub struct Mirror {
     source: PathBuf,
     passthrough: bool,
 }
@@ -68,6 +68,14 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
 }
 
 impl Mirror {
+    /// A mirror of `source` (without passthrough).
+    pub fn new(source: PathBuf) -> Mirror {
+        Mirror {
+            source,
+            passthrough: false,
+        }
+    }
+
     fn real(&self, path: &Path) -> PathBuf {
         self.source.join(path.strip_prefix("/").unwrap_or(path))
     }

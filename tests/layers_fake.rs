@@ -9,12 +9,17 @@
 
 mod common_fake;
 #[allow(dead_code)]
+#[path = "../examples/pathfs.rs"]
+mod pathfs;
+#[allow(dead_code)]
 #[path = "../examples/nodefs/tree.rs"]
 mod tree;
 
 use common_fake::*;
 use fuse_wire::node::{DirFill, Node, NodeFs, NodeRef};
+use fuse_wire::path::PathFs;
 use fuse_wire::proto::flags::InitFlags;
+use fuse_wire::session::Filesystem;
 use fuse_wire::{Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
 use std::collections::HashSet;
 use std::ffi::CStr;
@@ -27,6 +32,8 @@ const SYMLINK: u32 = 6;
 const MKNOD: u32 = 8;
 const MKDIR: u32 = 9;
 const UNLINK: u32 = 10;
+const RENAME: u32 = 12;
+const WRITE: u32 = 16;
 const LINK: u32 = 13;
 const RELEASE: u32 = 18;
 const CREATE: u32 = 35;
@@ -55,14 +62,44 @@ fn capture_logs() {
 
 // ---- the session ----
 
-struct Kernel {
-    fake: Fake<NodeFs>,
+/// What the tests read of a layer's table.
+trait Counted: Filesystem {
+    fn counts(&self) -> Vec<(Inode, u64)>;
+    fn live(&self) -> usize;
+}
+
+impl Counted for NodeFs {
+    fn counts(&self) -> Vec<(Inode, u64)> {
+        self.lookup_counts()
+    }
+    fn live(&self) -> usize {
+        self.live_nodes()
+    }
+}
+
+impl Counted for PathFs<pathfs::Mirror> {
+    fn counts(&self) -> Vec<(Inode, u64)> {
+        self.lookup_counts()
+    }
+    fn live(&self) -> usize {
+        self.live_nodes()
+    }
+}
+
+struct Kernel<F: Counted = NodeFs> {
+    fake: Fake<F>,
     unique: std::cell::Cell<u64>,
 }
 
-impl Kernel {
-    fn start(root: NodeRef) -> Kernel {
-        let fake = Fake::start(Arc::new(NodeFs::new(root)), SessionConfig::default());
+impl Kernel<NodeFs> {
+    fn start(root: NodeRef) -> Self {
+        Self::serve(NodeFs::new(root))
+    }
+}
+
+impl<F: Counted> Kernel<F> {
+    fn serve(fs: F) -> Self {
+        let fake = Fake::start(Arc::new(fs), SessionConfig::default());
         fake.init_ready(45, InitFlags::DO_READDIRPLUS.bits());
         Kernel {
             fake,
@@ -70,7 +107,7 @@ impl Kernel {
         }
     }
 
-    fn fs(&self) -> &NodeFs {
+    fn fs(&self) -> &F {
         &self.fake.fs
     }
 
@@ -124,8 +161,8 @@ impl Kernel {
         self.entry(LINK, parent, &B::new().u64(ino).name(name).done()).0
     }
 
-    /// CREATE, then RELEASE of the handle; the new node id.
-    fn create(&self, parent: u64, name: &str) -> (u64, u64) {
+    /// CREATE; the new node id, generation and file handle.
+    fn create_open(&self, parent: u64, name: &str) -> (u64, u64, u64) {
         let body = B::new()
             .u32((libc::O_CREAT | libc::O_RDWR) as u32)
             .u32(libc::S_IFREG | 0o644)
@@ -135,10 +172,44 @@ impl Kernel {
             .done();
         let (err, b) = self.call(CREATE, parent, &body);
         assert_eq!(err, 0, "CREATE {name} failed");
-        let (ino, generation, fh) = (u64_at(&b, 0), u64_at(&b, 8), u64_at(&b, 128));
+        (u64_at(&b, 0), u64_at(&b, 8), u64_at(&b, 128))
+    }
+
+    fn release(&self, ino: u64, fh: u64) {
         let rel = B::new().u64(fh).u32(0).u32(0).u64(0).done();
         assert_eq!(self.call(RELEASE, ino, &rel).0, 0);
+    }
+
+    /// CREATE, then RELEASE of the handle; the new node id.
+    fn create(&self, parent: u64, name: &str) -> (u64, u64) {
+        let (ino, generation, fh) = self.create_open(parent, name);
+        self.release(ino, fh);
         (ino, generation)
+    }
+
+    fn rename(&self, parent: u64, name: &str, newparent: u64, newname: &str) -> i32 {
+        self.call(
+            RENAME,
+            parent,
+            &B::new().u64(newparent).name(name).name(newname).done(),
+        )
+        .0
+    }
+
+    /// GETATTR (through `fh` if given): (error, nlink, size).
+    fn getattr(&self, ino: u64, fh: Option<u64>) -> (i32, u32, u64) {
+        let body = B::new()
+            .u32(if fh.is_some() { 1 } else { 0 })
+            .u32(0)
+            .u64(fh.unwrap_or(0))
+            .done();
+        let (err, b) = self.call(GETATTR, ino, &body);
+        if err != 0 {
+            return (err, 0, 0);
+        }
+        // fuse_attr_out: 16 bytes, then fuse_attr (size at 8, nlink at 64).
+        let nlink = u32::from_ne_bytes(b[16 + 64..16 + 68].try_into().unwrap());
+        (0, nlink, u64_at(&b, 16 + 8))
     }
 
     /// READDIRPLUS of `dir` from `offset` with a `size`-byte buffer: the
@@ -182,7 +253,7 @@ impl Kernel {
 
     fn count(&self, ino: u64) -> Option<u64> {
         self.fs()
-            .lookup_counts()
+            .counts()
             .into_iter()
             .find(|&(i, _)| i == Inode(ino))
             .map(|(_, n)| n)
@@ -196,7 +267,7 @@ impl Kernel {
         // FORGETs have no reply: wait (bounded) for them to take effect.
         let start = std::time::Instant::now();
         loop {
-            let got = self.fs().lookup_counts();
+            let got = self.fs().counts();
             if got == want {
                 return;
             }
@@ -261,7 +332,7 @@ fn lookup_counts_follow_every_entry_reply_and_forget() {
     k.expect_counts("BATCH_FORGET", &[(d, 2), (p, 2)]);
     k.batch_forget(&[(p, 2), (d, 2)]);
     k.expect_counts("BATCH_FORGET of the rest", &[]);
-    assert_eq!(k.fs().live_nodes(), 1, "only the root is left");
+    assert_eq!(k.fs().live(), 1, "only the root is left");
     // The tree still has them: a new LOOKUP finds them again.
     let (d2, _) = k.lookup(1, "d");
     let (f2, _) = k.lookup(d2, "g");
@@ -370,7 +441,71 @@ fn skipped_and_truncated_readdirplus_entries_are_not_counted() {
     let (g1, g2) = (got[2].1, got[3].1);
     assert_ne!(g1, g2);
     k.expect_counts("skipped and truncated entries", &[(g1, 1), (g2, 1)]);
-    assert_eq!(k.fs().live_nodes(), 3, "root, good1 and good2 only");
+    assert_eq!(k.fs().live(), 3, "root, good1 and good2 only");
     k.batch_forget(&[(g1, 1), (g2, 1)]);
     k.expect_counts("all forgotten", &[]);
+}
+
+// ---- the path layer ----
+
+#[test]
+fn path_layer_counts_and_moves_names_with_renames_and_unlinks() {
+    let src = std::env::temp_dir().join(format!("fuse-wire-layers-fake-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir(&src).unwrap();
+    let k = Kernel::serve(PathFs::new(pathfs::Mirror::new(src.clone())));
+    let path = |ino: u64| k.fs().path_of(Inode(ino)).map(|p| p.display().to_string());
+
+    let d = k.mkdir(1, "d");
+    let e = k.mkdir(d, "e");
+    let (f, _, fh) = k.create_open(e, "f");
+    assert_eq!(k.lookup(d, "e").0, e);
+    k.expect_counts("MKDIR, CREATE, LOOKUP", &[(d, 1), (e, 2), (f, 1)]);
+    assert_eq!(path(f).as_deref(), Some("/d/e/f"));
+
+    // A directory rename moves the subtree.
+    assert_eq!(k.rename(1, "d", 1, "x"), 0);
+    assert_eq!(path(f).as_deref(), Some("/x/e/f"));
+    assert!(src.join("x/e/f").exists());
+    assert_eq!(k.lookup(d, "e").0, e, "the moved directory keeps its node");
+
+    // Unlinked while open: no path, but the open file still works.
+    assert_eq!(k.call(UNLINK, e, &B::new().name("f").done()).0, 0);
+    assert_eq!(path(f), None);
+    let w = B::new()
+        .u64(fh)
+        .u64(0)
+        .u32(5)
+        .u32(0)
+        .u64(0)
+        .u32(0)
+        .u32(0)
+        .bytes(b"hello")
+        .done();
+    assert_eq!(k.call(WRITE, f, &w).0, 0, "WRITE through the open file");
+    assert_eq!(k.getattr(f, Some(fh)), (0, 0, 5), "fstat through the file");
+    assert_eq!(
+        k.getattr(f, None),
+        (0, 0, 5),
+        "GETATTR of the unnamed node uses its open file"
+    );
+    assert_eq!(k.lookup(1, "x").0, d);
+    k.release(f, fh);
+
+    // A hard link is the same node; renaming one name onto the other does nothing.
+    let (g, _) = k.create(d, "g");
+    assert_eq!(k.link(g, d, "h"), g);
+    k.expect_counts("LINK", &[(d, 2), (e, 3), (f, 1), (g, 2)]);
+    assert_eq!(k.rename(d, "g", d, "h"), 0);
+    assert_eq!(path(g).as_deref(), Some("/x/g"));
+    assert_eq!(k.call(UNLINK, d, &B::new().name("g").done()).0, 0);
+    assert_eq!(path(g).as_deref(), Some("/x/h"), "the other name is left");
+
+    k.batch_forget(&[(d, 2), (e, 3), (f, 1), (g, 2)]);
+    k.expect_counts("all forgotten", &[]);
+    assert_eq!(k.fs().live(), 1);
+    // Forgotten names are looked up afresh, with new node ids or generations.
+    let (h2, _) = k.lookup(1, "x");
+    assert_eq!(path(h2).as_deref(), Some("/x"));
+    let _ = std::fs::remove_dir_all(&src);
 }
