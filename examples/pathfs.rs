@@ -115,14 +115,21 @@ impl Mirror {
         check(fd)?;
         // SAFETY: `fd` was just opened and is owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
-        let opened = match self.passthrough {
-            true => match ctx.open_backing(file.as_fd()) {
-                Ok(b) => PathOpened::new(file).passthrough(b),
-                Err(_) => PathOpened::new(file),
-            },
-            false => PathOpened::new(file),
-        };
-        Ok(opened)
+        if !self.passthrough {
+            return Ok(PathOpened::new(file));
+        }
+        // The backing file serves every open of the inode (the layer keeps
+        // the first): open it for reading and writing when allowed.
+        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let rw = std::fs::OpenOptions::new().read(true).write(true).open(&proc);
+        let backing = rw
+            .or_else(|_| File::open(&proc))
+            .ok()
+            .and_then(|b| ctx.open_backing(b.as_fd()).ok());
+        Ok(match backing {
+            Some(b) => PathOpened::new(file).passthrough(b),
+            None => PathOpened::new(file),
+        })
     }
 }
 
@@ -131,7 +138,9 @@ impl PathFilesystem for Mirror {
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         if self.passthrough {
+            // Backing files on a filesystem that is not itself stacked.
             config.wanted |= InitFlags::PASSTHROUGH;
+            config.max_stack_depth = 1;
         }
         Ok(())
     }

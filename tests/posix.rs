@@ -41,6 +41,9 @@ const MEM_DP: Fs = Fs::Memfs("default_permissions");
 const NODE: Fs = Fs::Nodefs("");
 /// pathfs: a mirror of a source directory on the path layer (the kernel checks permissions).
 const PATH: Fs = Fs::Pathfs("");
+/// pathfs with its files opened in kernel passthrough mode (reads and writes
+/// never reach the daemon).
+const PATH_PT: Fs = Fs::Pathfs("passthrough");
 
 // ---------------------------------------------------------------------------
 // small wrappers
@@ -415,7 +418,7 @@ fn read_write_offsets() {
     differential(
         "read_write_offsets",
         check_read_write,
-        &[PT, PT_NOFH, PT_NEVER, MEM, NODE, PATH],
+        &[PT, PT_NOFH, PT_NEVER, MEM, NODE, PATH, PATH_PT],
     );
 }
 
@@ -466,7 +469,11 @@ fn check_truncate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn truncate_and_ftruncate() {
-    differential("truncate", check_truncate, &[PT, PT_NEVER, MEM, NODE, PATH]);
+    differential(
+        "truncate",
+        check_truncate,
+        &[PT, PT_NEVER, MEM, NODE, PATH, PATH_PT],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1723,7 +1730,7 @@ fn mmap_shared_coherence() {
     differential(
         "mmap",
         check_mmap,
-        &[PT, Fs::Passthrough("cache=always"), MEM, NODE, PATH],
+        &[PT, Fs::Passthrough("cache=always"), MEM, NODE, PATH, PATH_PT],
     );
 }
 
@@ -1961,7 +1968,7 @@ fn open_unlink_read() {
     differential(
         "open_unlink_read",
         check_open_unlink,
-        &[PT, PT_NOFH, PT_FD1, PT_NEVER, MEM, NODE, PATH],
+        &[PT, PT_NOFH, PT_FD1, PT_NEVER, MEM, NODE, PATH, PATH_PT],
     );
 }
 

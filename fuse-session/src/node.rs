@@ -313,7 +313,9 @@ pub struct NodeOptions {
     pub attr_ttl: Duration,
     /// Ask for READDIRPLUS (listings carry attributes; default on).
     pub readdirplus: bool,
-    /// Ask for kernel passthrough (needed by [`Opened::passthrough`]).
+    /// Ask for kernel passthrough (needed by [`Opened::passthrough`]; sets
+    /// a `max_stack_depth` of at least 1, so the mount itself cannot be a
+    /// backing filesystem's).
     pub passthrough: bool,
     /// More capabilities to ask for at INIT.
     pub wanted: InitFlags,
@@ -485,6 +487,8 @@ impl Filesystem for NodeFs {
         }
         if self.opts.passthrough {
             config.wanted |= InitFlags::PASSTHROUGH;
+            // Backing files on filesystems that are not themselves stacked.
+            config.max_stack_depth = config.max_stack_depth.max(1);
         }
         Ok(())
     }

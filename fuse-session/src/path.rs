@@ -273,7 +273,16 @@ pub struct PathOpened<F> {
     pub flags: FopenFlags,
     /// A passthrough backing file (see [`RequestContext::open_backing`];
     /// the kernel must have granted `PASSTHROUGH`, asked for in
-    /// [`PathFilesystem::init`]); kept until RELEASE.
+    /// [`PathFilesystem::init`] with a `max_stack_depth`); kept until
+    /// RELEASE.
+    ///
+    /// The kernel wants one backing file for all open files of an inode
+    /// and no mix of passthrough and other opens, so the library decides
+    /// per node: the first passthrough open's backing file serves every
+    /// later open of the node while one is open (open it for reading and
+    /// writing), and while the node has opens served by their `File`, a
+    /// new one is served by its `File` too. A `File` must therefore be able
+    /// to serve reads and writes itself.
     pub backing: Option<BackingFile>,
 }
 
@@ -314,6 +323,17 @@ struct PNode {
     open: Mutex<Vec<u64>>,
     /// The attributes last reported (for `fstat` of a removed directory).
     last: Mutex<Option<FileAttr>>,
+    /// How its open files do I/O.
+    io: Mutex<Io>,
+}
+
+/// The open files of a node: through one backing file, or through the
+/// daemon (never both: the kernel refuses to mix them on an inode).
+#[derive(Default)]
+struct Io {
+    backing: Option<BackingFile>,
+    passthrough: usize,
+    served: usize,
 }
 
 impl PNode {
@@ -323,6 +343,7 @@ impl PNode {
             children: Mutex::default(),
             open: Mutex::default(),
             last: Mutex::default(),
+            io: Mutex::default(),
         })
     }
 
@@ -343,7 +364,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct OpenEntry<F> {
     node: Arc<PNode>,
     file: F,
-    _backing: Option<BackingFile>,
+    passthrough: bool,
 }
 
 /// The tree lock: [`TREE_SHARDS`] read-write locks, a thread reads one,
@@ -612,15 +633,33 @@ impl<F: PathFilesystem> PathFs<F> {
         node: Arc<PNode>,
         opened: PathOpened<F::File>,
     ) -> (FileHandle, FopenFlags, Option<BackingFile>) {
-        let backing = opened.backing.clone();
+        let mut flags = opened.flags;
+        let backing = {
+            let mut io = lock(&node.io);
+            let backing = match opened.backing {
+                // The node's backing file if it has one, else this one.
+                Some(b) if io.served == 0 => Some(io.backing.get_or_insert(b).clone()),
+                // Passthrough opens are open: this one joins them.
+                None if io.passthrough > 0 => io.backing.clone(),
+                _ => None,
+            };
+            match backing {
+                Some(_) => {
+                    io.passthrough += 1;
+                    flags &= FopenFlags::PASSTHROUGH_MASK;
+                }
+                None => io.served += 1,
+            }
+            backing
+        };
         let n = node.clone();
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             node,
             file: opened.file,
-            _backing: opened.backing,
+            passthrough: backing.is_some(),
         }));
         lock(&n.open).push(fh);
-        (FileHandle(fh), opened.flags, backing)
+        (FileHandle(fh), flags, backing)
     }
 
     /// The file to go with a request on `ino`: the one given, or (for a
@@ -933,6 +972,17 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             return reply.error(Errno::EBADF);
         };
         lock(&entry.node.open).retain(|&f| f != fh.0);
+        {
+            let mut io = lock(&entry.node.io);
+            if entry.passthrough {
+                io.passthrough = io.passthrough.saturating_sub(1);
+                if io.passthrough == 0 {
+                    io.backing = None;
+                }
+            } else {
+                io.served = io.served.saturating_sub(1);
+            }
+        }
         reply.ok();
         // Requests still running with this file hold their own reference;
         // the last one out hands the file back.

@@ -1021,6 +1021,16 @@ pub fn differential(name: &str, check: Check, on: &[Fs]) {
                         diff.join("\n    ")
                     ));
                 }
+                if matches!(fs, Fs::Pathfs(o) if o.contains("passthrough"))
+                    && exit.op("READ", "count") + exit.op("WRITE", "count") > 0
+                {
+                    failures.push(format!(
+                        "{}: reads or writes reached the daemon, not passed through: {} READ, {} WRITE",
+                        fs.label(),
+                        exit.op("READ", "count"),
+                        exit.op("WRITE", "count")
+                    ));
+                }
                 if !exit.status.is_some_and(|s| s.success()) {
                     failures.push(format!(
                         "{} did not exit cleanly after unmount: {:?}\n{}",
