@@ -327,6 +327,52 @@ impl<T: Clone> HandleTable<T> {
     }
 }
 
+/// How the open files of one node do I/O: through one kernel backing file,
+/// or served by the daemon, never both at once (the kernel fails an open
+/// whose backing file differs from the one its inode uses, or that mixes
+/// the two kinds).
+#[derive(Default)]
+pub(crate) struct OpenModes {
+    backing: Option<crate::backing::BackingFile>,
+    passthrough: usize,
+    served: usize,
+}
+
+impl OpenModes {
+    /// A new open that offers `backing` (or none): the backing file it
+    /// gets. The node's backing file if it has one (the offered one is
+    /// dropped), the offered one if the node has no served opens, none
+    /// otherwise; an open without one joins the passthrough opens if any.
+    pub(crate) fn attach(
+        &mut self,
+        backing: Option<crate::backing::BackingFile>,
+    ) -> Option<crate::backing::BackingFile> {
+        let got = match backing {
+            Some(b) if self.served == 0 => Some(self.backing.get_or_insert(b).clone()),
+            None if self.passthrough > 0 => self.backing.clone(),
+            _ => None,
+        };
+        match got {
+            Some(_) => self.passthrough += 1,
+            None => self.served += 1,
+        }
+        got
+    }
+
+    /// An open attached with (`passthrough`) or without a backing file
+    /// was released; the backing file goes with the last passthrough open.
+    pub(crate) fn detach(&mut self, passthrough: bool) {
+        if passthrough {
+            self.passthrough = self.passthrough.saturating_sub(1);
+            if self.passthrough == 0 {
+                self.backing = None;
+            }
+        } else {
+            self.served = self.served.saturating_sub(1);
+        }
+    }
+}
+
 /// The shard this thread allocates in next (rotating, starting at a
 /// per-thread place).
 fn thread_shard() -> usize {

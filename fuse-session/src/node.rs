@@ -85,7 +85,7 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
 use crate::notify::Notifier;
 use crate::ops::*;
 use crate::reply::*;
@@ -95,7 +95,7 @@ use fuse_proto::abi::Kstatfs;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::any::Any;
 use std::ffi::CStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// A node of the tree, shared by the tree and the library.
@@ -277,6 +277,14 @@ pub struct Opened {
     /// A passthrough backing file: the kernel reads and writes it directly
     /// (see [`RequestContext::open_backing`]); the library keeps it until
     /// RELEASE.
+    ///
+    /// The kernel wants one backing file for all open files of an inode
+    /// and no mix of passthrough and other opens, so the library decides
+    /// per node: the first passthrough open's backing file serves every
+    /// later open of the node while one is open (open it for reading and
+    /// writing), and while the node has opens served by their
+    /// [`OpenFile`], a new one is served by its `OpenFile` too (which must
+    /// therefore be able to serve reads and writes itself).
     pub backing: Option<BackingFile>,
 }
 
@@ -335,13 +343,19 @@ impl Default for NodeOptions {
 
 /// What the library keeps per open file.
 struct OpenEntry {
-    node: NodeRef,
+    held: Arc<Held>,
     file: Box<dyn OpenFile>,
-    _backing: Option<BackingFile>,
+    passthrough: bool,
+}
+
+/// What the table holds per node: the node, and how its open files do I/O.
+struct Held {
+    node: NodeRef,
+    io: Mutex<OpenModes>,
 }
 
 struct Shared {
-    table: InodeTable<usize, NodeRef>,
+    table: InodeTable<usize, Arc<Held>>,
     files: HandleTable<Arc<OpenEntry>>,
     notifier: OnceLock<Notifier>,
 }
@@ -357,6 +371,10 @@ pub struct NodeFs {
 }
 
 /// The identity of a node: its address, stable while an `Arc` is held.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn key_of(node: &NodeRef) -> usize {
     Arc::as_ptr(node) as *const () as usize
 }
@@ -371,7 +389,10 @@ impl NodeFs {
     pub fn with_options(root: NodeRef, opts: NodeOptions) -> NodeFs {
         NodeFs {
             shared: Arc::new(Shared {
-                table: InodeTable::new(root),
+                table: InodeTable::new(Arc::new(Held {
+                    node: root,
+                    io: Mutex::default(),
+                })),
                 files: HandleTable::new(),
                 notifier: OnceLock::new(),
             }),
@@ -413,6 +434,10 @@ impl NodeFs {
     }
 
     fn node(&self, ino: Inode) -> Result<NodeRef, Errno> {
+        self.held(ino).map(|h| h.node.clone())
+    }
+
+    fn held(&self, ino: Inode) -> Result<Arc<Held>, Errno> {
         self.shared.table.get(ino).ok_or_else(|| {
             log::warn!("request for node {ino}, which the kernel was not given or forgot");
             Errno::ESTALE
@@ -431,7 +456,12 @@ impl NodeFs {
     /// about to be sent.
     fn enter(&self, ctx: &RequestContext<'_>, node: NodeRef) -> Result<Entry, Errno> {
         let attr = Self::attr_of(&node, ctx)?;
-        let (ino, generation) = self.shared.table.acquire(key_of(&node), || node.clone());
+        let (ino, generation) = self.shared.table.acquire(key_of(&node), || {
+            Arc::new(Held {
+                node: node.clone(),
+                io: Mutex::default(),
+            })
+        });
         Ok(Entry {
             ino,
             generation,
@@ -442,8 +472,8 @@ impl NodeFs {
     }
 
     fn forget_one(&self, ino: Inode, n: u64) {
-        if let Forgotten::Dropped(node) = self.shared.table.forget(ino, n) {
-            node.forgotten();
+        if let Forgotten::Dropped(held) = self.shared.table.forget(ino, n) {
+            held.node.forgotten();
         }
     }
 
@@ -454,14 +484,18 @@ impl NodeFs {
         })
     }
 
-    fn store_open(&self, node: NodeRef, opened: Opened) -> (FileHandle, FopenFlags, Option<BackingFile>) {
-        let backing = opened.backing.clone();
+    fn store_open(&self, held: Arc<Held>, opened: Opened) -> (FileHandle, FopenFlags, Option<BackingFile>) {
+        let backing = lock(&held.io).attach(opened.backing);
+        let mut flags = opened.flags;
+        if backing.is_some() {
+            flags &= FopenFlags::PASSTHROUGH_MASK;
+        }
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
-            node,
+            held,
             file: opened.file,
-            _backing: opened.backing,
+            passthrough: backing.is_some(),
         }));
-        (FileHandle(fh), opened.flags, backing)
+        (FileHandle(fh), flags, backing)
     }
 
     fn new_entry(
@@ -593,12 +627,12 @@ impl Filesystem for NodeFs {
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         self.remember_notifier(ctx);
-        let node = match self.node(ino) {
-            Ok(n) => n,
+        let held = match self.held(ino) {
+            Ok(h) => h,
             Err(e) => return reply.error(e),
         };
-        match node.open(ctx, flags) {
-            Ok(opened) => match self.store_open(node, opened) {
+        match held.node.open(ctx, flags) {
+            Ok(opened) => match self.store_open(held, opened) {
                 (fh, flags, Some(b)) => reply.passthrough(fh, flags, &b),
                 (fh, flags, None) => reply.opened(fh, flags),
             },
@@ -639,7 +673,7 @@ impl Filesystem for NodeFs {
         match self.shared.files.remove(fh.0) {
             Some(f) => {
                 f.file.release(ctx);
-                let _ = &f.node;
+                lock(&f.held.io).detach(f.passthrough);
                 reply.ok()
             }
             None => reply.error(Errno::EBADF),
@@ -739,7 +773,8 @@ impl Filesystem for NodeFs {
         let r = (|| {
             let (node, opened) = self.node(parent)?.create(ctx, name, req)?;
             let entry = self.enter(ctx, node.clone())?;
-            Ok::<_, Errno>((entry, self.store_open(node, opened)))
+            let held = self.held(entry.ino)?;
+            Ok::<_, Errno>((entry, self.store_open(held, opened)))
         })();
         match r {
             Ok((entry, (fh, flags, Some(b)))) => reply.passthrough(&entry, fh, flags, &b, true),

@@ -73,7 +73,7 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -324,16 +324,7 @@ struct PNode {
     /// The attributes last reported (for `fstat` of a removed directory).
     last: Mutex<Option<FileAttr>>,
     /// How its open files do I/O.
-    io: Mutex<Io>,
-}
-
-/// The open files of a node: through one backing file, or through the
-/// daemon (never both: the kernel refuses to mix them on an inode).
-#[derive(Default)]
-struct Io {
-    backing: Option<BackingFile>,
-    passthrough: usize,
-    served: usize,
+    io: Mutex<OpenModes>,
 }
 
 impl PNode {
@@ -634,24 +625,10 @@ impl<F: PathFilesystem> PathFs<F> {
         opened: PathOpened<F::File>,
     ) -> (FileHandle, FopenFlags, Option<BackingFile>) {
         let mut flags = opened.flags;
-        let backing = {
-            let mut io = lock(&node.io);
-            let backing = match opened.backing {
-                // The node's backing file if it has one, else this one.
-                Some(b) if io.served == 0 => Some(io.backing.get_or_insert(b).clone()),
-                // Passthrough opens are open: this one joins them.
-                None if io.passthrough > 0 => io.backing.clone(),
-                _ => None,
-            };
-            match backing {
-                Some(_) => {
-                    io.passthrough += 1;
-                    flags &= FopenFlags::PASSTHROUGH_MASK;
-                }
-                None => io.served += 1,
-            }
-            backing
-        };
+        let backing = lock(&node.io).attach(opened.backing);
+        if backing.is_some() {
+            flags &= FopenFlags::PASSTHROUGH_MASK;
+        }
         let n = node.clone();
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             node,
@@ -972,17 +949,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             return reply.error(Errno::EBADF);
         };
         lock(&entry.node.open).retain(|&f| f != fh.0);
-        {
-            let mut io = lock(&entry.node.io);
-            if entry.passthrough {
-                io.passthrough = io.passthrough.saturating_sub(1);
-                if io.passthrough == 0 {
-                    io.backing = None;
-                }
-            } else {
-                io.served = io.served.saturating_sub(1);
-            }
-        }
+        lock(&entry.node.io).detach(entry.passthrough);
         reply.ok();
         // Requests still running with this file hold their own reference;
         // the last one out hands the file back.
