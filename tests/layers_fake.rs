@@ -16,7 +16,7 @@ mod pathfs;
 mod tree;
 
 use common_fake::*;
-use fuse_wire::node::{DirFill, Node, NodeFs, NodeRef};
+use fuse_wire::node::{DirFill, Invalidator, Node, NodeFs, NodeRef};
 use fuse_wire::path::PathFs;
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::session::Filesystem;
@@ -508,4 +508,70 @@ fn path_layer_counts_and_moves_names_with_renames_and_unlinks() {
     let (h2, _) = k.lookup(1, "x");
     assert_eq!(path(h2).as_deref(), Some("/x"));
     let _ = std::fs::remove_dir_all(&src);
+}
+
+// ---- invalidation from inside a handler ----
+
+/// A root whose LOOKUP of "x" first drops the kernel's cache of "x" and of
+/// the file, from inside the handler, then answers.
+struct Invalidating {
+    file: NodeRef,
+    me: std::sync::OnceLock<(Invalidator, std::sync::Weak<Invalidating>)>,
+}
+
+impl Node for Invalidating {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+    }
+    fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+        if name.to_bytes() != b"x" {
+            return Err(Errno::ENOENT);
+        }
+        let (inval, me) = self.me.get().expect("set before serving");
+        let me: NodeRef = me.upgrade().expect("alive");
+        inval.entry(&me, b"x").expect("INVAL_ENTRY queued");
+        inval
+            .content(&self.file)
+            .expect("INVAL_INODE queued (or not needed)");
+        Ok(self.file.clone())
+    }
+}
+
+#[test]
+fn a_node_invalidates_its_own_entries_from_inside_a_handler() {
+    let root = Arc::new(Invalidating {
+        file: Arc::new(Leaf),
+        me: Default::default(),
+    });
+    let fs = NodeFs::new(root.clone());
+    let _ = root.me.set((fs.invalidator(), Arc::downgrade(&root)));
+    let k = Kernel::serve(fs);
+    // The first LOOKUP: the file is not known yet, so only the entry is
+    // invalidated; the second: both. Each reply comes (no deadlock).
+    for round in 0..2 {
+        let u = k.next();
+        k.fake.send(request(LOOKUP, u, 1, &B::new().name("x").done()));
+        let want = if round == 0 { 2 } else { 3 };
+        let mut got = Vec::new();
+        for _ in 0..want {
+            got.push(k.fake.recv());
+        }
+        let entry = B::new().u64(1).u32(1).u32(0).cstr("x").done();
+        assert!(
+            got.contains(&notification(3, &entry)),
+            "round {round}: no INVAL_ENTRY of (1, x) among {} messages",
+            got.len()
+        );
+        let reply = got
+            .iter()
+            .find(|m| u64::from_ne_bytes(m[8..16].try_into().unwrap()) == u)
+            .unwrap_or_else(|| panic!("round {round}: no reply to the LOOKUP"));
+        assert_eq!(i32::from_ne_bytes(reply[4..8].try_into().unwrap()), 0);
+        if round == 1 {
+            let ino = u64_at(reply, 16);
+            let inode = B::new().u64(ino).i64(0).i64(0).done();
+            assert!(got.contains(&notification(2, &inode)), "no INVAL_INODE of {ino}");
+        }
+    }
+    k.fake.expect_silence("after the two lookups");
 }

@@ -355,6 +355,8 @@ struct Held {
 }
 
 struct Shared {
+    /// The root's identity (the table knows the root by number only).
+    root: usize,
     table: InodeTable<usize, Arc<Held>>,
     files: HandleTable<Arc<OpenEntry>>,
     notifier: OnceLock<Notifier>,
@@ -389,6 +391,7 @@ impl NodeFs {
     pub fn with_options(root: NodeRef, opts: NodeOptions) -> NodeFs {
         NodeFs {
             shared: Arc::new(Shared {
+                root: key_of(&root),
                 table: InodeTable::new(Arc::new(Held {
                     node: root,
                     io: Mutex::default(),
@@ -862,7 +865,10 @@ impl Invalidator {
 
     /// The node id the kernel knows `node` by, if it holds it.
     pub fn ino(&self, node: &NodeRef) -> Option<Inode> {
-        self.shared.table.find(&key_of(node))
+        match key_of(node) {
+            k if k == self.shared.root => Some(Inode::ROOT),
+            k => self.shared.table.find(&k),
+        }
     }
 
     /// Drops `node`'s cached attributes and content (all of it).
