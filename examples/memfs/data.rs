@@ -73,6 +73,35 @@ impl FileData {
         self.size = self.size.max(end);
     }
 
+    /// How much of a write of `len` bytes at `offset` fits in `budget` new
+    /// bytes of memory, and what that part costs: `(bytes, cost)`. Writing
+    /// into a chunk first backs it up to the written end, so the cost of a
+    /// prefix only grows with its length; the answer is the longest prefix
+    /// whose cost is at most `budget` (the whole write when it fits).
+    pub fn fit(&self, offset: u64, len: u64, budget: u64) -> (u64, u64) {
+        let end = offset.saturating_add(len);
+        let (mut pos, mut cost) = (offset, 0u64);
+        while pos < end {
+            let idx = pos / CHUNK;
+            let base = idx * CHUNK;
+            let to = end.min(base + CHUNK);
+            let have = self.chunks.get(&idx).map_or(0, |c| c.len() as u64);
+            let extra = (to - base).saturating_sub(have);
+            if cost + extra > budget {
+                // The chunk can grow to `base + have + what is left`.
+                let reach = base + have + (budget - cost);
+                if reach > pos {
+                    cost = budget;
+                    pos = reach;
+                }
+                break;
+            }
+            cost += extra;
+            pos = to;
+        }
+        (pos - offset, cost)
+    }
+
     /// Sets the size; shrinking drops the bytes past the new end.
     pub fn truncate(&mut self, size: u64) {
         if size < self.size {
