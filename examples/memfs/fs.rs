@@ -64,13 +64,12 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[path = "capacity.rs"]
-mod capacity;
+pub mod capacity;
 #[path = "data.rs"]
 mod data;
 #[path = "locks.rs"]
 mod locks;
 use capacity::Capacity;
-pub use capacity::{parse_count, parse_size};
 use data::{DOTDOT_COOKIE, DirData, FileData};
 use locks::Locks;
 

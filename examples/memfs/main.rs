@@ -79,12 +79,12 @@ fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConf
                     .ok_or_else(|| format!("max_waits_per_uid={n}: expected a positive number"))?;
             }
             Some(("size", v)) => {
-                fs.size =
-                    fs::parse_size(v).ok_or_else(|| format!("size={v}: expected bytes, k/m/g/t or %"))?;
+                fs.size = fs::capacity::parse_size(v)
+                    .ok_or_else(|| format!("size={v}: expected bytes, k/m/g/t or %"))?;
             }
             Some(("nr_inodes", v)) => {
-                fs.nr_inodes =
-                    fs::parse_count(v).ok_or_else(|| format!("nr_inodes={v}: expected a number, k/m/g"))?;
+                fs.nr_inodes = fs::capacity::parse_count(v)
+                    .ok_or_else(|| format!("nr_inodes={v}: expected a number, k/m/g"))?;
             }
             None if opt == "uring" => session.transport = Transport::Uring,
             None if opt == "posix_lock" => fs.posix_lock = true,
