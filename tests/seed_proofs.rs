@@ -628,9 +628,11 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
     );
     // passthrough_ll counts the inodes the kernel holds lookups on, the root (node 1) not included.
     assert_eq!(inodes, Some(0), "lookups left at exit: {:?}", exit.stats());
-    assert_eq!(
-        paths_after, paths_at_start,
-        "O_PATH descriptors leaked ({fds_after} fds in all)"
+    // At start the daemon may still hold an inode the kernel looked up while
+    // mounting; after the caches are dropped, no more than at start is left.
+    assert!(
+        paths_after <= paths_at_start,
+        "O_PATH descriptors leaked: {paths_after} after, {paths_at_start} at start ({fds_after} fds in all)"
     );
     assert!(
         exit.status.is_some_and(|s| s.success()),
