@@ -974,7 +974,9 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
                     len: self.rng.size(1 << 20),
                     flags: if self.rng.chance(5) { 1 } else { 0 },
                 };
-                self.send(47, n, b.as_bytes(), true, format!("-> {out} len={}", b.len));
+                // COPY_FILE_RANGE or its 64-bit twin (same body).
+                let op = if self.rng.chance(30) { 53 } else { 47 };
+                self.send(op, n, b.as_bytes(), true, format!("-> {out} len={}", b.len));
             }
             86 => {
                 let n = self.node();
@@ -1018,7 +1020,7 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
                         self.send(4096, ROOT, CuseInitIn::default().as_bytes(), true, String::new());
                     }
                     _ => {
-                        let op = *self.rng.pick(&[7u32, 19, 53, 999, 4097]);
+                        let op = *self.rng.pick(&[7u32, 19, 54, 999, 4097]);
                         self.send(op, ROOT, &[0u8; 16], true, String::new());
                     }
                 }
