@@ -443,15 +443,16 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
         }
     }
 
-    /// A node the kernel could OPEN: not a FIFO, socket, device or symlink
-    /// (the kernel opens those itself, and opening a FIFO on the source
-    /// side would block).
+    /// A node the kernel could OPEN: a regular file, mostly (the kernel
+    /// opens FIFOs, sockets and devices itself, and opening a FIFO on the
+    /// source side would block; directories get OPENDIR).
     fn openable(&mut self) -> u64 {
         for _ in 0..8 {
             let n = self.node();
             match self.kinds.get(&n) {
-                Some(&k) if k != libc::S_IFREG && k != libc::S_IFDIR => continue,
-                _ => return n,
+                Some(&libc::S_IFREG) | None => return n,
+                Some(&libc::S_IFDIR) if self.rng.chance(5) => return n,
+                Some(_) => continue,
             }
         }
         ROOT
@@ -508,8 +509,13 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
     fn random_request(&mut self) {
         let r = &mut self.rng;
         // The kernel releases what it opens: keep the open handles few.
+        // The kernel forgets inodes it no longer caches: keep the held
+        // ones bounded too (passthrough_ll keeps a descriptor for each).
+        let held = self.lookups.values().filter(|c| **c > 0).count();
         let choice = if self.handles.len() > 48 && r.chance(30) {
             52
+        } else if held > 256 && r.chance(30) {
+            90
         } else {
             r.below(100)
         };
@@ -1525,6 +1531,22 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
     }
 }
 
+/// Raises the soft limit of open files to the hard one, as passthrough_ll's
+/// `main` does (it keeps a descriptor per inode the kernel holds).
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// This process's ids: requests "from root" come from the test itself (root
 /// on CI; unprivileged, passthrough_ll acts as this user).
 fn me() -> (u32, u32, u32) {
@@ -1554,6 +1576,7 @@ fn offered_flags() -> u64 {
 /// One run: `requests` random requests into `subject`, then the checks.
 fn run<F: Filesystem>(subject: Subject<F>, seed: u64, requests: u64, progress: bool) -> Report {
     watch_panics();
+    raise_fd_limit();
     let config = SessionConfig {
         workers: 4,
         ..SessionConfig::default()
