@@ -1470,6 +1470,12 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
                     show(&cname)
                 ));
             }
+            // The kernel evicts an unlinked inode at once (unless open):
+            // forget it now, which keeps what the cleanup holds small.
+            let held = self.lookups.get(&ent.nodeid).copied().unwrap_or(0);
+            if held > 0 && !self.handles.iter().any(|h| h.nodeid == ent.nodeid) {
+                self.send_forgets(&[(ent.nodeid, held)]);
+            }
         }
     }
 
