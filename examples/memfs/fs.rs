@@ -438,8 +438,8 @@ impl MemFs {
         (self.cap.bytes_used(), self.cap.inodes_used())
     }
 
-    /// Brings the capacity's count in line with what `d` (of `node`, write
-    /// locked) now holds: gives back what a shrink freed and what a
+    /// Brings the capacity's count in line with what `d` (an inode's data,
+    /// write locked) now holds: gives back what a shrink freed and what a
     /// reservation did not use.
     fn settle(&self, d: &mut Data) {
         let now = d.usage();
