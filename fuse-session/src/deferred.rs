@@ -25,7 +25,7 @@
 //! `EINTR`; the closure answers `EINTR` then. A signal that lands between
 //! the closure's last [`Wait::is_interrupted`] check and the start of its
 //! blocking call would be lost, so the signal is sent again, with growing
-//! pauses, until the wait ends (see [`rekick`]). A helper thread that has
+//! pauses, until the wait ends (see `rekick`). A helper thread that has
 //! had nothing to do for the session's idle timeout ends.
 
 use crate::signal::{self, this_thread};
