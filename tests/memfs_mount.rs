@@ -877,11 +877,10 @@ fn inode_limit_enospc_and_freeing() {
     enospc(fs::create_dir(fs.path("e")), "mkdir");
     enospc(std::os::unix::fs::symlink("f", fs.path("m")), "symlink");
     enospc(fs::hard_link(fs.path("f"), fs.path("f3")), "link");
-    // SAFETY: mknod with a NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mknod(cstr(&fs.path("q")).as_ptr(), libc::S_IFIFO | 0o644, 0) },
-        -1
-    );
+    let q = cstr(&fs.path("q"));
+    // SAFETY: mknod with a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::mknod(q.as_ptr(), libc::S_IFIFO | 0o644, 0) };
+    assert_eq!(rc, -1);
     assert_eq!(errno(), libc::ENOSPC, "mknod");
     // Removing a second name frees its slot at once; then the file.
     fs::remove_file(fs.path("f2")).unwrap();
