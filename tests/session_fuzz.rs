@@ -32,6 +32,9 @@ mod common_fake;
 // The example filesystems, compiled into this test. Kept together here so
 // that one place changes when the examples become a library.
 #[allow(dead_code)]
+#[path = "../examples/passthrough_ll/fdcache.rs"]
+mod fdcache;
+#[allow(dead_code)]
 #[path = "../examples/passthrough_ll/handles.rs"]
 mod handles;
 #[allow(dead_code)]
@@ -220,7 +223,10 @@ fn memfs_subject() -> Subject<memfs_fs::MemFs> {
     }
 }
 
-fn passthrough_subject(dir: &std::path::Path) -> Subject<passthrough_fs::PassthroughFs> {
+/// passthrough_ll over `dir`; odd seeds use one `O_PATH` descriptor per
+/// inode, even ones file handles behind a tiny descriptor cache (so that
+/// reopening by handle happens all the time).
+fn passthrough_subject(dir: &std::path::Path, seed: u64) -> Subject<passthrough_fs::PassthroughFs> {
     use std::os::fd::OwnedFd;
     let root: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
@@ -233,6 +239,12 @@ fn passthrough_subject(dir: &std::path::Path) -> Subject<passthrough_fs::Passthr
         flock: true,
         posix_lock: true,
         splice: false,
+        inode_file_handles: if seed % 2 == 1 {
+            inodes::HandleMode::Never
+        } else {
+            inodes::HandleMode::Prefer
+        },
+        fd_cache: 4,
         ..passthrough_fs::FsOptions::default()
     };
     Subject {
@@ -1644,7 +1656,7 @@ fn fuzz(target: Target, seed: u64, requests: u64, progress: bool) -> Report {
         Target::Memfs => run(memfs_subject(), seed, requests, progress),
         Target::Passthrough => {
             let scratch = Scratch::new(seed);
-            run(passthrough_subject(&scratch.0), seed, requests, progress)
+            run(passthrough_subject(&scratch.0, seed), seed, requests, progress)
         }
     };
     if progress {
