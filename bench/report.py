@@ -550,11 +550,18 @@ def method(result: dict) -> list[str]:
     analysis = Path(__file__).with_name("analysis.md")
     if analysis.exists():
         lines += ["## Reading the results", ""] + analysis.read_text().rstrip("\n").split("\n") + [""]
+    # Counts per request, measured with bench/syscalls.py and written by hand
+    # (they barely depend on the machine's load, unlike the tables above).
+    per_request = Path(__file__).with_name("per-request.md")
+    if per_request.exists():
+        lines += ["## Per request: system calls and wake-ups, ours against libfuse", ""] + \
+            per_request.read_text().rstrip("\n").split("\n") + [""]
     lines += [
         "## Reproduce", "",
         "```sh",
         "bench/run           # full run, under 20 minutes",
         "bench/run --quick   # under 3 minutes, noisy",
+        "bench/syscalls.py   # counts per request (after a bench/run built both daemons)",
         "```", "",
     ]
     return lines
