@@ -17,36 +17,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-fn example_binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/<this test> -> target/<profile>/examples/passthrough_ll
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let bin = profile_dir.join("examples").join("passthrough_ll");
-        // `cargo test --all-targets` builds examples only as test harnesses,
-        // and an older plain build may be stale: (re)build it with the cargo
-        // that runs us (a no-op when fresh; the build lock is free by now).
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--example", "passthrough_ll"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example passthrough_ll");
-            assert!(status.success(), "building the passthrough_ll example failed");
-        }
-        assert!(bin.exists(), "{} not found", bin.display());
-        bin
-    })
-    .clone()
-}
 
 /// A running daemon; SIGTERM (then SIGKILL) on drop, and the mount detached
 /// by the [`TempMountpoint`] if anything is left.
@@ -67,7 +38,7 @@ impl Daemon {
         } else {
             opts.to_string()
         };
-        let mut child = Command::new(example_binary())
+        let mut child = Command::new(common::example_binary("passthrough_ll"))
             .arg(&src)
             .arg(tm.path())
             .arg("-o")
@@ -546,6 +517,8 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
     }
     let tm = TempMountpoint::new("pt-forget");
     let d = Daemon::start(&tm, "cache=always");
+    let pid = d.child.as_ref().expect("daemon").id();
+    let paths_at_start = common::open_path_fds(pid);
     fs::create_dir_all(d.p("a/b/c")).unwrap();
     for i in 0..50 {
         fs::write(d.p(&format!("a/b/c/f{i}")), b"x").unwrap();
@@ -554,11 +527,9 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
     for e in fs::read_dir(d.p("a/b/c")).unwrap() {
         fs::metadata(e.unwrap().path()).unwrap();
     }
-    // Make the kernel evict the mount's dentries and inodes: it sends FORGETs.
-    for _ in 0..3 {
-        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // Make the kernel evict the mount's dentries and inodes: it sends
+    // FORGETs, and the daemon closes the O_PATH descriptors it held for them.
+    common::evict_until_path_fds(pid, paths_at_start, Duration::from_secs(20));
     let json = d.stop();
     assert!(
         op_count(&json, "FORGET") + op_count(&json, "BATCH_FORGET") > 0,
@@ -602,14 +573,14 @@ fn passthrough_reads_and_writes_bypass_the_daemon() {
 
 #[test]
 fn bad_options_fail_before_mounting() {
-    let out = Command::new(example_binary())
+    let out = Command::new(common::example_binary("passthrough_ll"))
         .args(["-o", "passthrough,writeback", "/nonexistent-mountpoint"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("writeback"), "{err}");
-    let out = Command::new(example_binary())
+    let out = Command::new(common::example_binary("passthrough_ll"))
         .args(["-o", "frobnicate", "/x"])
         .output()
         .unwrap();

@@ -18,7 +18,7 @@ use posix_support::*;
 use std::ffi::CString;
 use std::fs;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// passthrough_ll with the default options (cache=auto, no default_permissions).
 const PT: Fs = Fs::Passthrough("");
@@ -1321,6 +1321,14 @@ fn getlk(fd: i32, ty: i32, start: i64, len: i64) -> libc::flock {
     fl
 }
 
+/// A blocked child's values with the second (when its call returned)
+/// replaced by whether it waited for the release: it was seen asleep in the
+/// call, and the call returned after `released_at`.
+fn waited_for(mut v: [i64; CHILD_VALUES], blocked: bool, released_at: i64) -> [i64; CHILD_VALUES] {
+    v[1] = (blocked && v[1] >= released_at) as i64;
+    v
+}
+
 fn child_result(log: &mut Log, what: &str, vals: Result<[i64; CHILD_VALUES], String>, names: &[&str]) {
     match vals {
         Ok(v) => {
@@ -1441,12 +1449,12 @@ fn check_posix_locks(ctx: &Ctx, log: &mut Log) {
     let child = fork_child(|| {
         // SAFETY: valid C string.
         let cfd = unsafe { libc::open(cf.as_ptr(), libc::O_RDWR) };
-        let t = Instant::now();
         let a = setlk(cfd, libc::F_SETLKW, libc::F_WRLCK, 10, 10);
-        let waited = t.elapsed() >= Duration::from_millis(200);
-        [a, waited as i64, 0, 0, 0, 0, 0, 0]
+        [a, monotonic_ns(), 0, 0, 0, 0, 0, 0]
     });
-    std::thread::sleep(Duration::from_millis(400));
+    // It waits in fcntl(2) until the unlock, and gets the lock only after it.
+    let blocked = child.wait_blocked_in(libc::SYS_fcntl, Duration::from_secs(20));
+    let unlocked_at = monotonic_ns();
     log.val(
         "parent: unlock",
         setlk(fd.0, libc::F_SETLK, libc::F_UNLCK, 0, 100),
@@ -1454,7 +1462,9 @@ fn check_posix_locks(ctx: &Ctx, log: &mut Log) {
     child_result(
         log,
         "blocked child",
-        child.wait(Duration::from_secs(30)),
+        child
+            .wait(Duration::from_secs(30))
+            .map(|v| waited_for(v, blocked, unlocked_at)),
         &["F_SETLKW write [10,20)", "it waited for the unlock"],
     );
 
@@ -1556,25 +1566,18 @@ fn check_flock(ctx: &Ctx, log: &mut Log) {
     let child = fork_child(|| {
         // SAFETY: valid C string.
         let cfd = unsafe { libc::open(cf.as_ptr(), libc::O_RDONLY) };
-        let t = Instant::now();
         let a = do_flock(cfd, libc::LOCK_EX);
-        [
-            a,
-            (t.elapsed() >= Duration::from_millis(200)) as i64,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ]
+        [a, monotonic_ns(), 0, 0, 0, 0, 0, 0]
     });
-    std::thread::sleep(Duration::from_millis(400));
+    let blocked = child.wait_blocked_in(libc::SYS_flock, Duration::from_secs(20));
+    let released_at = monotonic_ns();
     drop(fd);
     child_result(
         log,
         "blocked child, released by close",
-        child.wait(Duration::from_secs(30)),
+        child
+            .wait(Duration::from_secs(30))
+            .map(|v| waited_for(v, blocked, released_at)),
         &["LOCK_EX", "it waited"],
     );
     log.val("bad operation", do_flock(fd2.0, 0));

@@ -113,7 +113,7 @@ fn twin_round(ctx: &Ctx, log: &mut Log, what: &str, twin_groups: &[u32], groups:
     let (cnew, cdir) = (cs(s(&g, &format!("new{round}"))), cs(s(&g, &format!("d{round}"))));
     let ops = || {
         let mut v = [0i64; TWIN_VALUES];
-        // SAFETY (each call): valid C strings and a live stat buffer; any
+        // SAFETY: (each call) valid C strings and a live stat buffer; any
         // descriptor opened is closed at once.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();

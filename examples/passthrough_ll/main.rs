@@ -14,6 +14,8 @@
 mod args;
 mod fs;
 mod handles;
+#[cfg(test)]
+mod inode_table_tests;
 mod inodes;
 mod sys;
 
