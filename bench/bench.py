@@ -50,9 +50,10 @@ MODES = {
         extend_mib=256,
         ls_entries=10_000,
         tmpfs_mib=4096,
-        idle_seconds=1.0,
+        idle_settle=0.5,
+        idle_seconds=0.5,
         bonnie_runs=1,
-        bonnie_files=4,
+        bonnie_files=1,
     ),
     "full": dict(
         rounds=4,
@@ -66,6 +67,7 @@ MODES = {
         extend_mib=1024,
         ls_entries=10_000,
         tmpfs_mib=8192,
+        idle_settle=1.0,
         idle_seconds=5.0,
         bonnie_runs=4,
         bonnie_files=10,
@@ -646,7 +648,7 @@ class Suite:
         self.mdtest_run(root, 1, vals, errs, costs, meter, timeout)
         if tid in BONNIE_TARGETS:
             self.bonnie_run(root, vals, errs, costs, meter)
-        idle = idle_wakeups(daemon.pid(), 1.0, c["idle_seconds"]) if daemon else None
+        idle = idle_wakeups(daemon.pid(), c["idle_settle"], c["idle_seconds"]) if daemon else None
         return dict(vals=vals, errs=errs, hwm=(max(hwm) if hwm else None), costs=costs, idle=idle)
 
     def stepped(self, cmd: list[str], threads: int, costs: dict, meter: Meter | None, timeout: float) -> str:

@@ -228,7 +228,9 @@ def cost_table(result: dict, key: str, scale: float, idle_row: bool) -> str | No
     per = {t["id"]: per_request(result, t["id"], key, scale) for t in daemons}
     if not any(per.values()):
         return None
-    pairs = [t for t in daemons if t.get("base") and per.get(t["base"])]
+    # Not passthrough: the kernel serves its READs and WRITEs, so what is left
+    # per request is another mix of requests, not a cheaper way to serve them.
+    pairs = [t for t in daemons if t.get("base") and per.get(t["base"]) and "passthrough" not in t.get("opts", [])]
     header = ["workload"] + [t["label"] for t in daemons] + [f"{t['label']} ÷ {t['base'].replace('_', ' ')}"
                                                              for t in pairs]
     rows = []
@@ -453,11 +455,13 @@ def doc(result: dict, images: list[str]) -> str:
                 "not requests there and are not counted. mdtest phases are measured one by one (its `--step` "
                 "handshake); bonnie++ as a whole. The CPU clock ticks "
                 f"{m.get('clk_tck', 100)} times a second, so a workload that keeps a daemon busy for less than "
-                "a second or so carries a few percent of quantisation. Median over rounds, in microseconds.", "",
+                "a second or so carries a few percent of quantisation (quick runs: much more). Median over rounds, in "
+                "microseconds. ours passthrough has no ratio: the kernel serves its reads and writes, so its "
+                "remaining requests are a different mix.", "",
                 "The last row is not per request: the context switches per second of all the daemon's threads "
                 f"(`voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of `/proc/PID/task/*/status`) over "
-                f"{cfg.get('idle_seconds', '?')} s with the mount unused, after the round's workloads and one "
-                "second of quiet.", "", cpu, ""]
+                f"{cfg.get('idle_seconds', '?')} s with the mount unused, after the round's workloads and "
+                f"{cfg.get('idle_settle', 1.0)} s of quiet.", "", cpu, ""]
         cs = cost_table(result, "ctxsw", 1.0, False)
         if cs:
             out += ["Context switches of the daemon's threads per request, counted the same way (a thread that "
