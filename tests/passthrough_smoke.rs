@@ -150,11 +150,27 @@ fn errno() -> i32 {
 
 #[test]
 fn files_directories_links_and_attributes() {
+    files_directories_links_and_attributes_with("cache=auto");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn files_directories_links_and_attributes_without_file_handles() {
+    files_directories_links_and_attributes_with("cache=auto,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn files_directories_links_and_attributes_with_a_tiny_fd_cache() {
+    files_directories_links_and_attributes_with("cache=auto,fd_cache=1");
+}
+
+fn files_directories_links_and_attributes_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-files");
-    let d = Daemon::start(&tm, "cache=auto");
+    let d = Daemon::start(&tm, opts);
     let src = tm.root().join("src");
 
     fs::write(d.p("a"), b"hello world").unwrap();
@@ -252,11 +268,27 @@ fn files_directories_links_and_attributes() {
 
 #[test]
 fn rename_flags_mknod_tmpfile_and_ranges() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn rename_flags_mknod_tmpfile_and_ranges_without_file_handles() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn rename_flags_mknod_tmpfile_and_ranges_with_a_tiny_fd_cache() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never,fd_cache=1");
+}
+
+fn rename_flags_mknod_tmpfile_and_ranges_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-misc");
-    let d = Daemon::start(&tm, "cache=never");
+    let d = Daemon::start(&tm, opts);
     fs::write(d.p("x"), b"x").unwrap();
     fs::write(d.p("y"), b"yy").unwrap();
     let (x, y) = (cstr(&d.p("x")), cstr(&d.p("y")));
@@ -372,11 +404,27 @@ fn rename_flags_mknod_tmpfile_and_ranges() {
 
 #[test]
 fn xattrs_and_locks() {
+    xattrs_and_locks_with("xattr,posix_lock,flock");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn xattrs_and_locks_without_file_handles() {
+    xattrs_and_locks_with("xattr,posix_lock,flock,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn xattrs_and_locks_with_a_tiny_fd_cache() {
+    xattrs_and_locks_with("xattr,posix_lock,flock,fd_cache=1");
+}
+
+fn xattrs_and_locks_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-xattr");
-    let d = Daemon::start(&tm, "xattr,posix_lock,flock");
+    let d = Daemon::start(&tm, opts);
     fs::write(d.p("f"), b"data").unwrap();
     let p = cstr(&d.p("f"));
     let name = c"user.test";
@@ -512,11 +560,27 @@ fn files_created_by_another_user_belong_to_that_user() {
 
 #[test]
 fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_without_file_handles() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_with_a_tiny_fd_cache() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always,fd_cache=1");
+}
+
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-forget");
-    let d = Daemon::start(&tm, "cache=always");
+    let d = Daemon::start(&tm, opts);
     let pid = d.child.as_ref().expect("daemon").id();
     let paths_at_start = common::open_path_fds(pid);
     fs::create_dir_all(d.p("a/b/c")).unwrap();

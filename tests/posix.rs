@@ -28,6 +28,11 @@ const PT_NEVER: Fs = Fs::Passthrough("cache=never");
 const PT_DP: Fs = Fs::Passthrough("default_permissions");
 /// passthrough_ll with atomic open requested (falls back on kernels without it).
 const PT_ATOMIC: Fs = Fs::Passthrough("atomic_open");
+/// passthrough_ll without file handles (one descriptor per inode).
+const PT_NOFH: Fs = Fs::Passthrough("inode_file_handles=never");
+/// passthrough_ll with a one-descriptor cache: nearly every operation
+/// reopens its inode by file handle.
+const PT_FD1: Fs = Fs::Passthrough("fd_cache=1");
 /// memfs (no backing directory).
 const MEM: Fs = Fs::Memfs("");
 /// memfs with the kernel checking permissions.
@@ -335,7 +340,11 @@ fn check_open_flags(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_flags() {
-    differential("open_flags", check_open_flags, &[PT, PT_NEVER, PT_DP, MEM]);
+    differential(
+        "open_flags",
+        check_open_flags,
+        &[PT, PT_NOFH, PT_NEVER, PT_DP, MEM],
+    );
 }
 
 #[test]
@@ -399,7 +408,11 @@ fn check_read_write(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn read_write_offsets() {
-    differential("read_write_offsets", check_read_write, &[PT, PT_NEVER, MEM]);
+    differential(
+        "read_write_offsets",
+        check_read_write,
+        &[PT, PT_NOFH, PT_NEVER, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -533,7 +546,11 @@ fn check_attrs_as_root(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn attrs_as_root() {
-    differential("attrs_as_root", check_attrs_as_root, &[PT, PT_DP, MEM]);
+    differential(
+        "attrs_as_root",
+        check_attrs_as_root,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -722,7 +739,7 @@ fn check_links(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn hard_links() {
-    differential("hard_links", check_links, &[PT, MEM]);
+    differential("hard_links", check_links, &[PT, PT_NOFH, PT_FD1, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -849,7 +866,7 @@ fn check_symlinks(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn symlinks_and_escapes() {
-    differential("symlinks", check_symlinks, &[PT, PT_DP, MEM]);
+    differential("symlinks", check_symlinks, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -938,7 +955,7 @@ fn check_rename(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn rename_and_renameat2() {
-    differential("rename", check_rename, &[PT, PT_DP, MEM]);
+    differential("rename", check_rename, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1007,7 +1024,7 @@ fn check_dirs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mkdir_and_rmdir() {
-    differential("mkdir_rmdir", check_dirs, &[PT, PT_DP, MEM]);
+    differential("mkdir_rmdir", check_dirs, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1917,7 +1934,11 @@ fn check_open_unlink(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_unlink_read() {
-    differential("open_unlink_read", check_open_unlink, &[PT, PT_NEVER, MEM]);
+    differential(
+        "open_unlink_read",
+        check_open_unlink,
+        &[PT, PT_NOFH, PT_FD1, PT_NEVER, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 //! other shards proceed while one shard's lock is held, and many threads
 //! inserting and forgetting at once lose nothing.
 
-use crate::inodes::{InodeTable, SHARDS, shard_of};
+use crate::fdcache::DEFAULT_CAPACITY;
+use crate::inodes::{HandleMode, InodeTable, SHARDS, shard_of};
 use crate::sys;
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
@@ -61,7 +62,7 @@ fn inserts_into_other_shards_proceed_while_one_is_held() {
         files[1..].iter().cloned().partition(|p| shard(p) == held);
     assert!(!others.is_empty(), "every file hashed to shard {held}");
     let (root_fd, _) = path_fd(&base.0);
-    let table = Arc::new(InodeTable::new(root_fd).expect("table"));
+    let table = Arc::new(InodeTable::new(root_fd, HandleMode::Prefer, DEFAULT_CAPACITY).expect("table"));
 
     let guard = table.lock_shard(held);
     let (tx, rx) = mpsc::channel();
@@ -118,7 +119,9 @@ fn concurrent_inserts_and_forgets() {
         }
     }
     let (root_fd, _) = path_fd(&base.0);
-    let table = Arc::new(InodeTable::new(root_fd).expect("table"));
+    // File handles (where the scratch directory gives them) with a small
+    // descriptor cache: the inserts evict each other's descriptors too.
+    let table = Arc::new(InodeTable::new(root_fd, HandleMode::Prefer, 64).expect("table"));
     let (tx, rx) = mpsc::channel();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
