@@ -167,6 +167,22 @@ fn listing(root: &Path) -> Vec<String> {
     out
 }
 
+/// `statvfs(2)`: one STATFS round trip to the daemon.
+fn statvfs(p: &Path) {
+    let c = cpath(p);
+    // SAFETY: all-zero is a valid statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a statvfs to fill.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    assert_eq!(
+        r,
+        0,
+        "statvfs {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
 fn drop_caches() {
     let _ = Command::new("sync").status();
     fs::write("/proc/sys/vm/drop_caches", "2").expect("write /proc/sys/vm/drop_caches");
@@ -200,12 +216,15 @@ fn storm_on(fs_kind: Fs) {
     let got = listing(&d.mnt);
     assert_eq!(got, want, "{} after the storm differs from the model", d.label());
 
-    // Let the kernel forget everything it can, then let the FORGETs it
-    // queued be read (they go before other requests) and served.
+    // Let the kernel forget everything it can, then make sure the FORGETs
+    // it queued were read before unmounting (an unmount drops unread
+    // ones): the kernel hands queued forgets out before other requests, and
+    // STATFS is never answered from a cache, so each statvfs round trip
+    // below comes after forgets were read.
     drop_caches();
-    for _ in 0..20 {
-        let _ = fs::metadata(&d.mnt);
-        std::thread::sleep(Duration::from_millis(20));
+    for _ in 0..10 {
+        statvfs(&d.mnt);
+        std::thread::sleep(Duration::from_millis(10));
     }
     let label = d.label().to_string();
     let exit = d.finish();

@@ -7,17 +7,23 @@
 //! library keeps the tree of names the kernel knows, so that it can turn a
 //! node id back into a path:
 //!
-//! - every name the kernel was given an entry for is a node with a parent
-//!   and a name, in the shared [`crate::inodes::InodeTable`] (node ids,
-//!   generations, lookup counts as the kernel keeps them, dropped at
-//!   FORGET);
-//! - a rename moves the node, and with it the whole subtree below a
-//!   directory; a replaced target, and an unlinked name, become unnamed:
-//!   requests through an open file of it still work (`path` is `None`,
-//!   the file is given), requests by path answer `ENOENT`;
-//! - a hard link is a name of its own (a node per name, as the kernel sees
-//!   two inodes; `stat` shows what [`PathFilesystem::getattr`] returns,
-//!   the same `st_ino` for both if the filesystem reports one).
+//! - every file or directory the kernel was given an entry for is a node
+//!   with its names (parent and name), in the shared
+//!   [`crate::inodes::InodeTable`] (node ids, generations, lookup counts as
+//!   the kernel keeps them, dropped at FORGET);
+//! - a rename moves the name, and with it the whole subtree below a
+//!   directory; a replaced target, and an unlinked name, lose the name: a
+//!   node with no name left still works through its open files (`path` is
+//!   `None`, the file is given; GETATTR without a file uses any open file
+//!   of the node, or for a removed directory its last attributes with no
+//!   links), requests by path answer `ENOENT`;
+//! - a hard link is one node with several names: LINK answers with the
+//!   node of the file linked, and a LOOKUP finding a non-directory with
+//!   more than one link and an `st_ino` ([`FileAttr::ino`]) it has seen
+//!   gives that node (so the kernel keeps one inode, with one page cache
+//!   and one link count, as for the other filesystems). A filesystem that
+//!   reports `st_ino` promises that it identifies the file; with 0 each
+//!   name found by LOOKUP is a node of its own.
 //!
 //! READ, WRITE, FLUSH, FSYNC and RELEASE get the open file only (no path is
 //! built for them).
@@ -235,7 +241,8 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Ok(())
     }
 
-    /// RELEASE: the file is closed for good.
+    /// RELEASE: the file is closed for good. (Should a request still be
+    /// running with it, the file is dropped when that ends instead.)
     fn release(&self, ctx: &RequestContext<'_>, file: Self::File) {
         let _ = (ctx, file);
     }
