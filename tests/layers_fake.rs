@@ -575,3 +575,55 @@ fn a_node_invalidates_its_own_entries_from_inside_a_handler() {
     }
     k.fake.expect_silence("after the two lookups");
 }
+
+// ---- concurrency ----
+
+#[test]
+fn concurrent_lookups_and_forgets_leave_the_table_empty() {
+    // Many LOOKUPs in flight on the session's workers at once, each reply
+    // forgotten as soon as it arrives while others are still being served:
+    // nodes drop to 0 and come back (new numbers or generations) under
+    // concurrent lookups. Every reply is given back; nothing may be left.
+    let k = Kernel::start(tree::root());
+    let d = k.mkdir(1, "d");
+    for i in 0..8 {
+        let (f, _) = k.create(d, &format!("f{i}"));
+        k.forget(f, 1);
+    }
+    k.forget(d, 1);
+    k.expect_counts("set up", &[]);
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut names_of: std::collections::HashMap<(u64, u64), String> = Default::default();
+    for round in 0..200 {
+        // The directory itself, then its files, all at once.
+        let (dir, _) = k.lookup(1, "d");
+        let first = k.next();
+        for i in 0..8u64 {
+            let name = format!("f{}", (i + round) % 8);
+            k.fake
+                .send(request(LOOKUP, first + i, dir, &B::new().name(&name).done()));
+        }
+        for _ in 0..8 {
+            k.next();
+        }
+        for _ in 0..8 {
+            let r = k.fake.recv();
+            let unique = u64::from_ne_bytes(r[8..16].try_into().unwrap());
+            assert_eq!(
+                i32::from_ne_bytes(r[4..8].try_into().unwrap()),
+                0,
+                "LOOKUP {unique} failed"
+            );
+            let (ino, generation) = (u64_at(&r, 16), u64_at(&r, 24));
+            let name = format!("f{}", (unique - first + round) % 8);
+            // One (number, generation) never names two files.
+            let other = names_of.entry((ino, generation)).or_insert_with(|| name.clone());
+            assert_eq!(*other, name, "({ino}, {generation}) named two files");
+            seen.insert((ino, generation));
+            k.forget(ino, 1);
+        }
+        k.forget(dir, 1);
+    }
+    k.expect_counts("every reply forgotten", &[]);
+    assert!(seen.len() >= 8);
+}
