@@ -23,6 +23,10 @@
 //! one that builds a new object at every `lookup` makes the kernel see a
 //! new inode each time the cached entry expires.
 //!
+//! Permission checks: mount with `default_permissions` (the kernel checks),
+//! or check in the nodes' methods against [`RequestContext::caller`]; the
+//! layer answers ACCESS with `ENOSYS` (the kernel then grants it).
+//!
 //! # Invalidation
 //!
 //! [`NodeFs::invalidator`] gives an [`Invalidator`] that drops the kernel's

@@ -26,7 +26,12 @@
 //!   name found by LOOKUP is a node of its own.
 //!
 //! READ, WRITE, FLUSH, FSYNC and RELEASE get the open file only (no path is
-//! built for them).
+//! built for them); every other request builds its paths in new `PathBuf`s
+//! (an allocation per request, as libfuse's high-level API does).
+//!
+//! Permission checks: mount with `default_permissions` (the kernel checks),
+//! or check in the methods against [`RequestContext::caller`]; the layer
+//! answers ACCESS with `ENOSYS` (the kernel then grants it).
 //!
 //! # Locking
 //!
