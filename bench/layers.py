@@ -159,10 +159,13 @@ def main() -> None:
                     log(f"round {r + 1}/{rounds}: {t}")
                     d = Daemon(t, mnt, src)
                     try:
+                        # Memory first, on a fresh daemon (after mdtest its
+                        # allocator would hand freed memory back out).
+                        memory[t].append(memory_per_inode(d, inodes))
+                        subprocess.run(["rm", "-rf", str(mnt / "mem")], check=False)
                         for threads in (1, 4):
                             for k, v in mdtest(mnt, threads, seconds, max_files).items():
                                 rates[t].setdefault(k, []).append(v)
-                        memory[t].append(memory_per_inode(d, inodes))
                     finally:
                         d.stop()
                     subprocess.run(["find", str(src), "-mindepth", "1", "-delete"], check=False)
