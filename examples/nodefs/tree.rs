@@ -3,14 +3,13 @@
 //! directories' entry locks, the source before the target, so that two
 //! renames never lock two directories in opposite orders.
 
-use fuse_wire::node::{DirFill, Node, NodeRef, OpenFile, Opened};
+use fuse_wire::node::{Children, DirFill, Node, NodeRef, OpenFile, Opened};
 use fuse_wire::reply::ReplyData;
 use fuse_wire::{
     CreateRequest, Errno, FileAttr, FileKind, MknodRequest, OpenFlags, ReadRequest, RenameFlags,
     RequestContext, SetattrRequest, WriteRequest,
 };
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::SystemTime;
@@ -26,41 +25,8 @@ const NAME_MAX: usize = 255;
 /// Largest file (contents are kept in one vector).
 const SIZE_MAX: u64 = 1 << 30;
 
-/// A directory's entries. Listing cookies are insertion numbers, so that a
-/// listing neither skips nor repeats names while others come and go.
-#[derive(Default)]
-pub struct Entries {
-    names: BTreeMap<Vec<u8>, (u64, Arc<Inode>)>,
-    order: BTreeMap<u64, Vec<u8>>,
-    next: u64,
-}
-
-impl Entries {
-    fn contains_key(&self, name: &[u8]) -> bool {
-        self.names.contains_key(name)
-    }
-
-    fn get(&self, name: &[u8]) -> Option<&Arc<Inode>> {
-        self.names.get(name).map(|(_, n)| n)
-    }
-
-    fn insert(&mut self, name: Vec<u8>, node: Arc<Inode>) {
-        self.remove(&name);
-        self.next += 1;
-        self.order.insert(self.next, name.clone());
-        self.names.insert(name, (self.next, node));
-    }
-
-    fn remove(&mut self, name: &[u8]) -> Option<Arc<Inode>> {
-        let (seq, node) = self.names.remove(name)?;
-        self.order.remove(&seq);
-        Some(node)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-}
+/// A directory's entries (the library's name map with stable cookies).
+type Entries = Children<Arc<Inode>>;
 
 fn check_name(name: &CStr) -> Result<&[u8], Errno> {
     match name.to_bytes() {
@@ -126,7 +92,7 @@ impl Inode {
     ) -> Result<NodeRef, Errno> {
         let name = check_name(name)?;
         let mut d = lock(self.entries()?);
-        if d.contains_key(name) {
+        if d.contains(name) {
             return Err(Errno::EEXIST);
         }
         let node = new_node(ctx, kind, mode, body);
@@ -221,9 +187,8 @@ impl Node for Inode {
 
     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         let d = lock(self.entries()?);
-        for (&seq, name) in d.order.range(offset + 1..) {
-            let node = d.get(name).expect("listed") as &Arc<Inode>;
-            if !out.add(name, seq, &(node.clone() as NodeRef)) {
+        for (cookie, name, node) in d.after(offset) {
+            if !out.add(name, cookie, &(node.clone() as NodeRef)) {
                 break;
             }
         }
@@ -284,7 +249,7 @@ impl Node for Inode {
         let inode = as_arc(node.clone())?;
         let name = check_name(name)?;
         let mut d = lock(self.entries()?);
-        if d.contains_key(name) {
+        if d.contains(name) {
             return Err(Errno::EEXIST);
         }
         inode.touch(1);
