@@ -17,7 +17,7 @@ mod tree;
 
 use common_fake::*;
 use fuse_wire::node::{DirFill, Invalidator, Node, NodeFs, NodeRef};
-use fuse_wire::path::PathFs;
+use fuse_wire::path::{PathFilesystem, PathFs, PathInvalidator};
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::session::Filesystem;
 use fuse_wire::{Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
@@ -77,7 +77,7 @@ impl Counted for NodeFs {
     }
 }
 
-impl Counted for PathFs<pathfs::Mirror> {
+impl<F: PathFilesystem> Counted for PathFs<F> {
     fn counts(&self) -> Vec<(Inode, u64)> {
         self.lookup_counts()
     }
@@ -626,4 +626,63 @@ fn concurrent_lookups_and_forgets_leave_the_table_empty() {
     }
     k.expect_counts("every reply forgotten", &[]);
     assert!(seen.len() >= 8);
+}
+
+#[test]
+fn a_path_filesystem_invalidates_its_own_paths_from_inside_a_method() {
+    /// Its GETATTR of "/x" drops the kernel's entry of "x" and the
+    /// content of "/x" before answering.
+    struct SelfInvalidating {
+        inval: std::sync::OnceLock<PathInvalidator>,
+    }
+    impl PathFilesystem for SelfInvalidating {
+        type File = ();
+        fn getattr(
+            &self,
+            _: &RequestContext<'_>,
+            path: Option<&std::path::Path>,
+            _: Option<&()>,
+        ) -> Result<FileAttr, Errno> {
+            match path.and_then(|p| p.to_str()) {
+                Some("/") => Ok(FileAttr::new(1, FileKind::Directory, 0o755)),
+                Some("/x") => {
+                    let inval = self.inval.get().expect("set before serving");
+                    inval
+                        .entry(std::path::Path::new("/"), b"x")
+                        .expect("INVAL_ENTRY queued");
+                    inval
+                        .content(std::path::Path::new("/x"))
+                        .expect("INVAL_INODE queued");
+                    Ok(FileAttr::new(0, FileKind::RegularFile, 0o644))
+                }
+                _ => Err(Errno::ENOENT),
+            }
+        }
+    }
+    let fs = PathFs::new(SelfInvalidating {
+        inval: Default::default(),
+    });
+    let _ = fs.inner().inval.set(fs.invalidator());
+    let k = Kernel::serve(fs);
+    for round in 0..2 {
+        let u = k.next();
+        k.fake.send(request(LOOKUP, u, 1, &B::new().name("x").done()));
+        // Round 0: "/x" is not known yet (entry only); round 1: both.
+        let want = if round == 0 { 2 } else { 3 };
+        let got: Vec<Vec<u8>> = (0..want).map(|_| k.fake.recv()).collect();
+        let entry = B::new().u64(1).u32(1).u32(0).cstr("x").done();
+        assert!(
+            got.contains(&notification(3, &entry)),
+            "round {round}: no INVAL_ENTRY"
+        );
+        let reply = got
+            .iter()
+            .find(|m| u64::from_ne_bytes(m[8..16].try_into().unwrap()) == u)
+            .unwrap_or_else(|| panic!("round {round}: no reply to the LOOKUP"));
+        if round == 1 {
+            let inode = B::new().u64(u64_at(reply, 16)).i64(0).i64(0).done();
+            assert!(got.contains(&notification(2, &inode)), "no INVAL_INODE");
+        }
+    }
+    k.fake.expect_silence("after the two lookups");
 }

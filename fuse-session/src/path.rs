@@ -25,6 +25,9 @@
 //!   reports `st_ino` promises that it identifies the file; with 0 each
 //!   name found by LOOKUP is a node of its own.
 //!
+//! [`PathFs::invalidator`] drops the kernel's cached state of a path, safely
+//! from anywhere (it only queues a notification and takes no tree lock).
+//!
 //! READ, WRITE, FLUSH, FSYNC and RELEASE get the open file only (no path is
 //! built for them); every other request builds its paths in new `PathBuf`s
 //! (an allocation per request, as libfuse's high-level API does).
@@ -85,6 +88,7 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::notify::{Notifier, NotifyError};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -96,7 +100,7 @@ use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 /// How many read locks the tree lock is split into.
@@ -396,7 +400,8 @@ impl TreeLock {
 
 struct Shared<F: PathFilesystem> {
     fs: F,
-    table: InodeTable<u64, Arc<PNode>>,
+    table: Arc<InodeTable<u64, Arc<PNode>>>,
+    notifier: Arc<OnceLock<Notifier>>,
     files: HandleTable<Arc<OpenEntry<F::File>>>,
     tree: TreeLock,
 }
@@ -447,13 +452,29 @@ impl<F: PathFilesystem> PathFs<F> {
         PathFs {
             shared: Arc::new(Shared {
                 fs,
-                table: InodeTable::new(PNode::new(Vec::new())),
+                table: Arc::new(InodeTable::new(PNode::new(Vec::new()))),
+                notifier: Arc::default(),
                 files: HandleTable::new(),
                 tree: TreeLock {
                     shards: (0..TREE_SHARDS).map(|_| RwLock::new(())).collect(),
                 },
             }),
             ttl,
+        }
+    }
+
+    /// A handle for invalidating the kernel's caches of paths; it may be
+    /// kept by the filesystem itself (it holds no reference to it).
+    pub fn invalidator(&self) -> PathInvalidator {
+        PathInvalidator {
+            table: self.shared.table.clone(),
+            notifier: self.shared.notifier.clone(),
+        }
+    }
+
+    fn remember_notifier(&self, ctx: &RequestContext<'_>) {
+        if self.shared.notifier.get().is_none() {
+            let _ = self.shared.notifier.set(ctx.notifier().clone());
         }
     }
 
@@ -687,6 +708,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     }
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        self.remember_notifier(ctx);
         self.new_entry(parent, name, reply, |p| {
             self.shared.fs.getattr(ctx, Some(p), None)
         })
@@ -705,6 +727,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     }
 
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.remember_notifier(ctx);
         let _tree = self.shared.tree.read();
         let path = self.path(ino);
         let file = self.file_for(ino, fh, path.is_ok());
@@ -878,6 +901,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        self.remember_notifier(ctx);
         let _tree = self.shared.tree.read();
         let r = (|| {
             let node = self.node(ino)?;
@@ -1001,5 +1025,66 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let path = self.path(ino).unwrap_or_else(|_| PathBuf::from("/"));
         reply.result(self.shared.fs.statfs(ctx, &path))
+    }
+}
+
+/// Drops the kernel's cached state of paths (from [`PathFs::invalidator`]);
+/// clone freely.
+///
+/// Each call only queues a notification for the session's notifier thread
+/// and never waits, and takes no tree lock, so it is safe anywhere,
+/// including inside a method serving the path it invalidates. Paths the
+/// kernel holds no entry for need none (`Ok` without sending). It resolves
+/// the path through the names the kernel knows without stopping renames: a
+/// rename running at the same time may make it invalidate the old or the
+/// new place (both harmless) or neither. Errors: no request was served yet,
+/// or the kernel lacks the notification.
+#[derive(Clone)]
+pub struct PathInvalidator {
+    table: Arc<InodeTable<u64, Arc<PNode>>>,
+    notifier: Arc<OnceLock<Notifier>>,
+}
+
+impl PathInvalidator {
+    fn notifier(&self) -> Result<&Notifier, NotifyError> {
+        self.notifier.get().ok_or(NotifyError::NotReady)
+    }
+
+    /// The node id the kernel knows `path` by, if it holds one.
+    pub fn ino(&self, path: &Path) -> Option<Inode> {
+        use std::path::Component;
+        let mut at = Inode::ROOT;
+        for c in path.components() {
+            match c {
+                Component::RootDir | Component::CurDir => continue,
+                Component::Normal(name) => {
+                    let dir = self.table.get(at)?;
+                    let (ino, generation) = *lock(&dir.children).get(name.as_bytes())?;
+                    if self.table.generation(Inode(ino)) != Some(generation) {
+                        return None;
+                    }
+                    at = Inode(ino);
+                }
+                _ => return None,
+            }
+        }
+        Some(at)
+    }
+
+    /// Drops the cached attributes and content of `path`.
+    pub fn content(&self, path: &Path) -> Result<(), NotifyError> {
+        match self.ino(path) {
+            Some(ino) => self.notifier()?.inval_inode(ino, 0, 0).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the cached name `name` in directory `dir` (after a change the
+    /// kernel did not make).
+    pub fn entry(&self, dir: &Path, name: &[u8]) -> Result<(), NotifyError> {
+        match self.ino(dir) {
+            Some(ino) => self.notifier()?.inval_entry(ino, name, false).map(drop),
+            None => Ok(()),
+        }
     }
 }
