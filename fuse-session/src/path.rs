@@ -94,7 +94,7 @@ use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
 use fuse_proto::abi::Kstatfs;
-use fuse_proto::flags::FopenFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::collections::HashMap;
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -704,7 +704,13 @@ impl<F: PathFilesystem> PathFs<F> {
 
 impl<F: PathFilesystem> Filesystem for PathFs<F> {
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
-        self.shared.fs.init(config)
+        self.shared.fs.init(config)?;
+        if config.wanted.contains(InitFlags::DO_READDIRPLUS) {
+            // Listings here carry names only.
+            log::warn!("the path layer serves READDIR, not READDIRPLUS; not asking for DO_READDIRPLUS");
+            config.wanted.remove(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        }
+        Ok(())
     }
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
