@@ -103,6 +103,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+/// More names than this between a node and the root means the tree is
+/// broken (a cycle): answered `EIO` and logged. (Deep trees are fine:
+/// `PATH_MAX` only limits one system call's path, not the tree.)
+const MAX_DEPTH: usize = 1 << 16;
+
 /// How many read locks the tree lock is split into.
 pub const TREE_SHARDS: usize = 16;
 
@@ -522,7 +527,7 @@ impl<F: PathFilesystem> PathFs<F> {
             let (parent, name) = lock(&node.names).first().cloned().ok_or(Errno::ENOENT)?;
             names.push(name);
             at = Inode(parent);
-            if names.len() > 4096 {
+            if names.len() > MAX_DEPTH {
                 log::error!("the path of node {ino} does not reach the root");
                 return Err(Errno::EIO);
             }
