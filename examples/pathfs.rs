@@ -1,7 +1,8 @@
 //! pathfs: a directory of this machine mirrored on the path layer
 //! (`fuse_wire::path`): each method is the system call of the same name
 //! on `SOURCE/path`, open files are real file descriptors (so a file
-//! unlinked while open keeps working), reads are spliced from them.
+//! unlinked while open keeps working), reads are spliced from them;
+//! extended attributes are the source's.
 //!
 //! ```sh
 //! pathfs [-o source=DIR,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT
@@ -45,6 +46,27 @@ fn check(r: libc::c_int) -> Result<(), Errno> {
         Err(io::Error::last_os_error().into())
     } else {
         Ok(())
+    }
+}
+
+/// The bytes of an xattr call that reports the size it needs: asks for
+/// the size, then the value (again if it grew in between).
+fn sized(mut call: impl FnMut(&mut [u8]) -> isize) -> Result<Vec<u8>, Errno> {
+    loop {
+        let n = call(&mut []);
+        if n < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let mut buf = vec![0; n as usize];
+        let got = call(&mut buf);
+        if got >= 0 {
+            buf.truncate(got as usize);
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) {
+            return Err(e.into());
+        }
     }
 }
 
@@ -351,6 +373,45 @@ impl PathFilesystem for Mirror {
         // SAFETY: closing the stream opened above.
         unsafe { libc::closedir(dir) };
         Ok(())
+    }
+
+    fn getxattr(&self, _: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<Vec<u8>, Errno> {
+        let c = cpath(&self.real(path))?;
+        // SAFETY: valid C strings and a buffer of the length given.
+        sized(|buf| unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+    }
+
+    fn listxattr(&self, _: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
+        let c = cpath(&self.real(path))?;
+        // SAFETY: a valid C string and a buffer of the length given.
+        sized(|buf| unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+    }
+
+    fn setxattr(
+        &self,
+        _: &RequestContext<'_>,
+        path: &Path,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let c = cpath(&self.real(path))?;
+        // SAFETY: valid C strings and a value of the length given.
+        check(unsafe {
+            libc::lsetxattr(
+                c.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        })
+    }
+
+    fn removexattr(&self, _: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<(), Errno> {
+        let c = cpath(&self.real(path))?;
+        // SAFETY: valid C strings.
+        check(unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) })
     }
 
     fn statfs(&self, _: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {

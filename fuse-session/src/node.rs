@@ -234,6 +234,34 @@ pub trait Node: Any + Send + Sync {
         })
     }
 
+    /// The value of extended attribute `name` (`ENODATA` if it has none).
+    /// `ENOSYS` (the default) makes the kernel answer every xattr call
+    /// `EOPNOTSUPP` from then on. The library answers the size probe and
+    /// `ERANGE`.
+    fn getxattr(&self, ctx: &RequestContext<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, name);
+        Err(Errno::ENOSYS)
+    }
+
+    /// The names of its extended attributes, each followed by a NUL.
+    fn listxattr(&self, ctx: &RequestContext<'_>) -> Result<Vec<u8>, Errno> {
+        let _ = ctx;
+        Err(Errno::ENOSYS)
+    }
+
+    /// Sets extended attribute `name` (`flags`: `XATTR_CREATE`,
+    /// `XATTR_REPLACE` or 0).
+    fn setxattr(&self, ctx: &RequestContext<'_>, name: &CStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+        let _ = (ctx, name, value, flags);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Removes extended attribute `name`.
+    fn removexattr(&self, ctx: &RequestContext<'_>, name: &CStr) -> Result<(), Errno> {
+        let _ = (ctx, name);
+        Err(Errno::ENOSYS)
+    }
+
     /// The kernel dropped its last reference to this node (FORGET). The
     /// library no longer holds it; nothing to answer.
     fn forgotten(&self) {}
@@ -768,6 +796,32 @@ impl Filesystem for NodeFs {
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         reply.result(self.node(ino).and_then(|n| n.statfs(ctx)))
+    }
+
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        crate::inodes::reply_xattr(reply, size, self.node(ino).and_then(|n| n.getxattr(ctx, name)))
+    }
+
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        crate::inodes::reply_xattr(reply, size, self.node(ino).and_then(|n| n.listxattr(ctx)))
+    }
+
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        req: SetxattrRequest<'_>,
+        reply: ReplyEmpty,
+    ) {
+        reply.result(
+            self.node(ino)
+                .and_then(|n| n.setxattr(ctx, name, req.value, req.flags)),
+        )
+    }
+
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        reply.result(self.node(ino).and_then(|n| n.removexattr(ctx, name)))
     }
 
     fn create(

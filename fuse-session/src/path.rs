@@ -275,6 +275,41 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::ENOTDIR)
     }
 
+    /// The value of extended attribute `name` of `path` (`ENODATA` if it
+    /// has none). `ENOSYS` (the default) makes the kernel answer every
+    /// xattr call `EOPNOTSUPP` from then on. The library answers the size
+    /// probe and `ERANGE`.
+    fn getxattr(&self, ctx: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, path, name);
+        Err(Errno::ENOSYS)
+    }
+
+    /// The names of the extended attributes of `path`, each followed by a NUL.
+    fn listxattr(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, path);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Sets extended attribute `name` of `path` (`flags`: `XATTR_CREATE`,
+    /// `XATTR_REPLACE` or 0).
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, path, name, value, flags);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Removes extended attribute `name` of `path`.
+    fn removexattr(&self, ctx: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<(), Errno> {
+        let _ = (ctx, path, name);
+        Err(Errno::ENOSYS)
+    }
+
     /// Filesystem statistics.
     fn statfs(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
         let _ = (ctx, path);
@@ -713,7 +748,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         if config.wanted.contains(InitFlags::DO_READDIRPLUS) {
             // Listings here carry names only.
             log::warn!("the path layer serves READDIR, not READDIRPLUS; not asking for DO_READDIRPLUS");
-            config.wanted.remove(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+            config
+                .wanted
+                .remove(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
         }
         Ok(())
     }
@@ -1030,6 +1067,43 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
                 .readdir(ctx, &path, offset.saturating_sub(2), &mut fill)
         })();
         reply.result(r)
+    }
+
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let _tree = self.shared.tree.read();
+        let v = self
+            .path(ino)
+            .and_then(|p| self.shared.fs.getxattr(ctx, &p, name));
+        crate::inodes::reply_xattr(reply, size, v)
+    }
+
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let _tree = self.shared.tree.read();
+        let v = self.path(ino).and_then(|p| self.shared.fs.listxattr(ctx, &p));
+        crate::inodes::reply_xattr(reply, size, v)
+    }
+
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        req: SetxattrRequest<'_>,
+        reply: ReplyEmpty,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = self
+            .path(ino)
+            .and_then(|p| self.shared.fs.setxattr(ctx, &p, name, req.value, req.flags));
+        reply.result(r)
+    }
+
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _tree = self.shared.tree.read();
+        reply.result(
+            self.path(ino)
+                .and_then(|p| self.shared.fs.removexattr(ctx, &p, name)),
+        )
     }
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
