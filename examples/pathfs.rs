@@ -19,8 +19,9 @@ use fuse_wire::proto::abi::Kstatfs;
 use fuse_wire::reply::ReplyData;
 use fuse_wire::session::{SessionConfig, Transport};
 use fuse_wire::{
-    CreateRequest, Errno, FileAttr, FileKind, InitConfig, InitFlags, MknodRequest, MountOptions, OpenFlags,
-    ReadRequest, RenameFlags, RequestContext, SetattrRequest, TimeOrNow, WriteRequest,
+    CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, InitConfig, InitFlags, LseekRequest,
+    MknodRequest, MountOptions, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest,
+    TimeOrNow, WriteRequest,
 };
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -373,6 +374,43 @@ impl PathFilesystem for Mirror {
         // SAFETY: closing the stream opened above.
         unsafe { libc::closedir(dir) };
         Ok(())
+    }
+
+    fn fallocate(&self, _: &RequestContext<'_>, file: &File, req: FallocateRequest) -> Result<(), Errno> {
+        // SAFETY: plain syscall on an fd we hold.
+        check(unsafe { libc::fallocate(file.as_raw_fd(), req.mode, req.offset as i64, req.length as i64) })
+    }
+
+    fn lseek(&self, _: &RequestContext<'_>, file: &File, req: LseekRequest) -> Result<u64, Errno> {
+        // SAFETY: plain syscall on an fd we hold (pread/pwrite elsewhere do
+        // not use its position).
+        let r = unsafe { libc::lseek(file.as_raw_fd(), req.offset as i64, req.whence) };
+        if r < 0 {
+            Err(io::Error::last_os_error().into())
+        } else {
+            Ok(r as u64)
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _: &RequestContext<'_>,
+        from: &File,
+        off_in: u64,
+        to: &File,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64, Errno> {
+        let (mut i, mut o) = (off_in as i64, off_out as i64);
+        // SAFETY: plain syscall on two fds we hold, with offsets of our own.
+        let r = unsafe {
+            libc::copy_file_range(from.as_raw_fd(), &mut i, to.as_raw_fd(), &mut o, len as usize, 0)
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error().into())
+        } else {
+            Ok(r as u64)
+        }
     }
 
     fn getxattr(&self, _: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<Vec<u8>, Errno> {

@@ -1816,7 +1816,7 @@ fn check_fallocate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn fallocate_modes() {
-    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM]);
+    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1859,7 +1859,7 @@ fn check_seek_data_hole(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn lseek_data_and_hole() {
-    differential("seek_data_hole", check_seek_data_hole, &[PT, PT_NEVER]);
+    differential("seek_data_hole", check_seek_data_hole, &[PT, PT_NEVER, PATH]);
 }
 
 // ---------------------------------------------------------------------------

@@ -295,6 +295,20 @@ pub trait OpenFile: Any + Send + Sync {
         Ok(())
     }
 
+    /// FALLOCATE (`fallocate(2)`). `ENOSYS` (the default) makes the
+    /// kernel answer later calls `EOPNOTSUPP` itself.
+    fn fallocate(&self, ctx: &RequestContext<'_>, req: FallocateRequest) -> Result<(), Errno> {
+        let _ = (ctx, req);
+        Err(Errno::ENOSYS)
+    }
+
+    /// LSEEK with `SEEK_DATA` or `SEEK_HOLE`: the offset found. `ENOSYS`
+    /// (the default) makes the kernel answer such seeks itself (all data).
+    fn lseek(&self, ctx: &RequestContext<'_>, req: LseekRequest) -> Result<u64, Errno> {
+        let _ = (ctx, req);
+        Err(Errno::ENOSYS)
+    }
+
     /// RELEASE: the last reference is gone; the library drops the file
     /// after this returns.
     fn release(&self, ctx: &RequestContext<'_>) {
@@ -719,6 +733,28 @@ impl Filesystem for NodeFs {
 
     fn fsync(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         reply.result(self.file(fh).and_then(|f| f.file.fsync(ctx, datasync)))
+    }
+
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: FallocateRequest,
+        reply: ReplyEmpty,
+    ) {
+        reply.result(self.file(fh).and_then(|f| f.file.fallocate(ctx, req)))
+    }
+
+    fn lseek(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: LseekRequest,
+        reply: ReplyLseek,
+    ) {
+        reply.result(self.file(fh).and_then(|f| f.file.lseek(ctx, req)))
     }
 
     fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _: OpenFlags, reply: ReplyOpen) {

@@ -255,6 +255,41 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Ok(())
     }
 
+    /// FALLOCATE on an open file. `ENOSYS` (the default) makes the kernel
+    /// answer later calls `EOPNOTSUPP` itself.
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        file: &Self::File,
+        req: FallocateRequest,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, file, req);
+        Err(Errno::ENOSYS)
+    }
+
+    /// LSEEK with `SEEK_DATA` or `SEEK_HOLE` on an open file. `ENOSYS` (the
+    /// default) makes the kernel answer such seeks itself (all data).
+    fn lseek(&self, ctx: &RequestContext<'_>, file: &Self::File, req: LseekRequest) -> Result<u64, Errno> {
+        let _ = (ctx, file, req);
+        Err(Errno::ENOSYS)
+    }
+
+    /// COPY_FILE_RANGE from one open file to another: the count copied.
+    /// `ENOSYS` (the default) makes the kernel copy through READ and WRITE.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ctx: &RequestContext<'_>,
+        from: &Self::File,
+        off_in: u64,
+        to: &Self::File,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64, Errno> {
+        let _ = (ctx, from, off_in, to, off_out, len);
+        Err(Errno::ENOSYS)
+    }
+
     /// RELEASE: the file is closed for good. (Should a request still be
     /// running with it, the file is dropped when that ends instead.)
     fn release(&self, ctx: &RequestContext<'_>, file: Self::File) {
@@ -1019,6 +1054,44 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             self.file(fh)
                 .and_then(|f| self.shared.fs.fsync(ctx, &f.file, datasync)),
         )
+    }
+
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: FallocateRequest,
+        reply: ReplyEmpty,
+    ) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.fallocate(ctx, &f.file, req)),
+        )
+    }
+
+    fn lseek(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: LseekRequest,
+        reply: ReplyLseek,
+    ) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.lseek(ctx, &f.file, req)),
+        )
+    }
+
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let r = (|| {
+            let (from, to) = (self.file(req.fh_in)?, self.file(req.fh_out)?);
+            self.shared
+                .fs
+                .copy_file_range(ctx, &from.file, req.off_in, &to.file, req.off_out, req.len)
+        })();
+        reply.result(r)
     }
 
     fn release(
