@@ -1327,6 +1327,7 @@ fn xattrs() {
             Fs::Passthrough("xattr"),
             Fs::Passthrough("xattr,default_permissions"),
             MEM_DP,
+            NODE,
             PATH,
         ],
     );

@@ -10,6 +10,7 @@ use fuse_wire::{
     RequestContext, SetattrRequest, WriteRequest,
 };
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::SystemTime;
@@ -39,6 +40,8 @@ fn check_name(name: &CStr) -> Result<&[u8], Errno> {
 pub struct Inode {
     attr: Arc<Mutex<FileAttr>>,
     body: Body,
+    /// Extended attributes (the kernel checks names, sizes and permissions).
+    xattrs: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
 }
 
 enum Body {
@@ -55,6 +58,7 @@ fn new_node(ctx: &RequestContext<'_>, kind: FileKind, mode: u32, body: Body) -> 
     Arc::new(Inode {
         attr: Arc::new(Mutex::new(attr)),
         body,
+        xattrs: Mutex::default(),
     })
 }
 
@@ -64,6 +68,7 @@ pub fn root() -> NodeRef {
     Arc::new(Inode {
         attr: Arc::new(Mutex::new(attr)),
         body: Body::Dir(Mutex::default()),
+        xattrs: Mutex::default(),
     })
 }
 
@@ -177,6 +182,47 @@ impl Node for Inode {
             })),
             _ => Err(Errno::EINVAL),
         }
+    }
+
+    fn getxattr(&self, _: &RequestContext<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
+        lock(&self.xattrs)
+            .get(name.to_bytes())
+            .cloned()
+            .ok_or(Errno::ENODATA)
+    }
+
+    fn listxattr(&self, _: &RequestContext<'_>) -> Result<Vec<u8>, Errno> {
+        Ok(lock(&self.xattrs)
+            .keys()
+            .flat_map(|k| k.iter().copied().chain([0]))
+            .collect())
+    }
+
+    fn setxattr(&self, _: &RequestContext<'_>, name: &CStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+        if ![&b"user."[..], b"trusted.", b"security."]
+            .iter()
+            .any(|p| name.to_bytes().starts_with(p))
+        {
+            return Err(Errno::EOPNOTSUPP); // the namespaces of a plain filesystem
+        }
+        let mut x = lock(&self.xattrs);
+        match (x.contains_key(name.to_bytes()), flags) {
+            (true, libc::XATTR_CREATE) => return Err(Errno::EEXIST),
+            (false, libc::XATTR_REPLACE) => return Err(Errno::ENODATA),
+            _ => {}
+        }
+        x.insert(name.to_bytes().to_vec(), value.to_vec());
+        lock(&self.attr).ctime = SystemTime::now();
+        Ok(())
+    }
+
+    fn removexattr(&self, _: &RequestContext<'_>, name: &CStr) -> Result<(), Errno> {
+        lock(&self.xattrs)
+            .remove(name.to_bytes())
+            .map(drop)
+            .ok_or(Errno::ENODATA)?;
+        lock(&self.attr).ctime = SystemTime::now();
+        Ok(())
     }
 
     fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
