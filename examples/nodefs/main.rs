@@ -1,7 +1,8 @@
 //! nodefs: an in-memory filesystem on the node layer (`fuse_wire::node`):
-//! directories, regular files, symbolic links, fifos and device nodes, hard
-//! links and renames. The library assigns node ids, counts lookups, keeps
-//! open files (an unlinked open file keeps working) and lists "." and "..".
+//! directories, regular files, symbolic links, fifos and device nodes,
+//! extended attributes, hard links and renames. The library assigns node
+//! ids, counts lookups, keeps open files (an unlinked open file keeps
+//! working) and lists "." and "..".
 //!
 //! ```sh
 //! nodefs [-o threads=N,uring,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT
