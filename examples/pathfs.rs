@@ -189,57 +189,61 @@ impl PathFilesystem for Mirror {
         file: Option<&File>,
         req: &SetattrRequest,
     ) -> Result<FileAttr, Errno> {
-        // Through the open file when there is one (it may have no name).
-        let opened;
-        let f = match (file, path) {
-            (Some(f), _) => f,
-            (None, Some(p)) if req.perm.is_some() || req.size.is_some() => {
-                opened = File::open(self.real(p))
-                    .or_else(|_| std::fs::OpenOptions::new().write(true).open(self.real(p)))?;
-                &opened
+        let times = req.atime.is_some() || req.mtime.is_some();
+        let t = [timespec(req.atime), timespec(req.mtime)];
+        match (file, path) {
+            // Through the open file (it may have no name left).
+            (Some(f), _) => {
+                let fd = f.as_raw_fd();
+                if let Some(perm) = req.perm {
+                    // SAFETY: plain syscall on an fd we hold.
+                    check(unsafe { libc::fchmod(fd, perm as libc::mode_t) })?;
+                }
+                if req.uid.is_some() || req.gid.is_some() {
+                    std::os::unix::fs::fchown(f, req.uid, req.gid)?;
+                }
+                if let Some(size) = req.size {
+                    // SAFETY: plain syscall on an fd we hold.
+                    check(unsafe { libc::ftruncate(fd, size as i64) })?;
+                }
+                if times {
+                    // SAFETY: plain syscall on an fd we hold, two timespecs.
+                    check(unsafe { libc::futimens(fd, t.as_ptr()) })?;
+                }
+                Ok(FileAttr::from(&f.metadata()?))
             }
+            // By name, never opening it (a fifo would block an open).
             (None, Some(p)) => {
                 let real = self.real(p);
+                let c = cpath(&real)?;
+                if let Some(perm) = req.perm {
+                    // SAFETY: a valid C string.
+                    check(unsafe {
+                        libc::fchmodat(
+                            libc::AT_FDCWD,
+                            c.as_ptr(),
+                            perm as libc::mode_t,
+                            libc::AT_SYMLINK_NOFOLLOW,
+                        )
+                    })?;
+                }
                 if req.uid.is_some() || req.gid.is_some() {
                     std::os::unix::fs::lchown(&real, req.uid, req.gid)?;
                 }
-                if req.atime.is_some() || req.mtime.is_some() {
-                    let c = cpath(&real)?;
-                    let t = [timespec(req.atime), timespec(req.mtime)];
+                if let Some(size) = req.size {
+                    // SAFETY: a valid C string.
+                    check(unsafe { libc::truncate(c.as_ptr(), size as i64) })?;
+                }
+                if times {
                     // SAFETY: a valid C string and two timespecs.
                     check(unsafe {
                         libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
                     })?;
                 }
-                return self.getattr(ctx, path, None);
+                self.getattr(ctx, path, None)
             }
-            (None, None) => return Err(Errno::ENOENT),
-        };
-        if let Some(perm) = req.perm {
-            // SAFETY: plain syscall on an fd we hold.
-            check(unsafe { libc::fchmod(f.as_raw_fd(), perm as libc::mode_t) })?;
+            (None, None) => Err(Errno::ENOENT),
         }
-        if req.uid.is_some() || req.gid.is_some() {
-            std::os::unix::fs::fchown(f, req.uid, req.gid)?;
-        }
-        if let Some(size) = req.size {
-            // SAFETY: plain syscall on an fd we hold (opened for writing, or
-            // the kernel checked the caller may truncate).
-            check(unsafe { libc::ftruncate(f.as_raw_fd(), size as i64) }).or_else(|_| match path {
-                Some(p) => {
-                    let c = cpath(&self.real(p))?;
-                    // SAFETY: a valid C string.
-                    check(unsafe { libc::truncate(c.as_ptr(), size as i64) })
-                }
-                None => Err(Errno::EBADF),
-            })?;
-        }
-        if req.atime.is_some() || req.mtime.is_some() {
-            let t = [timespec(req.atime), timespec(req.mtime)];
-            // SAFETY: plain syscall on an fd we hold, two timespecs.
-            check(unsafe { libc::futimens(f.as_raw_fd(), t.as_ptr()) })?;
-        }
-        Ok(FileAttr::from(&f.metadata()?))
     }
 
     fn readlink(&self, _: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {

@@ -123,6 +123,16 @@ impl Inode {
         }
     }
 
+    /// Whether `dir` is somewhere below this directory (`dir` itself is
+    /// never locked here: the caller holds it).
+    fn holds(&self, dir: &Inode) -> bool {
+        let Ok(entries) = self.entries() else { return false };
+        let children: Vec<Arc<Inode>> = lock(entries).after(0).map(|(_, _, c)| c.clone()).collect();
+        children
+            .iter()
+            .any(|c| c.is_dir() && (std::ptr::eq(&**c, dir) || c.holds(dir)))
+    }
+
     fn is_dir(&self) -> bool {
         matches!(self.body, Body::Dir(_))
     }
@@ -260,6 +270,9 @@ impl Node for Inode {
 
     fn mknod(&self, ctx: &RequestContext<'_>, name: &CStr, req: MknodRequest) -> Result<NodeRef, Errno> {
         let kind = req.kind().ok_or(Errno::EINVAL)?;
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return Err(Errno::EPERM); // MKDIR and SYMLINK make those
+        }
         let body = if kind == FileKind::RegularFile {
             Body::File(Arc::default())
         } else {
@@ -293,6 +306,9 @@ impl Node for Inode {
 
     fn link(&self, _: &RequestContext<'_>, name: &CStr, node: &NodeRef) -> Result<(), Errno> {
         let inode = as_arc(node.clone())?;
+        if inode.is_dir() {
+            return Err(Errno::EPERM); // the kernel never asks; a tree stays a tree
+        }
         let name = check_name(name)?;
         let mut d = lock(self.entries()?);
         if d.contains(name) {
@@ -322,6 +338,9 @@ impl Node for Inode {
         let _renames = lock(&RENAMES); // it locks two directories, too
         let mut d = lock(self.entries()?);
         let n = d.get(name.to_bytes()).ok_or(Errno::ENOENT)?;
+        if std::ptr::eq(&**n, self) {
+            return Err(Errno::EINVAL);
+        }
         if !lock(n.entries()?).is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
@@ -352,7 +371,18 @@ impl Node for Inode {
             Some(lock(to.entries()?))
         };
         let node = src.get(name).cloned().ok_or(Errno::ENOENT)?;
+        if node.is_dir() && other.is_some() && (std::ptr::eq(&*node, to) || node.holds(to)) {
+            // Into itself or below: the kernel never asks (it checks), but
+            // a loop would leave a tree that locks against itself.
+            return Err(Errno::EINVAL);
+        }
         let old = other.as_ref().unwrap_or(&src).get(newname).cloned();
+        if old
+            .as_ref()
+            .is_some_and(|o| std::ptr::eq(&**o, self) || std::ptr::eq(&**o, to))
+        {
+            return Err(Errno::EINVAL);
+        }
         let moves_dir = |n: &Inode, from: &Inode, into: &Inode| {
             if n.is_dir() && other.is_some() {
                 from.touch(-1);

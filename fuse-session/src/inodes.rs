@@ -391,6 +391,18 @@ pub(crate) fn reply_xattr(
     }
 }
 
+/// A name a request may carry for an entry of a directory: not empty, not
+/// "." or "..", without '/'. The kernel never sends others; a layer
+/// refuses them (`EINVAL`) before a filesystem sees them, so that a name
+/// can never step out of its directory (a path layer joins names).
+pub(crate) fn check_name(name: &std::ffi::CStr) -> Result<(), fuse_proto::Errno> {
+    match name.to_bytes() {
+        b"" | b"." | b".." => Err(fuse_proto::Errno::EINVAL),
+        n if n.contains(&b'/') => Err(fuse_proto::Errno::EINVAL),
+        _ => Ok(()),
+    }
+}
+
 /// The shard this thread allocates in next (rotating, starting at a
 /// per-thread place).
 fn thread_shard() -> usize {

@@ -91,7 +91,7 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
 use crate::notify::Notifier;
 use crate::ops::*;
 use crate::reply::*;
@@ -580,6 +580,9 @@ impl Filesystem for NodeFs {
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.remember_notifier(ctx);
+        if let Err(e) = check_name(name) {
+            return reply.error(e);
+        }
         self.new_entry(ctx, parent, reply, |p| p.lookup(ctx, name))
     }
 
@@ -625,6 +628,9 @@ impl Filesystem for NodeFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = check_name(name) {
+            return reply.error(e);
+        }
         self.new_entry(ctx, parent, reply, |p| p.symlink(ctx, name, target))
     }
 
@@ -636,23 +642,39 @@ impl Filesystem for NodeFs {
         req: MknodRequest,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = check_name(name) {
+            return reply.error(e);
+        }
         self.new_entry(ctx, parent, reply, |p| p.mknod(ctx, name, req))
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        if let Err(e) = check_name(name) {
+            return reply.error(e);
+        }
         self.new_entry(ctx, parent, reply, |p| p.mkdir(ctx, name, mode))
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        reply.result(self.node(parent).and_then(|p| p.unlink(ctx, name)))
+        reply.result(
+            check_name(name)
+                .and_then(|()| self.node(parent))
+                .and_then(|p| p.unlink(ctx, name)),
+        )
     }
 
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        reply.result(self.node(parent).and_then(|p| p.rmdir(ctx, name)))
+        reply.result(
+            check_name(name)
+                .and_then(|()| self.node(parent))
+                .and_then(|p| p.rmdir(ctx, name)),
+        )
     }
 
     fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
         let r = (|| {
+            check_name(req.name)?;
+            check_name(req.newname)?;
             let from = self.node(req.parent)?;
             let to = self.node(req.newparent)?;
             from.rename(ctx, req.name, &to, req.newname, req.flags)
@@ -669,6 +691,7 @@ impl Filesystem for NodeFs {
         reply: ReplyEntry,
     ) {
         let r = (|| {
+            check_name(newname)?;
             let node = self.node(ino)?;
             self.node(newparent)?.link(ctx, newname, &node)?;
             self.enter(ctx, node)
@@ -870,6 +893,7 @@ impl Filesystem for NodeFs {
     ) {
         self.remember_notifier(ctx);
         let r = (|| {
+            check_name(name)?;
             let (node, opened) = self.node(parent)?.create(ctx, name, req)?;
             let entry = self.enter(ctx, node.clone())?;
             let held = self.held(entry.ino)?;

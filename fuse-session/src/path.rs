@@ -87,7 +87,7 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
 use crate::notify::{Notifier, NotifyError};
 use crate::ops::*;
 use crate::reply::*;
@@ -614,6 +614,7 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn child_path(&self, parent: Inode, name: &CStr) -> Result<PathBuf, Errno> {
+        check_name(name)?;
         let mut p = self.path(parent)?;
         p.push(OsStr::from_bytes(name.to_bytes()));
         Ok(p)
