@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 const PROCS: usize = 4;
 const STEPS: usize = 40;
 const STORM_TIMEOUT: Duration = Duration::from_secs(120);
+/// Everything done through the mount (setup, storm, listing, forgets).
+const MOUNT_WORK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Files in the directory listed in several replies.
 const MANY: usize = 8000;
 
@@ -203,30 +205,48 @@ fn storm_on(fs_kind: Fs) {
         "the model has every file: {want:#?}"
     );
 
-    let d = Daemon::start(fs_kind);
-    setup(&d.mnt);
-    storm(&d.mnt);
-    let ls = Command::new("ls")
-        .arg("-lR")
-        .arg(&d.mnt)
-        .stdout(Stdio::null())
-        .status()
-        .expect("ls");
-    assert!(ls.success(), "ls -lR on {} failed", d.label());
-    let got = listing(&d.mnt);
-    assert_eq!(got, want, "{} after the storm differs from the model", d.label());
-
-    // Let the kernel forget everything it can, then make sure the FORGETs
-    // it queued were read before unmounting (an unmount drops unread
-    // ones): the kernel hands queued forgets out before other requests, and
-    // STATFS is never answered from a cache, so each statvfs round trip
-    // below comes after forgets were read.
-    drop_caches();
-    for _ in 0..10 {
-        statvfs(&d.mnt);
-        std::thread::sleep(Duration::from_millis(10));
+    let mut d = Daemon::start(fs_kind);
+    let (mnt, label) = (d.mnt.clone(), d.label().to_string());
+    // Everything that goes through the mount runs on a thread of its own:
+    // should the daemon hang, it is killed (its requests then fail) and
+    // the test fails saying so, instead of hanging.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let work = std::thread::spawn(move || {
+        setup(&mnt);
+        storm(&mnt);
+        let ls = Command::new("ls")
+            .arg("-lR")
+            .arg(&mnt)
+            .stdout(Stdio::null())
+            .status()
+            .expect("ls");
+        assert!(ls.success(), "ls -lR on {} failed", mnt.display());
+        let got = listing(&mnt);
+        // Let the kernel forget everything it can, then make sure the
+        // FORGETs it queued were read before unmounting (an unmount drops
+        // unread ones): the kernel hands queued forgets out before other
+        // requests, and STATFS is never answered from a cache, so each
+        // statvfs round trip below comes after forgets were read.
+        drop_caches();
+        for _ in 0..10 {
+            statvfs(&mnt);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = tx.send(());
+        got
+    });
+    if rx.recv_timeout(MOUNT_WORK_TIMEOUT).is_err() && !work.is_finished() {
+        d.kill();
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+        panic!(
+            "{label}: the storm, the listing or the FORGETs did not finish within {MOUNT_WORK_TIMEOUT:?} (daemon killed)"
+        );
     }
-    let label = d.label().to_string();
+    let got = match work.join() {
+        Ok(got) => got,
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    assert_eq!(got, want, "{label} after the storm differs from the model");
     let exit = d.finish();
     assert!(
         exit.status.is_some_and(|s| s.success()),
