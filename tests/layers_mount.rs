@@ -275,3 +275,151 @@ fn rename_storm_then_every_node_forgotten_nodefs() {
 fn rename_storm_then_every_node_forgotten_pathfs() {
     storm_on(Fs::Pathfs(""));
 }
+
+// ---- the node layer with passthrough files ----
+
+mod passthrough_node {
+    use fuse_wire::node::{DirFill, Node, NodeFs, NodeOptions, NodeRef, OpenFile, Opened};
+    use fuse_wire::{Errno, FileAttr, FileKind, OpenFlags, RequestContext};
+    use std::ffi::CStr;
+    use std::fs::File;
+    use std::os::fd::AsFd;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A file whose content is a file of this machine, opened in
+    /// passthrough mode.
+    pub struct Backed(pub PathBuf);
+    struct Unused;
+    impl OpenFile for Unused {}
+
+    impl Node for Backed {
+        fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+            let m = std::fs::metadata(&self.0)?;
+            Ok(FileAttr::new(0, FileKind::RegularFile, 0o666).with_size(m.len()))
+        }
+        fn open(&self, ctx: &RequestContext<'_>, _: OpenFlags) -> Result<Opened, Errno> {
+            // Every open offers a backing file of its own; the layer keeps
+            // the first for all opens of the node while one is open.
+            let f = File::options().read(true).write(true).open(&self.0)?;
+            let b = ctx.open_backing(f.as_fd()).map_err(|e| {
+                eprintln!("open_backing: {e}");
+                Errno::EIO
+            })?;
+            Ok(Opened::new(Unused).passthrough(b))
+        }
+    }
+
+    pub struct Root(pub NodeRef);
+    impl Node for Root {
+        fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+            Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+        }
+        fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+            match name.to_bytes() {
+                b"data" => Ok(self.0.clone()),
+                _ => Err(Errno::ENOENT),
+            }
+        }
+        fn readdir(
+            &self,
+            _: &RequestContext<'_>,
+            offset: u64,
+            out: &mut DirFill<'_, '_>,
+        ) -> Result<(), Errno> {
+            if offset == 0 {
+                out.add(b"data", 1, &self.0);
+            }
+            Ok(())
+        }
+    }
+
+    pub fn fs(backing: PathBuf) -> NodeFs {
+        let opts = NodeOptions {
+            passthrough: true,
+            attr_ttl: Duration::ZERO,
+            ..NodeOptions::default()
+        };
+        NodeFs::with_options(Arc::new(Root(Arc::new(Backed(backing)))), opts)
+    }
+}
+
+#[test]
+fn node_layer_files_in_passthrough_mode() {
+    use std::io::{Read, Seek, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !common::require_mount_capability() {
+        return;
+    }
+    let mp = common::TempMountpoint::new("layers-pt");
+    let backing = mp.root().join("backing");
+    fs::write(&backing, b"0123456789").expect("backing file");
+    // Bounded: abort our own connection (and fail loudly) if anything hangs.
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let (d, m) = (done.clone(), mp.path().to_path_buf());
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(120) {
+            if d.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("node_layer_files_in_passthrough_mode: timed out; aborting its connection");
+        let _ = common::abort_fuse_connection(&m);
+        std::process::abort();
+    });
+    let config = fuse_wire::SessionConfig {
+        workers: 2,
+        transport: common::test_transport(),
+        ..fuse_wire::SessionConfig::default()
+    };
+    let running = fuse_wire::spawn(
+        passthrough_node::fs(backing.clone()),
+        mp.path(),
+        &fuse_wire::MountOptions::default(),
+        config,
+    )
+    .expect("mount");
+    // INIT is answered by the session's thread: wait (bounded) for it.
+    let start = Instant::now();
+    while running.handle().negotiated().is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let granted = running
+        .handle()
+        .negotiated()
+        .is_some_and(|n| n.flags.contains(fuse_wire::InitFlags::PASSTHROUGH));
+    assert!(granted, "the kernel did not grant PASSTHROUGH");
+    let data = mp.path().join("data");
+    // Two opens at once, one read-write and one read-only: the kernel
+    // refuses a second backing file for the inode, so the layer must give
+    // both the first one.
+    let mut rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&data)
+        .expect("open rw");
+    let mut ro = fs::File::open(&data).expect("open ro while rw is open");
+    rw.write_all(b"abc").expect("write");
+    rw.flush().expect("flush");
+    let mut s = String::new();
+    ro.read_to_string(&mut s).expect("read");
+    assert_eq!(s, "abc3456789");
+    rw.seek(std::io::SeekFrom::Start(8)).expect("seek");
+    rw.write_all(b"XYZ").expect("write past the end");
+    drop((rw, ro));
+    assert_eq!(fs::read(&backing).expect("backing"), b"abc34567XYZ");
+    assert_eq!(fs::read(&data).expect("reopen"), b"abc34567XYZ");
+    let stats = running.handle().stats();
+    let count = |op: &str| stats.ops.get(op).map_or(0, |o| o.count);
+    assert_eq!(
+        (count("READ"), count("WRITE")),
+        (0, 0),
+        "reads and writes reached the daemon instead of the backing file"
+    );
+    assert!(count("OPEN") >= 3);
+    drop(running);
+    done.store(true, Ordering::Release);
+}
