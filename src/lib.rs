@@ -1,9 +1,102 @@
-//! fuse-wire: the Linux FUSE wire protocol, spoken on `/dev/fuse` directly.
+//! fuse-wire: the Linux FUSE wire protocol, spoken on `/dev/fuse` directly,
+//! without libfuse.
 //!
-//! This facade only re-exports the two crates of the workspace:
-//! [`proto`] (the kernel ABI, no I/O) and [`session`] (mounting and the
-//! multi-threaded session loop).
+//! This facade re-exports the user-facing API of [`session`] at its root
+//! (the [`Filesystem`] trait, typed attributes and requests, reply handles
+//! in [`reply`], [`serve`] and [`spawn`]), and the two crates of the
+//! workspace: [`proto`] (the kernel ABI, no I/O) and [`session`] (mounting
+//! and the multi-threaded session loop).
+//!
+//! # Quick start
+//!
+//! A read-only filesystem with one file. Implement the [`Filesystem`]
+//! methods you need (the others have sensible defaults) and hand it to
+//! [`serve`], which mounts it, serves until it is unmounted or the process
+//! gets Ctrl-C (SIGINT), SIGTERM or SIGHUP, and unmounts.
+//!
+//! ```no_run
+//! use fuse_wire::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry};
+//! use fuse_wire::{Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode};
+//! use fuse_wire::{MountOptions, ReadRequest, RequestContext};
+//! use std::{ffi::CStr, time::Duration};
+//!
+//! const TEXT: &[u8] = b"Hello, world!\n";
+//! const FILE: Inode = Inode(2);
+//! const TTL: Duration = Duration::from_secs(60);
+//!
+//! fn attr(ino: Inode) -> Option<FileAttr> {
+//!     match ino {
+//!         Inode::ROOT => Some(FileAttr::new(1, FileKind::Directory, 0o555)),
+//!         FILE => Some(FileAttr::new(2, FileKind::RegularFile, 0o444).with_size(TEXT.len() as u64)),
+//!         _ => None,
+//!     }
+//! }
+//!
+//! struct Hello;
+//!
+//! impl Filesystem for Hello {
+//!     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+//!         match (parent, name.to_bytes(), attr(FILE)) {
+//!             (Inode::ROOT, b"hello", Some(a)) => reply.entry(&Entry::new(FILE, a, TTL)),
+//!             _ => reply.error(Errno::ENOENT),
+//!         }
+//!     }
+//!
+//!     fn getattr(&self, _: &RequestContext<'_>, ino: Inode, _: Option<FileHandle>, reply: ReplyAttr) {
+//!         reply.result(attr(ino).map(|a| (TTL, a)).ok_or(Errno::ENOENT));
+//!     }
+//!
+//!     fn read(&self, _: &RequestContext<'_>, _: Inode, _: FileHandle, req: ReadRequest, reply: ReplyData) {
+//!         let start = (req.offset as usize).min(TEXT.len());
+//!         let end = start.saturating_add(req.size as usize).min(TEXT.len());
+//!         reply.data(&TEXT[start..end]); // shorter than asked: end of file
+//!     }
+//!
+//!     fn readdir(&self, _: &RequestContext<'_>, _: Inode, _: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+//!         let entries = [(Inode::ROOT, FileKind::Directory, "."), (Inode::ROOT, FileKind::Directory, ".."), (FILE, FileKind::RegularFile, "hello")];
+//!         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+//!             if reply.add(ino, i as u64 + 1, kind, name).is_full() {
+//!                 break;
+//!             }
+//!         }
+//!         reply.ok();
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let opts = MountOptions { read_only: true, auto_unmount: true, ..MountOptions::default() };
+//!     fuse_wire::serve(Hello, "/mnt/hello", &opts)?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Things worth knowing before going further (each method's documentation
+//! says more):
+//! - The library logs through the [`log`](https://docs.rs/log) crate; install
+//!   a logger (`env_logger::init()`) to see its messages, errors included.
+//! - A file whose size is not known when `stat` asks (generated content)
+//!   must be opened with `FopenFlags::DIRECT_IO`, or reads stop at the size
+//!   in its attributes.
+//! - Nodes in replies of LOOKUP, CREATE, MKDIR… are counted by the kernel
+//!   (lookup counts) until FORGET; see [`session::filesystem`].
+//! - [`spawn`] serves in the background; its handle unmounts when dropped.
+//!   [`MountOptions::auto_unmount`] unmounts even if the process is killed.
+//! - The raw kernel structs stay reachable: [`proto::abi`], and `*_raw`
+//!   methods on the reply handles.
 #![forbid(unsafe_code)]
+
+/// The README's code, compiled as a doctest so that it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub use fuse_proto as proto;
 pub use fuse_session as session;
+pub use fuse_session::{
+    AccessMode, CopyFileRangeRequest, CreateRequest, DirAdd, DirPlusAdd, Entry, Errno, FallocateRequest,
+    FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, InitConfig, InitFlags, Inode, IoctlRequest, Lock,
+    LockOwner, LockRequest, LseekRequest, MknodRequest, MountOptions, OpenFlags, PollHandle, PollRequest,
+    ReadRequest, ReleaseRequest, RenameFlags, RenameRequest, RequestContext, RunningSession, Session,
+    SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow,
+    WriteRequest, reply, serve, serve_with, spawn,
+};

@@ -13,11 +13,11 @@ mod common_fake;
 use common_fake::*;
 use fuse_wire::proto::Reply;
 use fuse_wire::proto::flags::FopenFlags;
-use fuse_wire::proto::flags::WriteFlags;
 use fuse_wire::session::context::RequestContext;
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyWrite};
 use fuse_wire::session::transport::Channel;
-use fuse_wire::session::types::{FileHandle, LockOwner};
+use fuse_wire::session::types::FileHandle;
 use fuse_wire::session::{Filesystem, Inode, Session, SessionConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::backtrace::Backtrace;
@@ -249,7 +249,7 @@ impl Filesystem for QuietFs {
 
     fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.mark();
-        reply.attr(ATTR_TTL, &attr(ino.0))
+        reply.attr(ATTR_TTL, &file_attr(ino.0))
     }
 
     fn read(
@@ -257,12 +257,11 @@ impl Filesystem for QuietFs {
         _ctx: &RequestContext<'_>,
         _ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let offset = req.offset;
+        let size = req.size;
         self.mark();
         let start = (offset as usize).min(DATA.len());
         let end = (start + size as usize).min(DATA.len());
@@ -274,8 +273,7 @@ impl Filesystem for QuietFs {
         _ctx: &RequestContext<'_>,
         _parent: Inode,
         _name: &CStr,
-        _mode: u32,
-        _flags: i32,
+        _req: CreateRequest,
         reply: ReplyCreate,
     ) {
         self.mark();
@@ -287,13 +285,10 @@ impl Filesystem for QuietFs {
         _ctx: &RequestContext<'_>,
         _ino: Inode,
         _fh: FileHandle,
-        _offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let data = req.data;
         self.mark();
         reply.written(data.len() as u32)
     }

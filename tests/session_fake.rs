@@ -7,15 +7,16 @@
 mod common_fake;
 
 use common_fake::*;
-use fuse_wire::proto::abi::{Kstatfs, SetattrIn, Statx, SxTime};
-use fuse_wire::proto::flags::{FopenFlags, InitFlags, IoctlFlags, SetxattrFlags, WriteFlags};
+use fuse_wire::proto::abi::{Kstatfs, Statx, SxTime};
+use fuse_wire::proto::flags::{FopenFlags, InitFlags};
 use fuse_wire::proto::{Errno, Opcode};
 use fuse_wire::session::context::RequestContext;
 use fuse_wire::session::init::{InitConfig, Refusal};
 use fuse_wire::session::notify::{NotifyError, Retrieved};
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::*;
 use fuse_wire::session::types::{FileHandle, Inode, Lock, LockOwner, PollHandle};
-use fuse_wire::session::{Filesystem, SessionConfig, SessionError};
+use fuse_wire::session::{FileKind, Filesystem, SessionConfig, SessionError};
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -182,7 +183,11 @@ fn statx_out_bytes(ino: u64) -> Vec<u8> {
     v
 }
 
-const DIR_ENTRIES: &[(u64, u64, u32, &str)] = &[(1, 1, 4, "."), (20, 2, 8, "file.txt"), (21, 3, 8, "third")];
+const DIR_ENTRIES: &[(Inode, u64, FileKind, &str)] = &[
+    (Inode(1), 1, FileKind::Directory, "."),
+    (Inode(20), 2, FileKind::RegularFile, "file.txt"),
+    (Inode(21), 3, FileKind::RegularFile, "third"),
+];
 
 impl Filesystem for TestFs {
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
@@ -296,10 +301,11 @@ impl Filesystem for TestFs {
 
     fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.rec(format!("getattr ino={ino} fh={}", opt(fh.map(|f| f.0))));
-        reply.attr(ATTR_TTL, &attr(ino.0))
+        reply.attr(ATTR_TTL, &file_attr(ino.0))
     }
 
-    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, a: &SetattrIn, reply: ReplyAttr) {
+    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        let a = req.raw();
         self.rec(format!(
             "setattr ino={ino} valid={:#x} fh={:#x} size={} lock_owner={:#x} atime={}.{} mtime={}.{} \
              ctime={}.{} mode={:o} uid={} gid={}",
@@ -317,7 +323,7 @@ impl Filesystem for TestFs {
             a.uid,
             a.gid
         ));
-        reply.attr(ATTR_TTL, &attr(ino.0))
+        reply.attr(ATTR_TTL, &file_attr(ino.0))
     }
 
     fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
@@ -347,10 +353,11 @@ impl Filesystem for TestFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        rdev: u32,
+        req: MknodRequest,
         reply: ReplyEntry,
     ) {
+        let mode = req.mode;
+        let rdev = req.rdev;
         self.rec(format!(
             "mknod parent={parent} name={} mode={mode:o} rdev={rdev:#x} umask={} groups={}",
             s(name),
@@ -380,16 +387,12 @@ impl Filesystem for TestFs {
         reply.error(Errno::ENOTEMPTY)
     }
 
-    fn rename(
-        &self,
-        _ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        newparent: Inode,
-        newname: &CStr,
-        flags: u32,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, _ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let parent = req.parent;
+        let name = req.name;
+        let newparent = req.newparent;
+        let newname = req.newname;
+        let flags = req.flags.bits();
         self.rec(format!(
             "rename parent={parent} name={} newparent={newparent} newname={} flags={flags}",
             s(name),
@@ -413,7 +416,8 @@ impl Filesystem for TestFs {
         reply.entry(&entry(ino.0))
     }
 
-    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.bits();
         self.rec(format!("open ino={ino} flags={flags:#x}"));
         reply.opened(FileHandle(0x1234), FopenFlags::DIRECT_IO | FopenFlags::KEEP_CACHE)
     }
@@ -423,12 +427,13 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let offset = req.offset;
+        let size = req.size;
+        let flags = req.flags.bits();
+        let lock_owner = req.lock_owner;
         self.rec(format!(
             "read ino={ino} fh={:#x} off={offset} size={size} flags={flags:#x} owner={}",
             fh.0,
@@ -443,13 +448,14 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let offset = req.offset;
+        let data = req.data;
+        let write_flags = req.write_flags;
+        let flags = req.flags.bits();
+        let lock_owner = req.lock_owner;
         self.rec(format!(
             "write ino={ino} fh={:#x} off={offset} data={} wflags={:#x} flags={flags:#x} owner={}",
             fh.0,
@@ -477,12 +483,13 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        flock_release: bool,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
+        let flags = req.flags.bits();
+        let lock_owner = req.lock_owner;
+        let flush = req.flush;
+        let flock_release = req.flock_release;
         self.rec(format!(
             "release ino={ino} fh={:#x} flags={flags:#x} owner={} flush={flush} flock={flock_release}",
             fh.0,
@@ -503,7 +510,8 @@ impl Filesystem for TestFs {
         reply.ok()
     }
 
-    fn opendir(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.bits();
         self.rec(format!("opendir ino={ino} flags={flags:#x}"));
         reply.opened(FileHandle(0x4321), FopenFlags::CACHE_DIR)
     }
@@ -518,8 +526,8 @@ impl Filesystem for TestFs {
     ) {
         let mut added = 0;
         let mut full = false;
-        for &(i, off, typ, name) in &DIR_ENTRIES[offset as usize..] {
-            if reply.add(i, off, typ, name.as_bytes()) {
+        for &(i, off, kind, name) in &DIR_ENTRIES[offset as usize..] {
+            if reply.add(i, off, kind, name).is_full() {
                 full = true;
                 break;
             }
@@ -545,7 +553,7 @@ impl Filesystem for TestFs {
             if off <= offset {
                 continue;
             }
-            if reply.add(&e, off, name.as_bytes()) {
+            if reply.add(&e, off, name.as_bytes()).is_full() {
                 break;
             }
             added += 1;
@@ -562,9 +570,10 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: i32,
+        flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let flags = flags.bits();
         self.rec(format!("releasedir ino={ino} fh={:#x} flags={flags:#x}", fh.0));
         reply.ok()
     }
@@ -601,11 +610,12 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
-        value: &[u8],
-        flags: i32,
-        setxattr_flags: SetxattrFlags,
+        req: SetxattrRequest<'_>,
         reply: ReplyEmpty,
     ) {
+        let value = req.value;
+        let flags = req.flags;
+        let setxattr_flags = req.setxattr_flags;
         self.rec(format!(
             "setxattr ino={ino} name={} value={} flags={flags} sxflags={:#x}",
             s(name),
@@ -648,10 +658,11 @@ impl Filesystem for TestFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        flags: i32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
+        let mode = req.mode;
+        let flags = req.flags.bits();
         self.rec(format!(
             "create parent={parent} name={} mode={mode:o} flags={flags:#x} umask={} groups={}",
             s(name),
@@ -667,10 +678,11 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
+        req: LockRequest,
         reply: ReplyLock,
     ) {
+        let owner = req.owner;
+        let lock = req.lock;
         self.rec(format!(
             "getlk ino={ino} fh={:#x} owner={:#x} lock={}-{} typ={} pid={}",
             fh.0, owner.0, lock.start, lock.end, lock.typ, lock.pid
@@ -688,12 +700,13 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
-        sleep: bool,
-        flock: bool,
+        req: LockRequest,
         reply: ReplyEmpty,
     ) {
+        let owner = req.owner;
+        let lock = req.lock;
+        let sleep = req.sleep;
+        let flock = req.flock;
         self.rec(format!(
             "setlk ino={ino} fh={:#x} owner={:#x} lock={}-{} typ={} pid={} sleep={sleep} flock={flock}",
             fh.0, owner.0, lock.start, lock.end, lock.typ, lock.pid
@@ -711,13 +724,14 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: IoctlFlags,
-        cmd: u32,
-        arg: u64,
-        in_data: &[u8],
-        out_size: u32,
+        req: IoctlRequest<'_>,
         reply: ReplyIoctl,
     ) {
+        let flags = req.flags;
+        let cmd = req.cmd;
+        let arg = req.arg;
+        let in_data = req.in_data;
+        let out_size = req.out_size;
         self.rec(format!(
             "ioctl ino={ino} fh={:#x} flags={:#x} cmd={cmd:#x} arg={arg:#x} in={} out_size={out_size}",
             fh.0,
@@ -732,10 +746,11 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        kh: Option<PollHandle>,
-        events: u32,
+        req: PollRequest,
         reply: ReplyPoll,
     ) {
+        let kh = req.kh;
+        let events = req.events;
         self.rec(format!(
             "poll ino={ino} fh={:#x} kh={} events={events:#x}",
             fh.0,
@@ -749,11 +764,12 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
+        req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
+        let offset = req.offset;
+        let length = req.length;
+        let mode = req.mode;
         self.rec(format!(
             "fallocate ino={ino} fh={:#x} off={offset} len={length} mode={mode}",
             fh.0
@@ -766,10 +782,11 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        whence: i32,
+        req: LseekRequest,
         reply: ReplyLseek,
     ) {
+        let offset = req.offset;
+        let whence = req.whence;
         self.rec(format!(
             "lseek ino={ino} fh={:#x} off={offset} whence={whence}",
             fh.0
@@ -777,19 +794,15 @@ impl Filesystem for TestFs {
         reply.offset(4096)
     }
 
-    fn copy_file_range(
-        &self,
-        _ctx: &RequestContext<'_>,
-        ino_in: Inode,
-        fh_in: FileHandle,
-        off_in: u64,
-        ino_out: Inode,
-        fh_out: FileHandle,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-        reply: ReplyCopy,
-    ) {
+    fn copy_file_range(&self, _ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let ino_in = req.ino_in;
+        let fh_in = req.fh_in;
+        let off_in = req.off_in;
+        let ino_out = req.ino_out;
+        let fh_out = req.fh_out;
+        let off_out = req.off_out;
+        let len = req.len;
+        let flags = req.flags;
         self.rec(format!(
             "copy_file_range in={ino_in}/{:#x}@{off_in} out={ino_out}/{:#x}@{off_out} len={len} flags={flags}",
             fh_in.0, fh_out.0
@@ -802,10 +815,11 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: Option<FileHandle>,
-        flags: u32,
-        mask: u32,
+        req: StatxRequest,
         reply: ReplyStatx,
     ) {
+        let flags = req.flags;
+        let mask = req.mask;
         self.rec(format!(
             "statx ino={ino} fh={} flags={flags:#x} mask={mask:#x}",
             opt(fh.map(|f| f.0))
@@ -813,7 +827,9 @@ impl Filesystem for TestFs {
         reply.statx(ATTR_TTL, &statx_value(ino.0))
     }
 
-    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
+    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
+        let mode = req.mode;
+        let flags = req.flags.bits();
         self.rec(format!(
             "tmpfile parent={parent} mode={mode:o} flags={flags:#x} umask={}",
             oct(ctx.umask())
@@ -1726,7 +1742,10 @@ fn defaults_answer_as_documented() {
                 Opcode::Open | Opcode::Opendir => Some(ok_reply(x, &open_out_bytes(0, 0))),
                 Opcode::Release | Opcode::Releasedir => Some(ok_reply(x, &[])),
                 Opcode::Statfs => Some(ok_reply(x, &statfs_bytes([0; 5], 512, 255, 0))),
-                // CREATE goes to atomic_open, whose default is ENOSYS.
+                // CREATE goes to atomic_open, whose default is ENOSYS; the
+                // default CREATE turns that into EROFS (`touch` would say
+                // "Function not implemented" otherwise).
+                Opcode::Create => Some(err_reply(x, libc::EROFS)),
                 _ => Some(err_reply(x, libc::ENOSYS)),
             };
             fake.send(c.req.clone());
@@ -1855,7 +1874,7 @@ fn init_at_7_12_short_reply_and_old_layouts() {
         }),
         reply_size: 24,
         out: InitOutFields {
-            flags: bits(&[0, 1, 3, 5, 6]) as u32,
+            flags: bits(&[0, 1, 5, 6]) as u32,
             max_write: 32 * 4096,
             max_pages: 0,
             ..BASE
@@ -1909,7 +1928,7 @@ fn init_at_7_22_short_reply_and_splice_refused() {
         }),
         reply_size: 24,
         out: InitOutFields {
-            flags: bits(&[0, 3, 5, 12, 13, 15]) as u32,
+            flags: bits(&[0, 5, 12, 13, 15]) as u32,
             max_write: 65536,
             max_pages: 0,
             ..BASE
@@ -1957,7 +1976,7 @@ fn init_at_7_31_full_reply_without_flags2() {
         }),
         reply_size: 64,
         out: InitOutFields {
-            flags: bits(&[0, 3, 5, 12, 15, 16, 18, 20, 22]) as u32,
+            flags: bits(&[0, 5, 12, 15, 16, 18, 20, 22]) as u32,
             max_background: 64,
             congestion_threshold: 48,
             time_gran: 1000,
@@ -1994,7 +2013,7 @@ fn init_at_7_36_flags2_with_init_ext() {
         }),
         reply_size: 64,
         out: InitOutFields {
-            flags: bits(&[0, 3, 5, 12, 18, 22, 28, 29, 30]) as u32,
+            flags: bits(&[0, 5, 12, 18, 22, 28, 29, 30]) as u32,
             flags2: 1,
             ..BASE
         },
@@ -2042,7 +2061,7 @@ fn init_at_7_40_passthrough_granted() {
         }),
         reply_size: 64,
         out: InitOutFields {
-            flags: bits(&[0, 3, 5, 12, 15, 18, 22, 29, 30]) as u32,
+            flags: bits(&[0, 5, 12, 15, 18, 22, 29, 30]) as u32,
             flags2: bits(&[3, 4, 5, 7]) as u32,
             max_stack_depth: 2,
             ..BASE
@@ -2069,7 +2088,7 @@ fn init_at_7_45_everything_new() {
         }),
         reply_size: 64,
         out: InitOutFields {
-            flags: bits(&[0, 3, 5, 12, 15, 18, 22, 29, 30]) as u32,
+            flags: bits(&[0, 5, 12, 15, 18, 22, 29, 30]) as u32,
             flags2: bits(&[2, 3, 7, 8, 10]) as u32,
             request_timeout: 30,
             ..BASE
@@ -2196,7 +2215,7 @@ fn init_flags2_is_ignored_without_init_ext() {
     let offer = (offer_at(36) & !InitFlags::INIT_EXT.bits()) | InitFlags::SECURITY_CTX.bits();
     let r = fake.init_ready(36, offer);
     let want = InitOutFields {
-        flags: bits(&[0, 3, 5, 12, 15, 18, 22, 29]) as u32,
+        flags: bits(&[0, 5, 12, 15, 18, 22, 29]) as u32,
         ..BASE
     };
     assert_bytes("INIT 7.36 without INIT_EXT", &r, &ok_reply(1, &want.bytes(64)));
@@ -2661,10 +2680,11 @@ impl Filesystem for AtomicFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        flags: i32,
-        mode: u32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
+        let flags = req.flags.bits();
+        let mode = req.mode;
         let n = s(name);
         self.calls.lock().unwrap().push(format!(
             "atomic_open parent={parent} name={n} flags={flags:#x} mode={mode:o} umask={}",
@@ -2677,19 +2697,8 @@ impl Filesystem for AtomicFs {
         }
     }
 
-    fn copy_file_range(
-        &self,
-        _ctx: &RequestContext<'_>,
-        _ino_in: Inode,
-        _fh_in: FileHandle,
-        _off_in: u64,
-        _ino_out: Inode,
-        _fh_out: FileHandle,
-        _off_out: u64,
-        len: u64,
-        _flags: u64,
-        reply: ReplyCopy,
-    ) {
+    fn copy_file_range(&self, _ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let len = req.len;
         self.calls
             .lock()
             .unwrap()

@@ -9,6 +9,7 @@ use common::{TempMountpoint, fuse_mounted_at, require_mount_capability, wait_unm
 use fuse_wire::proto::Opcode;
 use fuse_wire::proto::abi::Attr;
 use fuse_wire::proto::flags::{FopenFlags, InitFlags};
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::*;
 use fuse_wire::session::*;
 use std::collections::BTreeSet;
@@ -63,7 +64,11 @@ impl TestFs {
         }
     }
 
-    fn attr(&self, ino: u64) -> Attr {
+    fn attr(&self, ino: u64) -> FileAttr {
+        FileAttr::from_abi(&self.attr_raw(ino)).expect("a valid mode")
+    }
+
+    fn attr_raw(&self, ino: u64) -> Attr {
         let now = 1_700_000_000;
         let (mode, size, nlink) = match ino {
             1 => (libc::S_IFDIR | 0o755, 0, 2),
@@ -119,20 +124,16 @@ impl Filesystem for TestFs {
         }
     }
 
-    fn setattr(
-        &self,
-        _ctx: &RequestContext<'_>,
-        ino: Inode,
-        attr: &fuse_wire::proto::abi::SetattrIn,
-        reply: ReplyAttr,
-    ) {
+    fn setattr(&self, _ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        let attr = req.raw();
         if ino.0 == FILE_INO && attr.valid & fuse_wire::proto::flags::SetattrValid::SIZE.bits() != 0 {
             self.data.lock().unwrap().resize(attr.size as usize, 0);
         }
         reply.attr(TTL, &self.attr(ino.0));
     }
 
-    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.bits();
         if let (FILE_INO, Some(path)) = (ino.0, &self.backing) {
             let f = match File::options()
                 .read(true)
@@ -161,10 +162,7 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        _flock_release: bool,
+        _req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
         if ino.0 == FILE_INO {
@@ -178,12 +176,11 @@ impl Filesystem for TestFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let offset = req.offset;
+        let size = req.size;
         if let Some(fd) = ctx.channel_fd() {
             self.fds_seen.lock().unwrap().insert(fd);
         }
@@ -218,13 +215,11 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         _ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: fuse_wire::proto::flags::WriteFlags,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let offset = req.offset;
+        let data = req.data;
         let mut d = self.data.lock().unwrap();
         let end = offset as usize + data.len();
         if d.len() < end {

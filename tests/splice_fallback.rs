@@ -8,8 +8,9 @@ mod common_fake;
 use common_fake::*;
 use fuse_wire::proto::Opcode;
 use fuse_wire::session::context::RequestContext;
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::ReplyData;
-use fuse_wire::session::types::{FileHandle, Inode, LockOwner};
+use fuse_wire::session::types::{FileHandle, Inode};
 use fuse_wire::session::{Filesystem, SessionConfig};
 use std::fs::File;
 use std::io::Write;
@@ -32,12 +33,11 @@ impl Filesystem for FileFs {
         _ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let offset = req.offset;
+        let size = req.size;
         match fh.0 {
             SPLICE => reply.splice_from(self.file.as_fd(), offset, size as usize),
             _ => {

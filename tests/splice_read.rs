@@ -13,6 +13,7 @@ use common::{TempMountpoint, require_mount_capability, wait_unmounted};
 use fuse_wire::proto::Opcode;
 use fuse_wire::proto::abi::Attr;
 use fuse_wire::proto::flags::FopenFlags;
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::*;
 use fuse_wire::session::*;
 use std::ffi::CStr;
@@ -35,7 +36,11 @@ struct SpliceFs {
 }
 
 impl SpliceFs {
-    fn attr(&self, ino: u64) -> Attr {
+    fn attr(&self, ino: u64) -> FileAttr {
+        FileAttr::from_abi(&self.attr_raw(ino)).expect("a valid mode")
+    }
+
+    fn attr_raw(&self, ino: u64) -> Attr {
         let (mode, size, nlink) = match ino {
             1 => (libc::S_IFDIR | 0o755, 0, 2),
             _ => (libc::S_IFREG | 0o644, FILE_LEN as u64, 1),
@@ -78,7 +83,7 @@ impl Filesystem for SpliceFs {
         }
     }
 
-    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+    fn open(&self, _ctx: &RequestContext<'_>, ino: Inode, _flags: OpenFlags, reply: ReplyOpen) {
         match ino.0 {
             DIRECT_INO => reply.opened(FileHandle(0), FopenFlags::DIRECT_IO),
             CACHED_INO => reply.opened(FileHandle(0), FopenFlags::empty()),
@@ -91,12 +96,11 @@ impl Filesystem for SpliceFs {
         _ctx: &RequestContext<'_>,
         _ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let offset = req.offset;
+        let size = req.size;
         reply.splice_from(self.backing.as_fd(), offset, size as usize);
     }
 }

@@ -16,11 +16,11 @@
 mod common;
 
 use common::*;
-use fuse_wire::proto::abi::Attr;
 use fuse_wire::session::mount::{self, Mount, MountError, MountOptions};
 use fuse_wire::session::reply::ReplyAttr;
 use fuse_wire::session::{
-    Errno, FileHandle, Filesystem, Inode, RequestContext, RunningSession, Session, SessionConfig,
+    Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode, RequestContext, RunningSession, Session,
+    SessionConfig,
 };
 use std::ffi::CString;
 use std::fs;
@@ -239,12 +239,7 @@ impl Filesystem for EmptyRoot {
         if ino != Inode::ROOT {
             return reply.error(Errno::ENOENT);
         }
-        let attr = Attr {
-            ino: ino.0,
-            mode: libc::S_IFDIR | 0o755,
-            nlink: 2,
-            ..Attr::default()
-        };
+        let attr = FileAttr::new(ino.0, FileKind::Directory, 0o755);
         reply.attr(Duration::from_secs(1), &attr);
     }
 }

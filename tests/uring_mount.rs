@@ -10,7 +10,9 @@
 use fuse_wire::proto::abi::Attr;
 use fuse_wire::proto::flags::FopenFlags;
 use fuse_wire::proto::{Errno, Opcode};
+use fuse_wire::session::FileAttr;
 use fuse_wire::session::mount::{Mount, MountGuard, MountOptions};
+use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyOpen, ReplyWrite};
 use fuse_wire::session::transport::uring::{ENABLE_KNOB, Unavailable};
 use fuse_wire::session::{
@@ -176,7 +178,11 @@ impl TinyFs {
             .unwrap_or(0)
     }
 
-    fn attr(ino: u64, size: usize) -> Attr {
+    fn attr(ino: u64, size: usize) -> FileAttr {
+        FileAttr::from_abi(&Self::attr_raw(ino, size)).expect("a valid mode")
+    }
+
+    fn attr_raw(ino: u64, size: usize) -> Attr {
         let dir = ino == 1;
         Attr {
             ino,
@@ -226,7 +232,8 @@ impl Filesystem for TinyFs {
         }
     }
 
-    fn open(&self, _: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn open(&self, _: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.bits();
         self.note("open");
         if flags & libc::O_TRUNC != 0
             && let Some(d) = self.files.lock().unwrap().data.get_mut(&ino.0)
@@ -241,8 +248,7 @@ impl Filesystem for TinyFs {
         _: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        _mode: u32,
-        _flags: i32,
+        _req: CreateRequest,
         reply: ReplyCreate,
     ) {
         self.note("create");
@@ -257,17 +263,9 @@ impl Filesystem for TinyFs {
         reply.created(&Self::entry(ino, 0), FileHandle(ino), FopenFlags::empty());
     }
 
-    fn read(
-        &self,
-        _: &RequestContext<'_>,
-        ino: Inode,
-        _: FileHandle,
-        offset: u64,
-        size: u32,
-        _: i32,
-        _: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, _: &RequestContext<'_>, ino: Inode, _: FileHandle, req: ReadRequest, reply: ReplyData) {
+        let offset = req.offset;
+        let size = req.size;
         self.note("read");
         let f = self.files.lock().unwrap();
         let Some(d) = f.data.get(&ino.0) else {
@@ -292,13 +290,11 @@ impl Filesystem for TinyFs {
         _: &RequestContext<'_>,
         ino: Inode,
         _: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _: fuse_wire::proto::flags::WriteFlags,
-        _: i32,
-        _: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let offset = req.offset;
+        let data = req.data;
         self.note("write");
         let mut f = self.files.lock().unwrap();
         let Some(d) = f.data.get_mut(&ino.0) else {

@@ -46,16 +46,19 @@
 //! write, then ENOSPC on the next one); fallocate and xattrs are all or
 //! nothing; truncating up makes a hole and costs nothing, as on tmpfs.
 
-use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn};
-use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
+use fuse_wire::proto::abi::{Kstatfs, SetattrIn};
+use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, WriteFlags};
+use fuse_wire::session::attr::time_from_wire;
 use fuse_wire::session::credentials;
 use fuse_wire::session::reply::{
-    ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    DirPlusAdd, ReplyAttr, ReplyCopy, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
-use fuse_wire::session::types::dirent_type;
 use fuse_wire::session::{
-    Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
+    CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle, FileKind,
+    Filesystem, InitConfig, Inode, LockOwner, LockRequest, LseekRequest, MknodRequest, OpenFlags,
+    ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
+    WriteRequest,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
@@ -235,24 +238,22 @@ impl Node {
         self.data.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn attr(&self, d: &Data) -> Attr {
+    fn attr(&self, d: &Data) -> FileAttr {
         let (size, blocks) = match &d.content {
             Content::File(f) => (f.size(), f.allocated().div_ceil(512)),
             Content::Dir(dir) => (dir.len() as u64 * 32, 0),
             Content::Symlink(t) => (t.len() as u64, 0),
             Content::Special => (0, 0),
         };
-        Attr {
+        FileAttr {
             ino: self.ino,
             size,
             blocks,
-            atime: d.atime.sec as u64,
-            mtime: d.mtime.sec as u64,
-            ctime: d.ctime.sec as u64,
-            atimensec: d.atime.nsec,
-            mtimensec: d.mtime.nsec,
-            ctimensec: d.ctime.nsec,
-            mode: d.mode,
+            atime: time_from_wire(d.atime.sec as u64, d.atime.nsec),
+            mtime: time_from_wire(d.mtime.sec as u64, d.mtime.nsec),
+            ctime: time_from_wire(d.ctime.sec as u64, d.ctime.nsec),
+            kind: FileKind::from_mode(d.mode).unwrap_or(FileKind::RegularFile),
+            perm: (d.mode & 0o7777) as u16,
             nlink: self.nlink.load(Relaxed),
             uid: d.uid,
             gid: d.gid,
@@ -695,7 +696,7 @@ impl MemFs {
         Ok(Some(entry))
     }
 
-    fn do_setattr(&self, ctx: &RequestContext<'_>, ino: Inode, a: &SetattrIn) -> Result<Attr, Errno> {
+    fn do_setattr(&self, ctx: &RequestContext<'_>, ino: Inode, a: &SetattrIn) -> Result<FileAttr, Errno> {
         let valid = SetattrValid::from_bits_retain(a.valid);
         let node = self.get(ino)?;
         let mut d = node.write();
@@ -1062,7 +1063,7 @@ impl MemFs {
     }
 
     /// Opens an existing inode. O_TRUNC truncates a regular file whatever
-    /// the access mode, `O_RDONLY|O_TRUNC` included (the session asks for
+    /// the access mode, `O_RDONLY|O_TRUNC` included (memfs asks for
     /// ATOMIC_O_TRUNC, so the kernel sends O_TRUNC here instead of a
     /// separate SETATTR).
     fn open_node(&self, caller: &Caller, node: &Node, flags: i32) -> Result<Entry, Errno> {
@@ -1320,21 +1321,14 @@ fn sticky_forbids(caller: &Caller, dir: &Data, owner: u32) -> bool {
     dir.mode & libc::S_ISVTX != 0 && !caller.is_root() && caller.uid != dir.uid && caller.uid != owner
 }
 
-/// `answer!(result, reply, |value| success)`: the success arm, or the error.
-macro_rules! answer {
-    ($r:expr, $reply:ident, |$v:pat_param| $ok:expr) => {
-        match $r {
-            Ok($v) => $ok,
-            Err(e) => $reply.error(e),
-        }
-    };
-}
-
 impl Filesystem for MemFs {
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         // DONT_MASK: we apply the umask ourselves (create_node); the rest:
         // `ls -l` gets names and attributes in one round trip.
         config.want(InitFlags::DONT_MASK | InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        // O_TRUNC in OPEN (see `open_node`): truncation and the open's
+        // permission check happen under one lock.
+        config.want(InitFlags::ATOMIC_O_TRUNC);
         // memfs clears set-ID bits itself on chown, truncate and write (see
         // `kill_suid_sgid`). Without this the kernel sends a chown as
         // SETATTR(MODE|UID|GID) with a mode computed from its cached i_mode,
@@ -1385,9 +1379,10 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        // The kernel's struct: do_setattr follows its `valid` bits.
         let ttl = self.config.ttl;
-        answer!(self.do_setattr(ctx, ino, attr), reply, |a| reply.attr(ttl, &a));
+        reply.result(self.do_setattr(ctx, ino, req.raw()).map(|a| (ttl, a)));
     }
 
     fn readlink(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
@@ -1409,8 +1404,7 @@ impl Filesystem for MemFs {
         reply: ReplyEntry,
     ) {
         let content = Content::Symlink(target.to_bytes().to_vec());
-        let r = self.make(ctx, parent, name, libc::S_IFLNK | 0o777, 0, content);
-        answer!(r, reply, |e| reply.entry(&e));
+        reply.result(self.make(ctx, parent, name, libc::S_IFLNK | 0o777, 0, content));
     }
 
     fn mknod(
@@ -1418,47 +1412,40 @@ impl Filesystem for MemFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        rdev: u32,
+        req: MknodRequest,
         reply: ReplyEntry,
     ) {
+        let MknodRequest { mode, rdev } = req;
         let content = match mode & libc::S_IFMT {
             libc::S_IFREG => Content::File(FileData::default()),
             libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => Content::Special,
             _ => return reply.error(Errno::EINVAL),
         };
-        let r = self.make(ctx, parent, name, mode, rdev, content);
-        answer!(r, reply, |e| reply.entry(&e));
+        reply.result(self.make(ctx, parent, name, mode, rdev, content));
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
         let content = Content::Dir(DirData::default());
-        let r = self.make(ctx, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, content);
-        answer!(r, reply, |e| reply.entry(&e));
+        reply.result(self.make(ctx, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, content));
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let r = self.do_unlink(&Caller::of(ctx), parent, name, false);
-        answer!(r, reply, |()| reply.ok());
+        reply.result(self.do_unlink(&Caller::of(ctx), parent, name, false));
     }
 
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let r = self.do_unlink(&Caller::of(ctx), parent, name, true);
-        answer!(r, reply, |()| reply.ok());
+        reply.result(self.do_unlink(&Caller::of(ctx), parent, name, true));
     }
 
-    fn rename(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        newparent: Inode,
-        newname: &CStr,
-        flags: u32,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.do_rename(&Caller::of(ctx), parent, name, newparent, newname, flags);
-        answer!(r, reply, |()| reply.ok());
+    fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let RenameRequest {
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+        } = *req;
+        reply.result(self.do_rename(&Caller::of(ctx), parent, name, newparent, newname, flags.bits()));
     }
 
     fn link(
@@ -1469,15 +1456,14 @@ impl Filesystem for MemFs {
         newname: &CStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(&Caller::of(ctx), ino, newparent, newname);
-        answer!(r, reply, |e| reply.entry(&e));
+        reply.result(self.do_link(&Caller::of(ctx), ino, newparent, newname));
     }
 
-    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let r = self
             .get(ino)
-            .and_then(|n| self.open_node(&Caller::of(ctx), &n, flags));
-        answer!(r, reply, |_| reply.opened(FileHandle(0), FopenFlags::empty()));
+            .and_then(|n| self.open_node(&Caller::of(ctx), &n, flags.bits()));
+        reply.result(r.map(|_| (FileHandle(0), FopenFlags::empty())));
     }
 
     fn read(
@@ -1485,12 +1471,10 @@ impl Filesystem for MemFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: ReadRequest,
         reply: ReplyData,
     ) {
+        let ReadRequest { offset, size, .. } = req;
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -1508,16 +1492,17 @@ impl Filesystem for MemFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let WriteRequest {
+            offset,
+            data,
+            write_flags,
+            ..
+        } = req;
         let kill = write_flags.contains(WriteFlags::KILL_SUIDGID);
-        answer!(self.do_write(ino, offset, data, kill), reply, |n| reply
-            .written(n));
+        reply.result(self.do_write(ino, offset, data, kill));
     }
 
     fn flush(
@@ -1538,10 +1523,10 @@ impl Filesystem for MemFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
+        req: LockRequest,
         reply: ReplyLock,
     ) {
+        let LockRequest { owner, lock, .. } = req;
         self.locks.getlk(ino.0, owner, lock, reply);
     }
 
@@ -1550,12 +1535,15 @@ impl Filesystem for MemFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
-        sleep: bool,
-        flock: bool,
+        req: LockRequest,
         reply: ReplyEmpty,
     ) {
+        let LockRequest {
+            owner,
+            lock,
+            sleep,
+            flock,
+        } = req;
         self.locks.setlk(ctx, ino.0, owner, lock, sleep, flock, reply);
     }
 
@@ -1564,12 +1552,14 @@ impl Filesystem for MemFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        _flags: i32,
-        lock_owner: Option<LockOwner>,
-        _flush: bool,
-        flock_release: bool,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
+        let ReleaseRequest {
+            lock_owner,
+            flock_release,
+            ..
+        } = req;
         if let (true, Some(owner)) = (flock_release, lock_owner) {
             self.locks.drop_owner(ino.0, owner, true);
         }
@@ -1593,11 +1583,11 @@ impl Filesystem for MemFs {
         reply.ok(); // memory is as durable as it gets
     }
 
-    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: OpenFlags, reply: ReplyOpen) {
         let r = self
             .get(ino)
             .and_then(|n| self.may(&Caller::of(ctx), &n.read(), libc::R_OK));
-        answer!(r, reply, |()| reply.opened(FileHandle(0), FopenFlags::empty()));
+        reply.result(r.map(|()| (FileHandle(0), FopenFlags::empty())));
     }
 
     fn readdir(
@@ -1617,15 +1607,17 @@ impl Filesystem for MemFs {
             Ok(dir) => dir,
             Err(e) => return reply.error(e),
         };
-        let dirtype = dirent_type(libc::S_IFDIR);
-        if offset < 1 && reply.add(node.ino, 1, dirtype, b".") {
+        let dir_kind = FileKind::Directory;
+        if offset < 1 && reply.add(Inode(node.ino), 1, dir_kind, b".").is_full() {
             return reply.ok();
         }
-        if offset < DOTDOT_COOKIE && reply.add(node.parent.load(Acquire), DOTDOT_COOKIE, dirtype, b"..") {
+        let parent = Inode(node.parent.load(Acquire));
+        if offset < DOTDOT_COOKIE && reply.add(parent, DOTDOT_COOKIE, dir_kind, b"..").is_full() {
             return reply.ok();
         }
         for (cookie, e) in dir.after(offset.max(DOTDOT_COOKIE)) {
-            if reply.add(e.ino, cookie, dirent_type(e.kind), &e.name) {
+            let kind = FileKind::from_mode(e.kind).unwrap_or(FileKind::RegularFile);
+            if reply.add(Inode(e.ino), cookie, kind, &e.name).is_full() {
                 break;
             }
         }
@@ -1652,17 +1644,18 @@ impl Filesystem for MemFs {
         // "." and "..": the kernel takes no reference and caches nothing.
         let dot = |ino: u64| Entry {
             ino: Inode(ino),
-            attr: Attr {
+            attr: FileAttr {
                 ino,
-                mode: libc::S_IFDIR,
-                ..Attr::default()
+                kind: FileKind::Directory,
+                ..FileAttr::default()
             },
             ..Entry::default()
         };
-        if offset < 1 && reply.add(&dot(node.ino), 1, b".") {
+        if offset < 1 && reply.add(&dot(node.ino), 1, b".").is_full() {
             return reply.ok();
         }
-        if offset < DOTDOT_COOKIE && reply.add(&dot(node.parent.load(Acquire)), DOTDOT_COOKIE, b"..") {
+        let dotdot = dot(node.parent.load(Acquire));
+        if offset < DOTDOT_COOKIE && reply.add(&dotdot, DOTDOT_COOKIE, b"..").is_full() {
             return reply.ok();
         }
         for (cookie, e) in dir.after(offset.max(DOTDOT_COOKIE)) {
@@ -1670,11 +1663,14 @@ impl Filesystem for MemFs {
                 continue;
             };
             let entry = self.entry(&child, &child.read());
-            if reply.add(&entry, cookie, &e.name) {
-                break;
+            match reply.add(&entry, cookie, &e.name) {
+                DirPlusAdd::Full => break,
+                // The kernel counts an entry it receives as a lookup.
+                DirPlusAdd::Added { lookup: true } => {
+                    child.lookups.fetch_add(1, AcqRel);
+                }
+                _ => {}
             }
-            // The kernel counts an entry it receives as a lookup.
-            child.lookups.fetch_add(1, AcqRel);
         }
         reply.ok();
     }
@@ -1699,13 +1695,11 @@ impl Filesystem for MemFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
-        value: &[u8],
-        flags: i32,
-        _setxattr_flags: SetxattrFlags,
+        req: SetxattrRequest<'_>,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_setxattr(&Caller::of(ctx), ino, name, value, flags);
-        answer!(r, reply, |()| reply.ok());
+        let SetxattrRequest { value, flags, .. } = req;
+        reply.result(self.do_setxattr(&Caller::of(ctx), ino, name, value, flags));
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
@@ -1780,11 +1774,10 @@ impl Filesystem for MemFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        flags: i32,
-        mode: u32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
-        match self.do_atomic_open(ctx, parent, name, flags, mode) {
+        match self.do_atomic_open(ctx, parent, name, req.flags.bits(), req.mode) {
             Ok((e, true)) => reply.created(&e, FileHandle(0), FopenFlags::empty()),
             Ok((e, false)) => reply.opened(&e, FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -1796,13 +1789,11 @@ impl Filesystem for MemFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
+        req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        let r = self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode);
-        answer!(r, reply, |()| reply.ok());
+        let FallocateRequest { offset, length, mode } = req;
+        reply.result(self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode));
     }
 
     fn lseek(
@@ -1810,10 +1801,10 @@ impl Filesystem for MemFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         _fh: FileHandle,
-        offset: u64,
-        whence: i32,
+        req: LseekRequest,
         reply: ReplyLseek,
     ) {
+        let LseekRequest { offset, whence } = req;
         let node = match self.get(ino) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -1834,24 +1825,19 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn copy_file_range(
-        &self,
-        _ctx: &RequestContext<'_>,
-        ino_in: Inode,
-        _fh_in: FileHandle,
-        off_in: u64,
-        ino_out: Inode,
-        _fh_out: FileHandle,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-        reply: ReplyCopy,
-    ) {
+    fn copy_file_range(&self, _ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let CopyFileRangeRequest {
+            ino_in,
+            off_in,
+            ino_out,
+            off_out,
+            len,
+            flags,
+            ..
+        } = *req;
         if flags != 0 {
             return reply.error(Errno::EINVAL);
         }
-        answer!(self.do_copy(ino_in, off_in, ino_out, off_out, len), reply, |n| {
-            reply.copied(n)
-        });
+        reply.result(self.do_copy(ino_in, off_in, ino_out, off_out, len));
     }
 }

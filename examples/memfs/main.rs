@@ -24,18 +24,39 @@
 //! stderr at the end. Other `-o` options are mount options (see
 //! `MountOptions`).
 
-#[path = "../common/mod.rs"]
-mod common;
 mod fs;
 
 use fs::{MemFs, MemFsConfig};
 use fuse_wire::session::mount::MountOptions;
 use fuse_wire::session::{SessionConfig, Transport};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: memfs [-o threads=N,ttl=SECONDS,posix_lock,flock,idle_timeout=SECONDS,\
 max_waits_per_uid=N,size=BYTES[kmgt%],nr_inodes=N[kmg],uring,MOUNT_OPTIONS] MOUNTPOINT";
+
+/// The mountpoint of a command line `PROG [-o OPTS] MOUNTPOINT`, and the
+/// `-o` lists in order.
+fn parse_args(usage: &str) -> Result<(PathBuf, Vec<String>), String> {
+    let mut mountpoint = None;
+    let mut opts = Vec::new();
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("-h" | "--help") => return Err(usage.to_string()),
+            Some("-o") => match args.next().and_then(|o| o.into_string().ok()) {
+                Some(o) => opts.push(o),
+                None => return Err(format!("-o needs an option list\n{usage}")),
+            },
+            Some(s) if s.starts_with("-o") => opts.push(s[2..].to_string()),
+            Some(s) if s.starts_with('-') => return Err(format!("unknown flag {s}\n{usage}")),
+            _ if mountpoint.is_none() => mountpoint = Some(PathBuf::from(arg)),
+            _ => return Err(format!("one mountpoint only\n{usage}")),
+        }
+    }
+    mountpoint.map(|m| (m, opts)).ok_or_else(|| usage.to_string())
+}
 
 /// Splits the `-o` lists into mount options and memfs's own.
 fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConfig), String> {
@@ -96,8 +117,9 @@ fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConf
 }
 
 fn main() -> ExitCode {
-    common::init_logging();
-    let (mountpoint, lists) = match common::parse_args(USAGE) {
+    // Logs to stderr at the level RUST_LOG names (default: info).
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let (mountpoint, lists) = match parse_args(USAGE) {
         Ok(a) => a,
         Err(msg) => {
             eprintln!("{msg}");
@@ -111,7 +133,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match common::mount_and_serve(MemFs::new(config), &mountpoint, &mount, session) {
+    match fuse_wire::serve_with(MemFs::new(config), &mountpoint, &mount, session) {
         Ok(report) => {
             eprintln!("{}", report.stats.to_json());
             ExitCode::SUCCESS

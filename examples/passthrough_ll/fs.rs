@@ -6,13 +6,15 @@
 use crate::handles::{DirStream, Direct, Handle, HandleTable};
 use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
-use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
+use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use fuse_wire::session::credentials::{self, ActingAs};
 use fuse_wire::session::reply::*;
-use fuse_wire::session::types::attr_from_stat;
 use fuse_wire::session::{
-    BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
+    BackingFile, CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle,
+    Filesystem, InitConfig, Inode, Lock, LockOwner, LockRequest, LseekRequest, MknodRequest, OpenFlags,
+    ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
+    StatxRequest, WriteRequest,
 };
 use std::ffi::CStr;
 use std::io;
@@ -212,7 +214,7 @@ impl PassthroughFs {
         Entry {
             ino: Inode(found.id),
             generation: found.generation,
-            attr: attr_from_stat(st),
+            attr: FileAttr::from_stat(st),
             entry_ttl: ttl,
             attr_ttl: ttl,
         }
@@ -1031,6 +1033,9 @@ impl Filesystem for PassthroughFs {
         }
         // The umask reaches the source with each create (see caller_umask).
         config.want(InitFlags::DONT_MASK);
+        // O_TRUNC in OPEN (see `open`): the truncation happens through the
+        // descriptor just opened, as the caller, with its KILL_SUIDGID.
+        config.want(InitFlags::ATOMIC_O_TRUNC);
         if self.opts.xattr && self.opts.default_permissions {
             // The kernel checks permissions itself here: with the ACLs (which
             // it reads as system.posix_acl_* xattrs and caches), not just the
@@ -1097,10 +1102,12 @@ impl Filesystem for PassthroughFs {
                 tri!(reply, sys::stat_fd(inode_fd.as_fd()))
             }
         };
-        reply.attr(self.opts.timeout, &attr_from_stat(&st));
+        reply.attr(self.opts.timeout, &FileAttr::from_stat(&st));
     }
 
-    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        // The kernel's struct: do_setattr follows its `valid` bits.
+        let attr = req.raw();
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = tri!(reply, self.do_setattr(ctx, ino, attr));
@@ -1109,7 +1116,7 @@ impl Filesystem for PassthroughFs {
         {
             self.search_changed(ctx, ino, &inode);
         }
-        reply.attr(self.opts.timeout, &attr_from_stat(&st));
+        reply.attr(self.opts.timeout, &FileAttr::from_stat(&st));
     }
 
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
@@ -1142,10 +1149,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        rdev: u32,
+        req: MknodRequest,
         reply: ReplyEntry,
     ) {
+        let MknodRequest { mode, rdev } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
@@ -1189,16 +1196,15 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn rename(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        newparent: Inode,
-        newname: &CStr,
-        flags: u32,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let RenameRequest {
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+        } = *req;
+        let flags = flags.bits();
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
         let old = tri!(reply, self.inode(parent));
@@ -1256,7 +1262,8 @@ impl Filesystem for PassthroughFs {
         self.reply_new_entry(&parent, newname, reply);
     }
 
-    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.bits();
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
@@ -1278,17 +1285,8 @@ impl Filesystem for PassthroughFs {
         }
     }
 
-    fn read(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+    fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
+        let ReadRequest { offset, size, .. } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
         let h = tri!(reply, self.handle(fh));
@@ -1304,13 +1302,15 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        _flags: i32,
-        _lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        let WriteRequest {
+            offset,
+            data,
+            write_flags,
+            ..
+        } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
@@ -1346,12 +1346,15 @@ impl Filesystem for PassthroughFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _flags: i32,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        flock_release: bool,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
+        let ReleaseRequest {
+            lock_owner,
+            flush,
+            flock_release,
+            ..
+        } = req;
         log::debug!("release ino={ino} fh={fh}");
         if let Some(h) = self.handles.remove(fh.0) {
             if flock_release {
@@ -1379,7 +1382,7 @@ impl Filesystem for PassthroughFs {
         reply.ok();
     }
 
-    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: OpenFlags, reply: ReplyOpen) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("opendir ino={ino}");
         let inode = tri!(reply, self.inode(ino));
@@ -1419,7 +1422,10 @@ impl Filesystem for PassthroughFs {
         };
         log::debug!("readdir ino={ino} fh={fh} off={offset}");
         let r = self.readdir_common(ino, fh, offset, |_, d_ino, next, typ, name| {
-            Ok(reply.add(d_ino, next as u64, typ as u32, name.to_bytes()))
+            // The source's d_type as it is (DT_UNKNOWN included).
+            Ok(reply
+                .add_raw(d_ino, next as u64, typ as u32, name.to_bytes())
+                .is_full())
         });
         match r {
             Ok(()) => reply.ok(),
@@ -1456,7 +1462,8 @@ impl Filesystem for PassthroughFs {
                 }
             };
             let Some((found, st)) = found else {
-                let entry = Entry {
+                // Node id 0: a name without an entry (and no lookup).
+                let out = EntryOut {
                     attr: Attr {
                         ino: d_ino,
                         mode: (typ as u32) << 12,
@@ -1464,14 +1471,15 @@ impl Filesystem for PassthroughFs {
                     },
                     ..Default::default()
                 };
-                return Ok(reply.add(&entry, next as u64, bytes));
+                return Ok(reply.add_raw(&out, next as u64, bytes).is_full());
             };
-            let full = reply.add(&self.entry(dir, &found, &st), next as u64, bytes);
-            if full {
-                // Not sent: the kernel did not get this lookup.
+            let added = reply.add(&self.entry(dir, &found, &st), next as u64, bytes);
+            if !added.counts_lookup() {
+                // Not sent (full, or a name the kernel would refuse): the
+                // kernel did not get this lookup.
                 self.inodes.forget(found.id, 1);
             }
-            Ok(full)
+            Ok(added.is_full())
         });
         match r {
             Ok(()) => reply.ok(),
@@ -1484,7 +1492,7 @@ impl Filesystem for PassthroughFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _flags: i32,
+        _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         log::debug!("releasedir ino={ino} fh={fh}");
@@ -1529,11 +1537,14 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
-        value: &[u8],
-        flags: i32,
-        setxattr_flags: SetxattrFlags,
+        req: SetxattrRequest<'_>,
         reply: ReplyEmpty,
     ) {
+        let SetxattrRequest {
+            value,
+            flags,
+            setxattr_flags,
+        } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setxattr ino={ino} name={name:?}");
         let xi = tri!(reply, self.xattr_inode(ino));
@@ -1620,10 +1631,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        flags: i32,
-        mode: u32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
+        let (flags, mode) = (req.flags.bits(), req.mode);
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
@@ -1637,7 +1648,8 @@ impl Filesystem for PassthroughFs {
         self.finish_create(ctx, &parent, fd, flags, created, reply);
     }
 
-    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
+    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
+        let (flags, mode) = (req.flags.bits(), req.mode);
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = tri!(reply, self.inode(parent));
@@ -1654,10 +1666,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
+        req: LockRequest,
         reply: ReplyLock,
     ) {
+        let LockRequest { owner, lock, .. } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         let mut fl = tri!(reply, to_flock(&lock));
@@ -1679,12 +1691,15 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
-        sleep: bool,
-        flock: bool,
+        req: LockRequest,
         reply: ReplyEmpty,
     ) {
+        let LockRequest {
+            owner,
+            lock,
+            sleep,
+            flock,
+        } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
         let h = tri!(reply, self.handle(fh));
@@ -1727,11 +1742,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
+        req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
+        let FallocateRequest { offset, length, mode } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
@@ -1743,10 +1757,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         _ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        whence: i32,
+        req: LseekRequest,
         reply: ReplyLseek,
     ) {
+        let LseekRequest { offset, whence } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         let h = tri!(reply, self.handle(fh));
         // The kernel passes the caller's off_t through as u64: reinterpret it
@@ -1756,19 +1770,16 @@ impl Filesystem for PassthroughFs {
         reply.offset(r);
     }
 
-    fn copy_file_range(
-        &self,
-        ctx: &RequestContext<'_>,
-        _ino_in: Inode,
-        fh_in: FileHandle,
-        off_in: u64,
-        _ino_out: Inode,
-        fh_out: FileHandle,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-        reply: ReplyCopy,
-    ) {
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let CopyFileRangeRequest {
+            fh_in,
+            off_in,
+            fh_out,
+            off_out,
+            len,
+            flags,
+            ..
+        } = *req;
         let _as_caller = tri!(reply, as_caller(ctx));
         let hi = tri!(reply, self.handle(fh_in));
         let ho = tri!(reply, self.handle(fh_out));
@@ -1785,10 +1796,10 @@ impl Filesystem for PassthroughFs {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: Option<FileHandle>,
-        flags: u32,
-        mask: u32,
+        req: StatxRequest,
         reply: ReplyStatx,
     ) {
+        let StatxRequest { flags, mask } = req;
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;

@@ -5,6 +5,7 @@
 //! - [`opcode`]: the one opcode table;
 //! - [`flags`]: bit flags per field, notification codes;
 //! - [`consts`]: versions, limits, device ioctl numbers;
+//! - [`errno`]: [`Errno`], every Linux error number by name;
 //! - [`version`]: sizes that depend on the negotiated minor (7.12 … 7.45);
 //! - [`request`]: zero-copy parsing of what the kernel sends;
 //! - [`reply`]: encoding of replies and notifications into iovec-ready parts,
@@ -24,6 +25,7 @@ extern crate std;
 
 pub mod abi;
 pub mod consts;
+pub mod errno;
 pub mod ext;
 pub mod flags;
 pub mod opcode;
@@ -31,6 +33,7 @@ pub mod reply;
 pub mod request;
 pub mod version;
 
+pub use errno::Errno;
 pub use opcode::{Opcode, UnknownOpcode};
-pub use reply::{DirentWriter, Errno, Reply};
+pub use reply::{DirentWriter, Reply};
 pub use request::{Operation, ParseConfig, ParseError, Request};

@@ -28,74 +28,7 @@ pub enum EncodeError {
     InvalidName(&'static str),
 }
 
-/// A positive errno the kernel accepts in a reply (`1..=511`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Errno(i32);
-
-impl Errno {
-    /// `EPERM`.
-    pub const EPERM: Errno = Errno(1);
-    /// `ENOENT`.
-    pub const ENOENT: Errno = Errno(2);
-    /// `EIO`.
-    pub const EIO: Errno = Errno(5);
-    /// `EBADF`.
-    pub const EBADF: Errno = Errno(9);
-    /// `EAGAIN`.
-    pub const EAGAIN: Errno = Errno(11);
-    /// `EACCES`.
-    pub const EACCES: Errno = Errno(13);
-    /// `EEXIST`.
-    pub const EEXIST: Errno = Errno(17);
-    /// `ENOTDIR`.
-    pub const ENOTDIR: Errno = Errno(20);
-    /// `EISDIR`.
-    pub const EISDIR: Errno = Errno(21);
-    /// `EINVAL`.
-    pub const EINVAL: Errno = Errno(22);
-    /// `ERANGE`.
-    pub const ERANGE: Errno = Errno(34);
-    /// `ENOSYS`.
-    pub const ENOSYS: Errno = Errno(38);
-    /// `ENOTEMPTY`.
-    pub const ENOTEMPTY: Errno = Errno(39);
-    /// `ENODATA`.
-    pub const ENODATA: Errno = Errno(61);
-    /// `EOPNOTSUPP`.
-    pub const EOPNOTSUPP: Errno = Errno(95);
-    /// `EINTR`.
-    pub const EINTR: Errno = Errno(4);
-    /// `ENOLCK`.
-    pub const ENOLCK: Errno = Errno(37);
-
-    /// Accepts `1..=511`.
-    pub const fn new(errno: i32) -> Result<Self, EncodeError> {
-        if errno >= 1 && errno <= crate::consts::MAX_ERRNO {
-            Ok(Errno(errno))
-        } else {
-            Err(EncodeError::InvalidErrno(errno))
-        }
-    }
-
-    /// Like [`Errno::new`], but maps anything out of range to `EIO`.
-    pub const fn new_or_eio(errno: i32) -> Self {
-        match Self::new(errno) {
-            Ok(e) => e,
-            Err(_) => Errno::EIO,
-        }
-    }
-
-    /// The positive value.
-    pub const fn get(self) -> i32 {
-        self.0
-    }
-}
-
-impl core::fmt::Display for Errno {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "errno {}", self.0)
-    }
-}
+pub use crate::errno::Errno;
 
 const HEAD_MAX: usize = size_of::<OutHeader>() + size_of::<StatxOut>();
 static NUL: [u8; 1] = [0];

@@ -9,6 +9,7 @@
 use crate::conn::WorkerCore;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
+use crate::ops::*;
 use crate::reply::*;
 use crate::types::{FileHandle, Inode, LockOwner, PollHandle};
 use fuse_proto::flags::{
@@ -206,6 +207,10 @@ pub(crate) fn malformed(
     );
 }
 
+fn open_flags(flags: u32) -> OpenFlags {
+    OpenFlags::from_bits(flags as i32)
+}
+
 fn owner_if(set: bool, owner: u64) -> Option<LockOwner> {
     set.then_some(LockOwner(owner))
 }
@@ -220,91 +225,87 @@ fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operati
                 .then_some(FileHandle(arg.fh));
             fs.getattr(ctx, ino, fh, ReplyAttr::new(core))
         }
-        O::Setattr { arg } => fs.setattr(ctx, ino, &arg, ReplyAttr::new(core)),
+        O::Setattr { arg } => fs.setattr(ctx, ino, &SetattrRequest::from_raw(&arg), ReplyAttr::new(core)),
         O::Readlink => fs.readlink(ctx, ino, ReplyData::new(core)),
         O::Symlink { name, target } => fs.symlink(ctx, ino, name, target, ReplyEntry::new(core)),
-        O::Mknod { arg, name } => fs.mknod(ctx, ino, name, arg.mode, arg.rdev, ReplyEntry::new(core)),
+        O::Mknod { arg, name } => {
+            let req = MknodRequest {
+                mode: arg.mode,
+                rdev: arg.rdev,
+            };
+            fs.mknod(ctx, ino, name, req, ReplyEntry::new(core))
+        }
         O::Mkdir { arg, name } => fs.mkdir(ctx, ino, name, arg.mode, ReplyEntry::new(core)),
         O::Unlink { name } => fs.unlink(ctx, ino, name, ReplyEmpty::new(core)),
         O::Rmdir { name } => fs.rmdir(ctx, ino, name, ReplyEmpty::new(core)),
-        O::Rename { arg, name, newname } => fs.rename(
-            ctx,
-            ino,
-            name,
-            Inode(arg.newdir),
-            newname,
-            0,
-            ReplyEmpty::new(core),
-        ),
-        O::Rename2 { arg, name, newname } => fs.rename(
-            ctx,
-            ino,
-            name,
-            Inode(arg.newdir),
-            newname,
-            arg.flags,
-            ReplyEmpty::new(core),
-        ),
+        O::Rename { arg, name, newname } => {
+            let req = RenameRequest {
+                parent: ino,
+                name,
+                newparent: Inode(arg.newdir),
+                newname,
+                flags: RenameFlags::empty(),
+            };
+            fs.rename(ctx, &req, ReplyEmpty::new(core))
+        }
+        O::Rename2 { arg, name, newname } => {
+            let req = RenameRequest {
+                parent: ino,
+                name,
+                newparent: Inode(arg.newdir),
+                newname,
+                flags: RenameFlags::from_bits_retain(arg.flags),
+            };
+            fs.rename(ctx, &req, ReplyEmpty::new(core))
+        }
         O::Link { arg, name } => fs.link(ctx, Inode(arg.oldnodeid), ino, name, ReplyEntry::new(core)),
-        O::Open { arg } => fs.open(ctx, ino, arg.flags as i32, ReplyOpen::new(core)),
+        O::Open { arg } => fs.open(ctx, ino, open_flags(arg.flags), ReplyOpen::new(core)),
         O::Read { arg } => {
-            let owner = owner_if(
-                ReadFlags::from_bits_retain(arg.read_flags).contains(ReadFlags::LOCKOWNER),
-                arg.lock_owner,
-            );
-            fs.read(
-                ctx,
-                ino,
-                FileHandle(arg.fh),
-                arg.offset,
-                arg.size,
-                arg.flags as i32,
-                owner,
-                ReplyData::new(core),
-            )
+            let req = ReadRequest {
+                offset: arg.offset,
+                size: arg.size,
+                flags: open_flags(arg.flags),
+                lock_owner: owner_if(
+                    ReadFlags::from_bits_retain(arg.read_flags).contains(ReadFlags::LOCKOWNER),
+                    arg.lock_owner,
+                ),
+            };
+            fs.read(ctx, ino, FileHandle(arg.fh), req, ReplyData::new(core))
         }
         O::Write { arg, data } => {
-            let wf = WriteFlags::from_bits_retain(arg.write_flags);
-            let owner = owner_if(wf.contains(WriteFlags::LOCKOWNER), arg.lock_owner);
-            fs.write(
-                ctx,
-                ino,
-                FileHandle(arg.fh),
-                arg.offset,
+            let write_flags = WriteFlags::from_bits_retain(arg.write_flags);
+            let req = WriteRequest {
+                offset: arg.offset,
                 data,
-                wf,
-                arg.flags as i32,
-                owner,
-                ReplyWrite::new(core),
-            )
+                write_flags,
+                flags: open_flags(arg.flags),
+                lock_owner: owner_if(write_flags.contains(WriteFlags::LOCKOWNER), arg.lock_owner),
+            };
+            fs.write(ctx, ino, FileHandle(arg.fh), req, ReplyWrite::new(core))
         }
         O::Statfs => fs.statfs(ctx, ino, ReplyStatfs::new(core)),
         O::Release { arg } => {
             let rf = ReleaseFlags::from_bits_retain(arg.release_flags);
-            fs.release(
-                ctx,
-                ino,
-                FileHandle(arg.fh),
-                arg.flags as i32,
-                Some(LockOwner(arg.lock_owner)),
-                rf.contains(ReleaseFlags::FLUSH),
-                rf.contains(ReleaseFlags::FLOCK_UNLOCK),
-                ReplyEmpty::new(core),
-            )
+            let req = ReleaseRequest {
+                flags: open_flags(arg.flags),
+                lock_owner: Some(LockOwner(arg.lock_owner)),
+                flush: rf.contains(ReleaseFlags::FLUSH),
+                flock_release: rf.contains(ReleaseFlags::FLOCK_UNLOCK),
+            };
+            fs.release(ctx, ino, FileHandle(arg.fh), req, ReplyEmpty::new(core))
         }
         O::Fsync { arg } => {
             let ds = FsyncFlags::from_bits_retain(arg.fsync_flags).contains(FsyncFlags::FDATASYNC);
             fs.fsync(ctx, ino, FileHandle(arg.fh), ds, ReplyEmpty::new(core))
         }
-        O::Setxattr { arg, name, value } => fs.setxattr(
-            ctx,
-            ino,
-            name,
-            value,
-            arg.flags as i32,
-            SetxattrFlags::from_bits_retain(arg.setxattr_flags),
-            ReplyEmpty::new(core),
-        ),
+        O::Setxattr { arg, name, value } => {
+            let req = SetxattrRequest {
+                value,
+                flags: arg.flags as i32,
+                setxattr_flags: SetxattrFlags::from_bits_retain(arg.setxattr_flags),
+            };
+            fs.setxattr(ctx, ino, name, req, ReplyEmpty::new(core))
+        }
         O::Getxattr { arg, name } => fs.getxattr(ctx, ino, name, arg.size, ReplyXattr::new(core)),
         O::Listxattr { arg } => fs.listxattr(ctx, ino, arg.size, ReplyXattr::new(core)),
         O::Removexattr { name } => fs.removexattr(ctx, ino, name, ReplyEmpty::new(core)),
@@ -315,7 +316,7 @@ fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operati
             LockOwner(arg.lock_owner),
             ReplyEmpty::new(core),
         ),
-        O::Opendir { arg } => fs.opendir(ctx, ino, arg.flags as i32, ReplyOpen::new(core)),
+        O::Opendir { arg } => fs.opendir(ctx, ino, open_flags(arg.flags), ReplyOpen::new(core)),
         O::Readdir { arg } => fs.readdir(
             ctx,
             ino,
@@ -334,95 +335,110 @@ fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operati
             ctx,
             ino,
             FileHandle(arg.fh),
-            arg.flags as i32,
+            open_flags(arg.flags),
             ReplyEmpty::new(core),
         ),
         O::Fsyncdir { arg } => {
             let ds = FsyncFlags::from_bits_retain(arg.fsync_flags).contains(FsyncFlags::FDATASYNC);
             fs.fsyncdir(ctx, ino, FileHandle(arg.fh), ds, ReplyEmpty::new(core))
         }
-        O::Getlk { arg } => fs.getlk(
-            ctx,
-            ino,
-            FileHandle(arg.fh),
-            LockOwner(arg.owner),
-            arg.lk.into(),
-            ReplyLock::new(core),
-        ),
+        O::Getlk { arg } => {
+            let req = LockRequest {
+                owner: LockOwner(arg.owner),
+                lock: arg.lk.into(),
+                sleep: false,
+                flock: LkFlags::from_bits_retain(arg.lk_flags).contains(LkFlags::FLOCK),
+            };
+            fs.getlk(ctx, ino, FileHandle(arg.fh), req, ReplyLock::new(core))
+        }
         O::Setlk { arg } | O::Setlkw { arg } => {
-            let sleep = matches!(op, O::Setlkw { .. });
-            let flock = LkFlags::from_bits_retain(arg.lk_flags).contains(LkFlags::FLOCK);
-            fs.setlk(
-                ctx,
-                ino,
-                FileHandle(arg.fh),
-                LockOwner(arg.owner),
-                arg.lk.into(),
-                sleep,
-                flock,
-                ReplyEmpty::new(core),
-            )
+            let req = LockRequest {
+                owner: LockOwner(arg.owner),
+                lock: arg.lk.into(),
+                sleep: matches!(op, O::Setlkw { .. }),
+                flock: LkFlags::from_bits_retain(arg.lk_flags).contains(LkFlags::FLOCK),
+            };
+            fs.setlk(ctx, ino, FileHandle(arg.fh), req, ReplyEmpty::new(core))
         }
         O::Access { arg } => fs.access(ctx, ino, arg.mask as i32, ReplyEmpty::new(core)),
         O::Create { arg, name } => {
-            fs.create(ctx, ino, name, arg.mode, arg.flags as i32, ReplyCreate::new(core))
+            let req = CreateRequest {
+                mode: arg.mode,
+                flags: open_flags(arg.flags),
+            };
+            fs.create(ctx, ino, name, req, ReplyCreate::new(core))
         }
         O::AtomicOpen { arg, name } => {
-            fs.atomic_open(ctx, ino, name, arg.flags as i32, arg.mode, ReplyCreate::new(core))
+            let req = CreateRequest {
+                mode: arg.mode,
+                flags: open_flags(arg.flags),
+            };
+            fs.atomic_open(ctx, ino, name, req, ReplyCreate::new(core))
         }
-        O::Tmpfile { arg, .. } => fs.tmpfile(ctx, ino, arg.mode, arg.flags as i32, ReplyCreate::new(core)),
+        O::Tmpfile { arg, .. } => {
+            let req = CreateRequest {
+                mode: arg.mode,
+                flags: open_flags(arg.flags),
+            };
+            fs.tmpfile(ctx, ino, req, ReplyCreate::new(core))
+        }
         O::Bmap { arg } => fs.bmap(ctx, ino, arg.blocksize, arg.block, ReplyBmap::new(core)),
-        O::Ioctl { arg, data } => fs.ioctl(
-            ctx,
-            ino,
-            FileHandle(arg.fh),
-            IoctlFlags::from_bits_retain(arg.flags),
-            arg.cmd,
-            arg.arg,
-            data,
-            arg.out_size,
-            ReplyIoctl::new(core),
-        ),
-        O::Poll { arg } => {
-            let kh = PollFlags::from_bits_retain(arg.flags)
-                .contains(PollFlags::SCHEDULE_NOTIFY)
-                .then_some(PollHandle(arg.kh));
-            fs.poll(ctx, ino, FileHandle(arg.fh), kh, arg.events, ReplyPoll::new(core))
+        O::Ioctl { arg, data } => {
+            let req = IoctlRequest {
+                flags: IoctlFlags::from_bits_retain(arg.flags),
+                cmd: arg.cmd,
+                arg: arg.arg,
+                in_data: data,
+                out_size: arg.out_size,
+            };
+            fs.ioctl(ctx, ino, FileHandle(arg.fh), req, ReplyIoctl::new(core))
         }
-        O::Fallocate { arg } => fs.fallocate(
-            ctx,
-            ino,
-            FileHandle(arg.fh),
-            arg.offset,
-            arg.length,
-            arg.mode as i32,
-            ReplyEmpty::new(core),
-        ),
-        O::Lseek { arg } => fs.lseek(
-            ctx,
-            ino,
-            FileHandle(arg.fh),
-            arg.offset,
-            arg.whence as i32,
-            ReplyLseek::new(core),
-        ),
-        O::CopyFileRange { arg } | O::CopyFileRange64 { arg } => fs.copy_file_range(
-            ctx,
-            ino,
-            FileHandle(arg.fh_in),
-            arg.off_in,
-            Inode(arg.nodeid_out),
-            FileHandle(arg.fh_out),
-            arg.off_out,
-            arg.len,
-            arg.flags,
-            ReplyCopy::new(core),
-        ),
+        O::Poll { arg } => {
+            let req = PollRequest {
+                kh: PollFlags::from_bits_retain(arg.flags)
+                    .contains(PollFlags::SCHEDULE_NOTIFY)
+                    .then_some(PollHandle(arg.kh)),
+                events: arg.events,
+            };
+            fs.poll(ctx, ino, FileHandle(arg.fh), req, ReplyPoll::new(core))
+        }
+        O::Fallocate { arg } => {
+            let req = FallocateRequest {
+                offset: arg.offset,
+                length: arg.length,
+                mode: arg.mode as i32,
+            };
+            fs.fallocate(ctx, ino, FileHandle(arg.fh), req, ReplyEmpty::new(core))
+        }
+        O::Lseek { arg } => {
+            let req = LseekRequest {
+                offset: arg.offset,
+                whence: arg.whence as i32,
+            };
+            fs.lseek(ctx, ino, FileHandle(arg.fh), req, ReplyLseek::new(core))
+        }
+        O::CopyFileRange { arg } | O::CopyFileRange64 { arg } => {
+            let req = CopyFileRangeRequest {
+                ino_in: ino,
+                fh_in: FileHandle(arg.fh_in),
+                off_in: arg.off_in,
+                ino_out: Inode(arg.nodeid_out),
+                fh_out: FileHandle(arg.fh_out),
+                off_out: arg.off_out,
+                len: arg.len,
+                flags: arg.flags,
+            };
+            fs.copy_file_range(ctx, &req, ReplyCopy::new(core))
+        }
         O::Statx { arg } => {
             let fh = GetattrFlags::from_bits_retain(arg.getattr_flags)
                 .contains(GetattrFlags::FH)
                 .then_some(FileHandle(arg.fh));
-            fs.statx(ctx, ino, fh, arg.sx_flags, arg.sx_mask, ReplyStatx::new(core))
+            let req = StatxRequest {
+                flags: arg.sx_flags,
+                mask: arg.sx_mask,
+            };
+            fs.statx(ctx, ino, fh, req, ReplyStatx::new(core))
         }
         O::Syncfs { .. } => fs.syncfs(ctx, ino, ReplyEmpty::new(core)),
         O::Destroy => {

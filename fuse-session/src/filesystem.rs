@@ -2,26 +2,59 @@
 //!
 //! Methods take `&self` (the session calls them from many threads at once;
 //! keep shared state sharded or per object), a [`RequestContext`] with the
-//! caller's identity, the operation's arguments, and a typed reply handle.
-//! Every method defaults to `ENOSYS` (or the kernel's documented fallback).
-//! A handler may answer at once or move the handle to another thread and
-//! answer later; a handle dropped unanswered answers `EIO`.
-
-#![allow(clippy::too_many_arguments)]
+//! caller's identity, the operation's arguments (typed: [`crate::attr`],
+//! [`crate::ops`]), and a typed reply handle. A handler may answer at once
+//! or move the handle to another thread and answer later; a handle dropped
+//! unanswered answers `EIO`, and a panicking handler answers `EIO` too.
+//!
+//! # Lookup counts
+//!
+//! The kernel keeps a node (an [`Inode`]) alive while it holds lookup
+//! references to it. Every successful reply of LOOKUP, MKNOD, MKDIR,
+//! SYMLINK, LINK, CREATE/atomic open and TMPFILE adds one reference to the
+//! node in the entry (a negative entry, node id 0, adds none), and so does
+//! every entry READDIRPLUS adds (see
+//! [`crate::reply::ReplyDirectoryPlus::add`]). FORGET and BATCH_FORGET give
+//! them back. A filesystem whose node ids name things that never go away
+//! (hello) needs no counting; one that frees nodes must free a node only
+//! once its count is back at 0 (and it is not in use otherwise).
+//!
+//! # Caching
+//!
+//! Entries and attributes carry TTLs: for that long the kernel answers
+//! `stat` and path walks from its cache without asking. Zero TTLs are always
+//! correct; long ones suit content that only this filesystem changes. File
+//! content is cached in the page cache: `FopenFlags::KEEP_CACHE` keeps it
+//! across opens (default: dropped at each open), `FopenFlags::DIRECT_IO`
+//! bypasses it (each `read(2)` becomes a READ whatever the size in the
+//! attributes says, which content of unknown size needs).
+//!
+//! # Defaults
+//!
+//! Every method has a default. Most answer `ENOSYS`, which the kernel
+//! remembers for some operations (it stops sending them and answers on its
+//! own: e.g. `EOPNOTSUPP` for the xattr calls, success for FLUSH, FSYNC,
+//! ACCESS). OPEN/OPENDIR/RELEASE/RELEASEDIR succeed, STATFS reports an
+//! empty filesystem, and CREATE answers `EROFS` unless the filesystem
+//! implements [`Filesystem::create`] or [`Filesystem::atomic_open`].
 
 use crate::context::RequestContext;
 use crate::init::InitConfig;
+use crate::ops::*;
 use crate::reply::*;
-use crate::types::{FileHandle, Inode, Lock, LockOwner, PollHandle};
+use crate::types::{FileHandle, Inode};
 use fuse_proto::Errno;
-use fuse_proto::abi::SetattrIn;
-use fuse_proto::flags::{SetxattrFlags, WriteFlags};
 use std::ffi::CStr;
 
-/// A filesystem served by a [`crate::Session`].
+/// A filesystem served by a [`crate::Session`] (or [`crate::serve`]).
+///
+/// Implement the methods the filesystem supports; the defaults answer the
+/// rest (see the [module documentation](self)).
 pub trait Filesystem: Send + Sync + 'static {
     /// Called once with the kernel's INIT offer; state the capabilities and
-    /// limits you want in `config`. Returning an error fails the mount.
+    /// limits you want in `config` (the defaults are
+    /// [`crate::init::DEFAULT_WANTED`]; none of them changes which requests
+    /// the methods receive). Returning an error fails the mount.
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         let _ = config;
         Ok(())
@@ -30,14 +63,21 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Called when the session ends (DESTROY, unmount or shutdown).
     fn destroy(&self) {}
 
-    /// Look `name` up in `parent`; each successful reply adds one lookup
-    /// reference that FORGET later drops.
+    /// LOOKUP: the kernel resolves `name` in directory `parent` (a path
+    /// walk, `stat`, `open` of a name whose entry is not cached).
+    ///
+    /// Reply with [`ReplyEntry::entry`] (one lookup reference on its node),
+    /// [`ReplyEntry::negative`] to let the kernel cache the absence, or
+    /// `ENOENT`. `name` is never "." or "..", but can be anything else the
+    /// caller typed.
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         let _ = (ctx, parent, name);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Drop `nlookup` lookup references of `ino`. No reply.
+    /// FORGET: drop `nlookup` lookup references of `ino`. No reply. The
+    /// kernel may never send it for nodes still referenced at unmount
+    /// (DESTROY ends them all).
     fn forget(&self, ctx: &RequestContext<'_>, ino: Inode, nlookup: u64) {
         let _ = (ctx, ino, nlookup);
     }
@@ -49,26 +89,34 @@ pub trait Filesystem: Send + Sync + 'static {
         }
     }
 
-    /// Attributes of `ino` (`fh` when the kernel asks through an open file).
+    /// GETATTR: attributes of `ino` (`fh` when the kernel asks through an
+    /// open file, `fstat`). Sent when cached attributes expired.
+    ///
+    /// Reply with [`ReplyAttr::attr`]; its TTL says how long the kernel may
+    /// answer `stat` from its cache.
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _ = (ctx, ino, fh);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Change attributes; `attr.valid` (see [`fuse_proto::flags::SetattrValid`])
-    /// says which fields apply.
-    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn, reply: ReplyAttr) {
-        let _ = (ctx, ino, attr);
+    /// SETATTR: `chmod`, `chown`, `truncate`, `utimensat`, and the
+    /// truncation of `open(O_TRUNC)` (unless `ATOMIC_O_TRUNC` was asked
+    /// for, then it comes in [`Filesystem::open`]'s flags). Apply the
+    /// fields that are `Some` and reply with the new attributes; without
+    /// `default_permissions` the permission checks are yours.
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        let _ = (ctx, ino, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// The target of symbolic link `ino`.
+    /// READLINK: the target of symbolic link `ino` ([`ReplyData::data`]).
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
         let _ = (ctx, ino);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Create symbolic link `name` in `parent` pointing at `target`.
+    /// SYMLINK: create symbolic link `name` in `parent` pointing at
+    /// `target`. Reply with the new entry (one lookup reference).
     fn symlink(
         &self,
         ctx: &RequestContext<'_>,
@@ -81,55 +129,51 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Create a node (`mode` includes the type bits; the umask is in `ctx`).
+    /// MKNOD: create a node (`mkfifo`, `mknod`, and a regular file when
+    /// CREATE answered `ENOSYS`). Reply with the new entry (one lookup
+    /// reference). The umask is in [`RequestContext::umask`].
     fn mknod(
         &self,
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        rdev: u32,
+        req: MknodRequest,
         reply: ReplyEntry,
     ) {
-        let _ = (ctx, parent, name, mode, rdev);
+        let _ = (ctx, parent, name, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Create a directory.
+    /// MKDIR: create a directory (`mode`: permission bits). Reply with the
+    /// new entry (one lookup reference).
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
         let _ = (ctx, parent, name, mode);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Remove `name` from `parent`.
+    /// UNLINK: remove `name` from `parent`. The node lives on while the
+    /// kernel holds lookup references or open files.
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
         let _ = (ctx, parent, name);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Remove directory `name` from `parent`.
+    /// RMDIR: remove directory `name` from `parent` (`ENOTEMPTY` unless empty).
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
         let _ = (ctx, parent, name);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Rename (RENAME and RENAME2); `flags` are `RENAME_NOREPLACE`,
-    /// `RENAME_EXCHANGE`, `RENAME_WHITEOUT`.
-    fn rename(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        newparent: Inode,
-        newname: &CStr,
-        flags: u32,
-        reply: ReplyEmpty,
-    ) {
-        let _ = (ctx, parent, name, newparent, newname, flags);
+    /// RENAME and RENAME2 (`renameat2` flags in `req.flags`; answer
+    /// `EINVAL` for flags you do not support). A replaced target loses its
+    /// name as with UNLINK.
+    fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let _ = (ctx, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Hard-link `ino` as `newname` in `newparent`.
+    /// LINK: hard-link `ino` as `newname` in `newparent`. Reply with the
+    /// entry of `ino` (one more lookup reference).
     fn link(
         &self,
         ctx: &RequestContext<'_>,
@@ -142,90 +186,97 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Open `ino` with `open(2)` `flags`. The default opens with handle 0 and
-    /// no flags, so a filesystem without state per open file need not care.
-    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    /// OPEN: `open(2)` of `ino` (not for O_CREAT of a new name: that is
+    /// CREATE). `flags` never has `O_CREAT`/`O_EXCL`, and has `O_TRUNC`
+    /// only when the filesystem asked for `ATOMIC_O_TRUNC` in
+    /// [`Filesystem::init`]; otherwise a truncating open is followed by a
+    /// SETATTR of size 0 through the new handle.
+    ///
+    /// Reply [`ReplyOpen::opened`] with a handle of your choice (passed back
+    /// in READ, WRITE, RELEASE…) and flags: `DIRECT_IO` for content whose
+    /// size is not known in advance (else the kernel reads no further than
+    /// the size in the attributes), `KEEP_CACHE` to keep cached pages of an
+    /// unchanged file. The default opens with handle 0 and no flags.
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let _ = (ctx, ino, flags);
         reply.opened(FileHandle(0), fuse_proto::flags::FopenFlags::empty());
     }
 
-    /// Read up to `size` bytes at `offset`. A short reply means end of file
-    /// (unless the file was opened with `DIRECT_IO`).
-    fn read(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let _ = (ctx, ino, fh, offset, size, flags, lock_owner);
+    /// READ: up to `req.size` bytes at `req.offset`. Reply
+    /// [`ReplyData::data`]; a shorter reply means end of file (with
+    /// `DIRECT_IO` it is returned to the caller as is). Without `DIRECT_IO`
+    /// the kernel reads whole pages (and reads ahead) to fill its page
+    /// cache, and never beyond the size in the attributes.
+    fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Write `data` at `offset`; reply with the number of bytes written.
+    /// WRITE: `req.data` at `req.offset`; reply [`ReplyWrite::written`]
+    /// with the count (anything but the whole length is a short write the
+    /// caller sees). With the writeback cache, writes come later, from the
+    /// page cache, with `FUSE_WRITE_CACHE` set.
     fn write(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
+        req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
-        let _ = (ctx, ino, fh, offset, data, write_flags, flags, lock_owner);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// A file descriptor of an open file is being closed.
+    /// FLUSH: a file descriptor of an open file is being closed (each
+    /// `close(2)`, possibly many per open). Its error is what `close`
+    /// returns; drop POSIX locks of `lock_owner` here. `ENOSYS` makes the
+    /// kernel stop sending it.
     fn flush(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        lock_owner: LockOwner,
+        lock_owner: crate::types::LockOwner,
         reply: ReplyEmpty,
     ) {
         let _ = (ctx, ino, fh, lock_owner);
         reply.error(Errno::ENOSYS);
     }
 
-    /// The last reference to an open file is gone. `flush` asks for a flush
-    /// as well; `flock_release` for the flock of `lock_owner` to be dropped.
+    /// RELEASE: the last reference to an open file is gone; free the handle.
+    /// Its reply is not waited for by anyone; the default succeeds.
     fn release(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: i32,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        flock_release: bool,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, fh, flags, lock_owner, flush, flock_release);
+        let _ = (ctx, ino, fh, req);
         reply.ok();
     }
 
-    /// Synchronise file contents (`datasync`: data only).
+    /// FSYNC: synchronise file contents (`datasync`: data only). `ENOSYS`
+    /// makes the kernel treat later fsyncs as successful.
     fn fsync(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _ = (ctx, ino, fh, datasync);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Open directory `ino`. Defaults to handle 0.
-    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, flags: i32, reply: ReplyOpen) {
+    /// OPENDIR: open directory `ino`. Defaults to handle 0. Reply flags:
+    /// `CACHE_DIR` lets the kernel cache the listing, `KEEP_CACHE` keep it.
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let _ = (ctx, ino, flags);
         reply.opened(FileHandle(0), fuse_proto::flags::FopenFlags::empty());
     }
 
-    /// Directory entries after cookie `offset` (0: from the start).
+    /// READDIR: entries after cookie `offset` (0: from the start). Add
+    /// entries with [`ReplyDirectory::add`] until it reports
+    /// [`DirAdd::Full`], then [`ReplyDirectory::ok`]; no entry added means
+    /// the end of the directory. Each entry carries the cookie of the one
+    /// after it. Adds no lookup references.
     fn readdir(
         &self,
         ctx: &RequestContext<'_>,
@@ -238,8 +289,12 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Directory entries with attributes; each entry but "." and ".." counts
-    /// as a lookup.
+    /// READDIRPLUS: like READDIR with an entry (attributes, TTLs) per name;
+    /// sent instead of READDIR only when the filesystem asked for
+    /// `DO_READDIRPLUS` in [`Filesystem::init`]. Each entry added takes a
+    /// lookup reference unless it is "." or ".." or has node id 0: count
+    /// one exactly when [`ReplyDirectoryPlus::add`] returns
+    /// [`DirPlusAdd::Added`] with `lookup: true`.
     fn readdirplus(
         &self,
         ctx: &RequestContext<'_>,
@@ -252,20 +307,21 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Release an open directory.
+    /// RELEASEDIR: release an open directory. The default succeeds.
     fn releasedir(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: i32,
+        flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         let _ = (ctx, ino, fh, flags);
         reply.ok();
     }
 
-    /// Synchronise directory contents.
+    /// FSYNCDIR: synchronise directory contents. `ENOSYS` makes the kernel
+    /// treat later calls as successful.
     fn fsyncdir(
         &self,
         ctx: &RequestContext<'_>,
@@ -278,8 +334,8 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Filesystem statistics. The default reports an empty filesystem with
-    /// 255-byte names, as the kernel would without the call.
+    /// STATFS: filesystem statistics (`df`). The default reports an empty
+    /// filesystem with 255-byte names, as the kernel would without the call.
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         let _ = (ctx, ino);
         reply.statfs(&fuse_proto::abi::Kstatfs {
@@ -289,216 +345,209 @@ pub trait Filesystem: Send + Sync + 'static {
         });
     }
 
-    /// Set extended attribute `name` to `value` (`flags`: `XATTR_CREATE`,
-    /// `XATTR_REPLACE`).
+    /// SETXATTR: set extended attribute `name` (`req.flags`:
+    /// `XATTR_CREATE`, `XATTR_REPLACE`). `ENOSYS` makes the kernel answer
+    /// later calls `EOPNOTSUPP` itself.
     fn setxattr(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         name: &CStr,
-        value: &[u8],
-        flags: i32,
-        setxattr_flags: SetxattrFlags,
+        req: SetxattrRequest<'_>,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, name, value, flags, setxattr_flags);
+        let _ = (ctx, ino, name, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Get extended attribute `name`: with `size` 0 reply its length with
-    /// [`ReplyXattr::size`], else the value (ERANGE if it exceeds `size`).
+    /// GETXATTR: with `size` 0 reply the value's length with
+    /// [`ReplyXattr::size`], else the value (`ERANGE` if it exceeds `size`);
+    /// `ENODATA` if there is none. `ENOSYS` is remembered as for setxattr.
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
         let _ = (ctx, ino, name, size);
         reply.error(Errno::ENOSYS);
     }
 
-    /// List extended attribute names (NUL-separated), sized as for getxattr.
+    /// LISTXATTR: attribute names, each followed by a NUL, sized as for
+    /// getxattr.
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let _ = (ctx, ino, size);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Remove extended attribute `name`.
+    /// REMOVEXATTR: remove extended attribute `name`.
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let _ = (ctx, ino, name);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Check access (`mask`: `R_OK | W_OK | X_OK`, or `F_OK`).
+    /// ACCESS: `access(2)` and `chdir` (`mask`: `R_OK | W_OK | X_OK`, or
+    /// `F_OK`). Not sent with `default_permissions`. `ENOSYS` makes the
+    /// kernel grant later checks.
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
         let _ = (ctx, ino, mask);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Create and open `name` in `parent` (FUSE_CREATE). The default calls
-    /// [`Filesystem::atomic_open`], so implementing that one serves both.
+    /// CREATE: `open(O_CREAT)` of a name that is not cached as existing:
+    /// create (or, without `O_EXCL`, open an existing) `name` in `parent`
+    /// and open it. Reply [`ReplyCreate::created`] with the entry (one
+    /// lookup reference) and the open file, as for OPEN.
+    ///
+    /// The default calls [`Filesystem::atomic_open`], so implementing that
+    /// one serves both; if that answers `ENOSYS` too (nothing implemented)
+    /// the answer becomes `EROFS`, so that `touch` on a filesystem that
+    /// creates nothing says "Read-only file system". To have the kernel
+    /// fall back to MKNOD + OPEN instead, implement `create` and answer
+    /// `ENOSYS` from it (the kernel then never sends CREATE again).
     fn create(
         &self,
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        mode: u32,
-        flags: i32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
-        self.atomic_open(ctx, parent, name, flags | libc::O_CREAT, mode, reply);
+        let req = CreateRequest {
+            flags: OpenFlags::from_bits(req.flags.bits() | libc::O_CREAT),
+            ..req
+        };
+        self.atomic_open(ctx, parent, name, req, reply.enosys_as(Errno::EROFS));
     }
 
     /// Look up and open `name` in `parent` in one step, creating it when
-    /// `flags` has `O_CREAT` (honouring `O_EXCL` and `O_TRUNC`). Serves
-    /// FUSE_CREATE (through the default [`Filesystem::create`]) and, when the
-    /// session enabled it, the out-of-tree atomic-open request. Reply with
+    /// `req.flags` has `O_CREAT` (honouring `O_EXCL` and `O_TRUNC`). Serves
+    /// FUSE_CREATE (through the default [`Filesystem::create`]) and, when
+    /// the session enabled it, the out-of-tree atomic-open request (whose
+    /// `ENOSYS` makes the kernel fall back to LOOKUP + OPEN). Reply with
     /// [`ReplyCreate::created`] only when this call created the file.
     fn atomic_open(
         &self,
         ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        flags: i32,
-        mode: u32,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
-        let _ = (ctx, parent, name, flags, mode);
+        let _ = (ctx, parent, name, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Test for a lock (GETLK).
+    /// GETLK: test for a lock; reply the conflicting lock or one of type
+    /// `F_UNLCK`. Only sent when the filesystem asked for `POSIX_LOCKS`;
+    /// otherwise the kernel keeps locks itself, valid on this machine only.
     fn getlk(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
+        req: LockRequest,
         reply: ReplyLock,
     ) {
-        let _ = (ctx, ino, fh, owner, lock);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Take or release a lock (SETLK; `sleep` for SETLKW; `flock` for a BSD
-    /// flock rather than a POSIX lock).
+    /// SETLK/SETLKW: take or release a lock (`req.sleep` for SETLKW: wait,
+    /// e.g. with [`RequestContext::defer`]; `req.flock` for a BSD flock).
+    /// Only sent when the filesystem asked for `POSIX_LOCKS` / `FLOCK_LOCKS`.
     fn setlk(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        owner: LockOwner,
-        lock: Lock,
-        sleep: bool,
-        flock: bool,
+        req: LockRequest,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, fh, owner, lock, sleep, flock);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Map block `block` of size `blocksize` to a device block.
+    /// BMAP: map block `block` of size `blocksize` to a device block (only
+    /// for `fuseblk` mounts).
     fn bmap(&self, ctx: &RequestContext<'_>, ino: Inode, blocksize: u32, block: u64, reply: ReplyBmap) {
         let _ = (ctx, ino, blocksize, block);
         reply.error(Errno::ENOSYS);
     }
 
-    /// An ioctl; `in_data` is the input, `out_size` the room for output.
+    /// IOCTL: `req.in_data` is the input, `req.out_size` the room for output.
     fn ioctl(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: fuse_proto::flags::IoctlFlags,
-        cmd: u32,
-        arg: u64,
-        in_data: &[u8],
-        out_size: u32,
+        req: IoctlRequest<'_>,
         reply: ReplyIoctl,
     ) {
-        let _ = (ctx, ino, fh, flags, cmd, arg, in_data, out_size);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Poll for `events`; with `kh`, notify it when ready.
-    fn poll(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        kh: Option<PollHandle>,
-        events: u32,
-        reply: ReplyPoll,
-    ) {
-        let _ = (ctx, ino, fh, kh, events);
+    /// POLL: reply the ready events; with `req.kh`, notify it when they
+    /// change. `ENOSYS` makes the kernel treat the file as always ready.
+    fn poll(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: PollRequest, reply: ReplyPoll) {
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Allocate, punch or zero a range (`mode` as for `fallocate(2)`).
+    /// FALLOCATE: allocate, punch or zero a range (`mode` as for
+    /// `fallocate(2)`). `ENOSYS` makes later calls fail `EOPNOTSUPP`.
     fn fallocate(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
+        req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, fh, offset, length, mode);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Find data or a hole (`whence`: `SEEK_DATA`, `SEEK_HOLE`, …).
+    /// LSEEK: find data or a hole (`SEEK_DATA`, `SEEK_HOLE`). `ENOSYS`
+    /// makes the kernel use its generic answer (all data).
     fn lseek(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        offset: u64,
-        whence: i32,
+        req: LseekRequest,
         reply: ReplyLseek,
     ) {
-        let _ = (ctx, ino, fh, offset, whence);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Copy a range between two open files (COPY_FILE_RANGE and
-    /// COPY_FILE_RANGE_64).
-    fn copy_file_range(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino_in: Inode,
-        fh_in: FileHandle,
-        off_in: u64,
-        ino_out: Inode,
-        fh_out: FileHandle,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-        reply: ReplyCopy,
-    ) {
-        let _ = (ctx, ino_in, fh_in, off_in, ino_out, fh_out, off_out, len, flags);
+    /// COPY_FILE_RANGE (and COPY_FILE_RANGE_64): copy between two open
+    /// files; reply the count copied. `ENOSYS` makes the kernel copy
+    /// through READ and WRITE.
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let _ = (ctx, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Attributes in statx form (`mask`: the `STATX_*` fields wanted).
+    /// STATX: attributes in statx form (`req.mask`: the `STATX_*` fields
+    /// wanted). `ENOSYS` makes the kernel use GETATTR.
     fn statx(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: Option<FileHandle>,
-        flags: u32,
-        mask: u32,
+        req: StatxRequest,
         reply: ReplyStatx,
     ) {
-        let _ = (ctx, ino, fh, flags, mask);
+        let _ = (ctx, ino, fh, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Create an unnamed temporary file in `parent` and open it.
-    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, mode: u32, flags: i32, reply: ReplyCreate) {
-        let _ = (ctx, parent, mode, flags);
+    /// TMPFILE: create an unnamed temporary file in `parent` and open it
+    /// (`O_TMPFILE`); reply as for CREATE.
+    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
+        let _ = (ctx, parent, req);
         reply.error(Errno::ENOSYS);
     }
 
-    /// Synchronise the whole filesystem.
+    /// SYNCFS: synchronise the whole filesystem (`syncfs(2)`, `sync`).
     fn syncfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyEmpty) {
         let _ = (ctx, ino);
         reply.error(Errno::ENOSYS);

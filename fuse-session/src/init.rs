@@ -27,10 +27,18 @@ pub const SUPPORTED: InitFlags = InitFlags::all()
     .difference(InitFlags::OVER_IO_URING);
 
 /// Flags wanted unless the filesystem says otherwise: safe for any
-/// filesystem served by this library.
+/// filesystem served by this library, and none of them changes which
+/// requests a [`crate::Filesystem`] method receives or what they carry.
+///
+/// Flags that do are left for the filesystem to ask for, e.g.
+/// `ATOMIC_O_TRUNC` (O_TRUNC comes in OPEN instead of a SETATTR of size
+/// 0), `DO_READDIRPLUS` (READDIRPLUS instead of READDIR),
+/// `WRITEBACK_CACHE` (writes come later from the page cache, `O_WRONLY`
+/// opens as `O_RDWR`), `POSIX_LOCKS`/`FLOCK_LOCKS` (lock requests),
+/// `DONT_MASK` (the umask is not applied to create modes),
+/// `HANDLE_KILLPRIV_V2` (the filesystem clears set-ID bits).
 pub const DEFAULT_WANTED: InitFlags = InitFlags::ASYNC_READ
     .union(InitFlags::BIG_WRITES)
-    .union(InitFlags::ATOMIC_O_TRUNC)
     .union(InitFlags::AUTO_INVAL_DATA)
     .union(InitFlags::ASYNC_DIO)
     .union(InitFlags::PARALLEL_DIROPS)

@@ -6,8 +6,86 @@
 //! place, `dispatch` calls the [`Filesystem`] method with a typed reply
 //! handle, and the handle's answer goes back in one `writev` on the channel
 //! the request came from.
+//!
+//! # Quick start
+//!
+//! A read-only filesystem with one file. Implement the [`Filesystem`]
+//! methods you need (the others have sensible defaults) and hand it to
+//! [`serve`], which mounts it, serves until it is unmounted or the process
+//! gets Ctrl-C (SIGINT), SIGTERM or SIGHUP, and unmounts.
+//!
+//! ```no_run
+//! use fuse_session::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry};
+//! use fuse_session::{Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode};
+//! use fuse_session::{MountOptions, ReadRequest, RequestContext};
+//! use std::{ffi::CStr, time::Duration};
+//!
+//! const TEXT: &[u8] = b"Hello, world!\n";
+//! const FILE: Inode = Inode(2);
+//! const TTL: Duration = Duration::from_secs(60);
+//!
+//! fn attr(ino: Inode) -> Option<FileAttr> {
+//!     match ino {
+//!         Inode::ROOT => Some(FileAttr::new(1, FileKind::Directory, 0o555)),
+//!         FILE => Some(FileAttr::new(2, FileKind::RegularFile, 0o444).with_size(TEXT.len() as u64)),
+//!         _ => None,
+//!     }
+//! }
+//!
+//! struct Hello;
+//!
+//! impl Filesystem for Hello {
+//!     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+//!         match (parent, name.to_bytes(), attr(FILE)) {
+//!             (Inode::ROOT, b"hello", Some(a)) => reply.entry(&Entry::new(FILE, a, TTL)),
+//!             _ => reply.error(Errno::ENOENT),
+//!         }
+//!     }
+//!
+//!     fn getattr(&self, _: &RequestContext<'_>, ino: Inode, _: Option<FileHandle>, reply: ReplyAttr) {
+//!         reply.result(attr(ino).map(|a| (TTL, a)).ok_or(Errno::ENOENT));
+//!     }
+//!
+//!     fn read(&self, _: &RequestContext<'_>, _: Inode, _: FileHandle, req: ReadRequest, reply: ReplyData) {
+//!         let start = (req.offset as usize).min(TEXT.len());
+//!         let end = start.saturating_add(req.size as usize).min(TEXT.len());
+//!         reply.data(&TEXT[start..end]); // shorter than asked: end of file
+//!     }
+//!
+//!     fn readdir(&self, _: &RequestContext<'_>, _: Inode, _: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+//!         let entries = [(Inode::ROOT, FileKind::Directory, "."), (Inode::ROOT, FileKind::Directory, ".."), (FILE, FileKind::RegularFile, "hello")];
+//!         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+//!             if reply.add(ino, i as u64 + 1, kind, name).is_full() {
+//!                 break;
+//!             }
+//!         }
+//!         reply.ok();
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let opts = MountOptions { read_only: true, auto_unmount: true, ..MountOptions::default() };
+//!     fuse_session::serve(Hello, "/mnt/hello", &opts)?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Things worth knowing before going further (each method's documentation
+//! says more):
+//! - The library logs through the [`log`](https://docs.rs/log) crate; install
+//!   a logger (`env_logger::init()`) to see its messages, errors included.
+//! - A file whose size is not known when `stat` asks (generated content)
+//!   must be opened with `FopenFlags::DIRECT_IO`, or reads stop at the size
+//!   in its attributes.
+//! - Nodes in replies of LOOKUP, CREATE, MKDIR… are counted by the kernel
+//!   (lookup counts) until FORGET; see [`filesystem`].
+//! - [`spawn`] serves in the background; its handle unmounts when dropped.
+//!   [`MountOptions::auto_unmount`] unmounts even if the process is killed.
+//! - The raw kernel structs stay reachable: [`proto::abi`], and `*_raw`
+//!   methods on the reply handles.
 #![deny(missing_docs)]
 
+pub mod attr;
 pub mod backing;
 mod buffer;
 mod conn;
@@ -20,8 +98,10 @@ pub mod init;
 mod interrupt;
 pub mod mount;
 pub mod notify;
+pub mod ops;
 mod pool;
 pub mod reply;
+mod serve;
 pub mod session;
 mod signal;
 mod splice;
@@ -30,15 +110,26 @@ pub mod transport;
 pub mod types;
 mod worker;
 
+pub use attr::{FileAttr, FileKind};
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
 pub use credentials::{ActingAs, Caller, ProcCredentials};
 pub use deferred::{RefuseReason, Refused, Wait};
 pub use filesystem::Filesystem;
+/// The kernel ABI crate, for the raw structs and flags.
+pub use fuse_proto as proto;
 pub use fuse_proto::Errno;
+pub use fuse_proto::flags::{FopenFlags, InitFlags};
 pub use init::{InitConfig, Negotiated};
 pub use mount::{Mount, MountError, MountOptions};
 pub use notify::Notifier;
+pub use ops::{
+    AccessMode, CopyFileRangeRequest, CreateRequest, FallocateRequest, IoctlRequest, LockRequest,
+    LseekRequest, MknodRequest, OpenFlags, PollRequest, ReadRequest, ReleaseRequest, RenameFlags,
+    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteRequest,
+};
+pub use reply::{DirAdd, DirPlusAdd};
+pub use serve::{serve, serve_with, spawn};
 pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};

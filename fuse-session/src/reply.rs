@@ -5,13 +5,36 @@
 //! registry; answering encodes the reply (fuse-proto, no payload copy),
 //! writes it with one `writev`, updates the worker's statistics and frees the
 //! slot. A handle dropped without an answer sends `EIO` and logs it.
+//!
+//! Every handle answers an error with `error` (an [`Errno`], or anything
+//! that converts to one, such as `std::io::Error`), and has a `result`
+//! method taking a `Result` of its success value, so that a handler can
+//! compute the answer with `?` in a function of its own:
+//!
+//! ```
+//! use fuse_session::reply::ReplyAttr;
+//! use fuse_session::{Errno, FileAttr, FileKind, Inode};
+//! use std::time::Duration;
+//!
+//! fn attr_of(ino: Inode) -> Result<FileAttr, Errno> {
+//!     match ino {
+//!         Inode::ROOT => Ok(FileAttr::new(1, FileKind::Directory, 0o755)),
+//!         _ => Err(Errno::ENOENT),
+//!     }
+//! }
+//!
+//! fn getattr(ino: Inode, reply: ReplyAttr) {
+//!     reply.result(attr_of(ino).map(|a| (Duration::from_secs(1), a)));
+//! }
+//! ```
 
+use crate::attr::{FileAttr, FileKind};
 use crate::backing::BackingFile;
 use crate::buffer::AlignedBuf;
 use crate::conn::WorkerCore;
 use crate::interrupt::Slot;
 use crate::splice::{self, Pipes};
-use crate::types::{Entry, FileHandle, Lock};
+use crate::types::{Entry, FileHandle, Inode, Lock};
 use fuse_proto::abi::{
     AttrOut, BmapOut, CopyFileRangeOut, EntryOut, GetxattrOut, IoctlOut, Kstatfs, LkOut, LseekOut, OpenOut,
     PollOut, StatfsOut, Statx, StatxOut, WriteOut,
@@ -32,6 +55,8 @@ pub(crate) struct ReplyCore {
     worker: Arc<WorkerCore>,
     slot: Slot,
     atomic_open: bool,
+    /// The error to send instead of ENOSYS (the default CREATE).
+    enosys_as: Option<Errno>,
     done: bool,
 }
 
@@ -43,6 +68,7 @@ impl ReplyCore {
             worker,
             slot,
             atomic_open: false,
+            enosys_as: None,
             done: false,
         }
     }
@@ -110,6 +136,10 @@ impl ReplyCore {
     }
 
     fn error(mut self, errno: Errno) {
+        let errno = match self.enosys_as {
+            Some(e) if errno == Errno::ENOSYS => e,
+            _ => errno,
+        };
         self.finish(&Reply::error(self.unique, errno));
     }
 
@@ -145,9 +175,10 @@ macro_rules! handle {
                 Self { core }
             }
 
-            /// Answers with an error (`errno` in 1..=511; the kernel rejects others).
-            pub fn error(self, errno: Errno) {
-                self.core.error(errno);
+            /// Answers with an error: an [`Errno`] or anything that converts
+            /// to one (`std::io::Error` gives its OS error, EIO if none).
+            pub fn error(self, errno: impl Into<Errno>) {
+                self.core.error(errno.into());
             }
 
             /// Answers with an error from an `io::Error` (EIO if it has no errno).
@@ -249,13 +280,34 @@ impl ReplyEmpty {
         let u = self.core.unique;
         self.core.send(&Reply::empty(u));
     }
+
+    /// Success or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<(), E>) {
+        match r {
+            Ok(()) => self.ok(),
+            Err(e) => self.error(e),
+        }
+    }
 }
 
 impl ReplyEntry {
     /// The entry (one more lookup reference on `entry.ino`).
     pub fn entry(self, entry: &Entry) {
-        let r = Reply::entry(self.core.unique, &entry.to_out(), self.core.minor());
+        self.entry_raw(&entry.to_out())
+    }
+
+    /// The entry in the kernel's form, `fuse_entry_out`.
+    pub fn entry_raw(self, out: &EntryOut) {
+        let r = Reply::entry(self.core.unique, out, self.core.minor());
         self.core.send(&r);
+    }
+
+    /// The entry or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<Entry, E>) {
+        match r {
+            Ok(e) => self.entry(&e),
+            Err(e) => self.error(e),
+        }
     }
 
     /// "No such entry", cacheable for `ttl` (a zero node id with a validity).
@@ -272,7 +324,20 @@ impl ReplyEntry {
 
 impl ReplyAttr {
     /// The attributes, cacheable for `ttl`.
-    pub fn attr(self, ttl: Duration, attr: &fuse_proto::abi::Attr) {
+    pub fn attr(self, ttl: Duration, attr: &FileAttr) {
+        self.attr_raw(ttl, &attr.to_abi())
+    }
+
+    /// The attributes (cacheable for `ttl`) or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<(Duration, FileAttr), E>) {
+        match r {
+            Ok((ttl, a)) => self.attr(ttl, &a),
+            Err(e) => self.error(e),
+        }
+    }
+
+    /// The attributes in the kernel's form, `fuse_attr`.
+    pub fn attr_raw(self, ttl: Duration, attr: &fuse_proto::abi::Attr) {
         let out = AttrOut {
             attr_valid: ttl.as_secs(),
             attr_valid_nsec: ttl.subsec_nanos(),
@@ -289,6 +354,14 @@ thread_local! {
 }
 
 impl ReplyData {
+    /// The bytes or the error.
+    pub fn result<D: AsRef<[u8]>, E: Into<Errno>>(self, r: Result<D, E>) {
+        match r {
+            Ok(d) => self.data(d.as_ref()),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// The bytes (sent with the header in one `writev`, not copied here).
     pub fn data(self, data: &[u8]) {
         match Reply::data(self.core.unique, data) {
@@ -308,7 +381,7 @@ impl ReplyData {
     pub fn with_buffer(self, len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>) {
         with_scratch(len, |buf| match fill(buf) {
             Ok(n) => self.data(&buf[..n.min(len)]),
-            Err(e) => self.io_error(&e),
+            Err(e) => self.error(e),
         })
     }
 
@@ -420,8 +493,27 @@ fn open_out(fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) ->
 
 impl ReplyOpen {
     /// Opened with handle `fh` and `flags` (e.g. `DIRECT_IO | PARALLEL_DIRECT_WRITES`).
+    ///
+    /// ```no_run
+    /// # fn doc(reply: fuse_session::reply::ReplyOpen) {
+    /// use fuse_session::FileHandle;
+    /// use fuse_session::proto::flags::FopenFlags;
+    ///
+    /// // Generated content whose size is not known when `stat` asks:
+    /// // DIRECT_IO makes every read(2) a READ, whatever the size says.
+    /// reply.opened(FileHandle(0), FopenFlags::DIRECT_IO);
+    /// # }
+    /// ```
     pub fn opened(self, fh: FileHandle, flags: FopenFlags) {
         self.finish(fh, flags, None)
+    }
+
+    /// Opened (handle and flags) or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<(FileHandle, FopenFlags), E>) {
+        match r {
+            Ok((fh, flags)) => self.opened(fh, flags),
+            Err(e) => self.error(e),
+        }
     }
 
     /// Opened in kernel passthrough mode: reads and writes go straight to
@@ -446,6 +538,20 @@ impl ReplyOpen {
 }
 
 impl ReplyCreate {
+    /// Makes an `ENOSYS` answer go out as `errno` (the default CREATE).
+    pub(crate) fn enosys_as(mut self, errno: Errno) -> Self {
+        self.core.enosys_as = Some(errno);
+        self
+    }
+
+    /// Created and opened (entry, handle, flags), or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<(Entry, FileHandle, FopenFlags), E>) {
+        match r {
+            Ok((entry, fh, flags)) => self.created(&entry, fh, flags),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// The file was created by this call and opened.
     pub fn created(self, entry: &Entry, fh: FileHandle, flags: FopenFlags) {
         self.finish(entry, fh, flags, None, true)
@@ -491,6 +597,14 @@ impl ReplyCreate {
 }
 
 impl ReplyWrite {
+    /// The count written or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<u32, E>) {
+        match r {
+            Ok(n) => self.written(n),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// `size` bytes were written.
     pub fn written(self, size: u32) {
         let u = self.core.unique;
@@ -500,6 +614,14 @@ impl ReplyWrite {
 }
 
 impl ReplyStatfs {
+    /// The statistics or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<Kstatfs, E>) {
+        match r {
+            Ok(st) => self.statfs(&st),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// The statistics.
     pub fn statfs(self, st: &Kstatfs) {
         let r = Reply::statfs(self.core.unique, &StatfsOut { st: *st }, self.core.minor());
@@ -525,6 +647,14 @@ impl ReplyXattr {
 }
 
 impl ReplyLock {
+    /// The lock or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<Lock, E>) {
+        match r {
+            Ok(l) => self.lock(l),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// The conflicting lock, or one of type `F_UNLCK` if none.
     pub fn lock(self, lock: Lock) {
         let u = self.core.unique;
@@ -585,6 +715,14 @@ impl ReplyPoll {
 }
 
 impl ReplyLseek {
+    /// The offset or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<u64, E>) {
+        match r {
+            Ok(o) => self.offset(o),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// The resulting offset.
     pub fn offset(self, offset: u64) {
         let u = self.core.unique;
@@ -593,6 +731,14 @@ impl ReplyLseek {
 }
 
 impl ReplyCopy {
+    /// The count copied or the error.
+    pub fn result<E: Into<Errno>>(self, r: Result<u64, E>) {
+        match r {
+            Ok(n) => self.copied(n),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// `copied` bytes were copied. COPY_FILE_RANGE can only report 32 bits,
     /// so larger counts are reported as `u32::MAX` rounded down to a page
     /// (the caller sees a short copy and continues).
@@ -646,26 +792,26 @@ impl DirBuf {
         }
     }
 
-    /// Adds one record with `add`; true when it did not fit.
+    /// Adds one record with `add`.
     fn push(
         &mut self,
         what: &str,
         name: &[u8],
         add: impl FnOnce(&mut DirentWriter<'_>) -> Result<(), DirentError>,
-    ) -> bool {
+    ) -> DirAdd {
         let mut w = DirentWriter::new(&mut self.buf[self.len..]);
         match add(&mut w) {
             Ok(()) => {
                 self.len += w.len();
-                false
+                DirAdd::Added
             }
-            Err(DirentError::Full) => true,
+            Err(DirentError::Full) => DirAdd::Full,
             Err(DirentError::InvalidName) => {
                 log::warn!(
                     "{what}: skipping invalid name {:?}",
                     String::from_utf8_lossy(name)
                 );
-                false
+                DirAdd::Skipped
             }
         }
     }
@@ -679,8 +825,81 @@ impl DirBuf {
     }
 }
 
+/// What [`ReplyDirectory::add`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "stop adding entries once the reply is full"]
+pub enum DirAdd {
+    /// The entry is in the reply.
+    Added,
+    /// It did not fit and is not in the reply: stop and send what there is
+    /// (the kernel asks again from this entry's offset).
+    Full,
+    /// Its name is one the kernel would reject (empty, over 1024 bytes,
+    /// with `/` or NUL): logged and left out. Go on with the next.
+    Skipped,
+}
+
+impl DirAdd {
+    /// Whether the reply is full.
+    pub fn is_full(self) -> bool {
+        self == DirAdd::Full
+    }
+}
+
+/// What [`ReplyDirectoryPlus::add`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "count the lookup of an added entry, and stop once the reply is full"]
+pub enum DirPlusAdd {
+    /// The entry is in the reply. With `lookup: true` the kernel takes a
+    /// lookup reference on its node (count it, FORGET will return it);
+    /// `false` for "." and ".." and an entry with node id 0.
+    Added {
+        /// Whether a lookup reference was taken.
+        lookup: bool,
+    },
+    /// It did not fit and is not in the reply (no reference taken): stop
+    /// and send what there is.
+    Full,
+    /// Its name is one the kernel would reject: logged and left out, no
+    /// reference taken. Go on with the next.
+    Skipped,
+}
+
+impl DirPlusAdd {
+    /// Whether the reply is full.
+    pub fn is_full(self) -> bool {
+        self == DirPlusAdd::Full
+    }
+
+    /// Whether the kernel took a lookup reference.
+    pub fn counts_lookup(self) -> bool {
+        self == DirPlusAdd::Added { lookup: true }
+    }
+}
+
 /// Reply to READDIR: add entries until [`ReplyDirectory::add`] says the
 /// buffer is full, then call [`ReplyDirectory::ok`].
+///
+/// ```no_run
+/// use fuse_session::reply::ReplyDirectory;
+/// use fuse_session::{FileKind, Inode};
+///
+/// fn list(offset: u64, mut reply: ReplyDirectory) {
+///     let entries = [
+///         (Inode::ROOT, FileKind::Directory, "."),
+///         (Inode::ROOT, FileKind::Directory, ".."),
+///         (Inode(2), FileKind::RegularFile, "hello"),
+///     ];
+///     // Each entry carries the cookie of the next one; the kernel
+///     // continues from the last cookie it received.
+///     for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+///         if reply.add(*ino, i as u64 + 1, *kind, name).is_full() {
+///             break;
+///         }
+///     }
+///     reply.ok();
+/// }
+/// ```
 #[must_use = "a request must be answered; dropping the handle answers EIO"]
 pub struct ReplyDirectory(DirBuf);
 
@@ -693,12 +912,15 @@ impl ReplyDirectory {
         Self(DirBuf::new(core, size))
     }
 
-    /// Adds an entry; `offset` is the cookie of the *next* entry, `typ` the
-    /// `S_IFMT` bits `>> 12` (see [`crate::types::dirent_type`]). Returns
-    /// `true` when the entry did not fit (stop and call [`ReplyDirectory::ok`]).
-    /// An invalid name (empty, over 1024 bytes, with `/` or NUL, which the
-    /// kernel would reject) is logged and skipped.
-    pub fn add(&mut self, ino: u64, offset: u64, typ: u32, name: &[u8]) -> bool {
+    /// Adds an entry: node `ino`, `offset` the cookie of the *next* entry
+    /// (never 0), its kind and name. Stop at [`DirAdd::Full`] and call
+    /// [`ReplyDirectory::ok`].
+    pub fn add(&mut self, ino: Inode, offset: u64, kind: FileKind, name: impl AsRef<[u8]>) -> DirAdd {
+        self.add_raw(ino.0, offset, kind.dirent_type(), name.as_ref())
+    }
+
+    /// [`ReplyDirectory::add`] with a raw `d_type` (`S_IFMT` bits `>> 12`).
+    pub fn add_raw(&mut self, ino: u64, offset: u64, typ: u32, name: &[u8]) -> DirAdd {
         self.0.push("readdir", name, |w| w.add(ino, offset, typ, name))
     }
 }
@@ -708,17 +930,25 @@ impl ReplyDirectoryPlus {
         Self(DirBuf::new(core, size))
     }
 
-    /// Adds an entry with its attributes (a lookup reference unless
-    /// `entry.ino` is 0 or the name is "." or ".."). Returns `true` when it
-    /// did not fit; then it was not added and no reference was taken. An
-    /// invalid name is logged and skipped and takes no reference either, so
-    /// only count a lookup for valid names (see
-    /// [`fuse_proto::reply::DIRENT_NAME_MAX`]).
-    pub fn add(&mut self, entry: &Entry, offset: u64, name: &[u8]) -> bool {
-        let typ = crate::types::dirent_type(entry.attr.mode);
-        self.0.push("readdirplus", name, |w| {
-            w.add_plus(&entry.to_out(), offset, typ, name)
-        })
+    /// Adds an entry with its attributes; `offset` is the cookie of the
+    /// next entry. See [`DirPlusAdd`] for when the kernel counts a lookup.
+    pub fn add(&mut self, entry: &Entry, offset: u64, name: impl AsRef<[u8]>) -> DirPlusAdd {
+        self.add_raw(&entry.to_out(), offset, name.as_ref())
+    }
+
+    /// [`ReplyDirectoryPlus::add`] with the kernel's `fuse_entry_out`.
+    pub fn add_raw(&mut self, out: &EntryOut, offset: u64, name: &[u8]) -> DirPlusAdd {
+        let typ = crate::types::dirent_type(out.attr.mode);
+        match self
+            .0
+            .push("readdirplus", name, |w| w.add_plus(out, offset, typ, name))
+        {
+            DirAdd::Added => DirPlusAdd::Added {
+                lookup: out.nodeid != 0 && name != b"." && name != b"..",
+            },
+            DirAdd::Full => DirPlusAdd::Full,
+            DirAdd::Skipped => DirPlusAdd::Skipped,
+        }
     }
 }
 
@@ -730,9 +960,17 @@ macro_rules! dir_handle {
                 self.0.ok()
             }
 
-            /// Answers with an error.
-            pub fn error(self, errno: Errno) {
-                self.0.core.error(errno);
+            /// Answers with an error (an [`Errno`] or what converts to one).
+            pub fn error(self, errno: impl Into<Errno>) {
+                self.0.core.error(errno.into());
+            }
+
+            /// Sends the entries added so far, or the error.
+            pub fn result<E: Into<Errno>>(self, r: Result<(), E>) {
+                match r {
+                    Ok(()) => self.ok(),
+                    Err(e) => self.error(e),
+                }
             }
 
             /// Answers with an error from an `io::Error` (EIO if it has no errno).

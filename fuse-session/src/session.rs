@@ -350,6 +350,9 @@ impl<F: Filesystem> Session<F> {
     }
 
     /// Serves the filesystem until it is unmounted or the session is stopped.
+    /// It does not react to signals: a Ctrl-C kills the process and leaves
+    /// the mount behind. [`crate::serve`] mounts, runs and stops on SIGINT,
+    /// SIGTERM and SIGHUP.
     ///
     /// In order: the handshake (INIT, after checking what io_uring needs),
     /// the state every worker shares, the `/dev/fuse` workers, the rings (if

@@ -142,6 +142,11 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Requests received over every transport.
+    pub fn total_requests(&self) -> u64 {
+        self.transport.dev_fuse + self.transport.uring
+    }
+
     /// Sums the workers' counters; entries from `uring_base` on are ring queues.
     pub(crate) fn collect(table: &StatsTable, uring_base: usize) -> Self {
         let all = &table.workers;

@@ -1,6 +1,8 @@
 //! Typed values that cross the [`crate::Filesystem`] boundary: inode numbers,
-//! file handles, lock owners, entries and attributes.
+//! file handles, lock owners, entries, locks and poll handles (attributes
+//! are in [`crate::attr`], grouped request arguments in [`crate::ops`]).
 
+use crate::attr::FileAttr;
 use fuse_proto::abi::{Attr, EntryOut, FileLock};
 use std::time::Duration;
 
@@ -49,6 +51,11 @@ impl Inode {
 }
 
 /// A directory entry to return from LOOKUP, MKDIR, CREATE, …
+///
+/// The reply gives the kernel a lookup reference on `ino` (see
+/// [`crate::filesystem`]). While `entry_ttl` runs the kernel resolves the
+/// name from its cache without LOOKUP; while `attr_ttl` runs it answers
+/// `stat` without GETATTR.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// The node id the kernel will use for this entry (0: negative entry).
@@ -56,7 +63,7 @@ pub struct Entry {
     /// Generation: (ino, generation) must be unique over the filesystem's life.
     pub generation: u64,
     /// The attributes.
-    pub attr: Attr,
+    pub attr: FileAttr,
     /// How long the kernel may cache the name.
     pub entry_ttl: Duration,
     /// How long the kernel may cache the attributes.
@@ -64,6 +71,18 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Node `ino` with `attr`, generation 0, name and attributes cacheable
+    /// for `ttl`.
+    pub fn new(ino: Inode, attr: FileAttr, ttl: Duration) -> Entry {
+        Entry {
+            ino,
+            generation: 0,
+            attr,
+            entry_ttl: ttl,
+            attr_ttl: ttl,
+        }
+    }
+
     /// The wire form, `fuse_entry_out`.
     pub fn to_out(&self) -> EntryOut {
         EntryOut {
@@ -73,12 +92,13 @@ impl Entry {
             attr_valid: self.attr_ttl.as_secs(),
             entry_valid_nsec: self.entry_ttl.subsec_nanos(),
             attr_valid_nsec: self.attr_ttl.subsec_nanos(),
-            attr: self.attr,
+            attr: self.attr.to_abi(),
         }
     }
 }
 
-/// Attributes from a `stat` result, in the kernel's layout.
+/// Attributes from a `stat` result, in the kernel's layout (the typed form
+/// is [`FileAttr::from_stat`]).
 pub fn attr_from_stat(st: &libc::stat) -> Attr {
     Attr {
         ino: st.st_ino,

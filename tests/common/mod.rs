@@ -496,7 +496,7 @@ impl Drop for DevFuseOpenToAll {
     }
 }
 
-/// The example program `name` (`hello`, `memfs`, `passthrough_ll`):
+/// The example program `name` (`hello`, `notes`, `memfs`, `passthrough_ll`):
 /// `target/<profile>/examples/<name>`, found from this test binary's path
 /// (`target/<profile>/deps/<test>-<hash>`). Tests use the examples only as
 /// programs, through this.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use fuse_wire::proto::abi::Attr;
+use fuse_wire::session::FileAttr;
 use fuse_wire::session::transport::fake::FakeKernel;
 use fuse_wire::session::types::Entry;
 use fuse_wire::session::{Filesystem, Inode, RunningSession, Session, SessionConfig, SessionError};
@@ -137,6 +138,12 @@ impl InitOutFields {
 
 // ---- attributes and entries the test filesystems answer with ----
 
+/// [`attr`] in the typed form handlers reply with (it converts back to the
+/// same bytes).
+pub fn file_attr(ino: u64) -> FileAttr {
+    FileAttr::from_abi(&attr(ino)).expect("a valid mode")
+}
+
 pub fn attr(ino: u64) -> Attr {
     Attr {
         ino,
@@ -187,7 +194,7 @@ pub fn entry(ino: u64) -> Entry {
     Entry {
         ino: Inode(ino),
         generation: 7,
-        attr: attr(ino),
+        attr: file_attr(ino),
         entry_ttl: ENTRY_TTL,
         attr_ttl: ATTR_TTL,
     }
