@@ -21,8 +21,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+mod common;
 
 // ---------------------------------------------------------------- helpers
 
@@ -140,11 +142,24 @@ struct Files {
 
 /// A flat in-memory directory that also records which threads served which
 /// opcodes, to tell ring queue threads from `/dev/fuse` workers. READ is
-/// answered later from a thread of its own.
+/// answered later from a thread of its own. A LOOKUP of [`GATE`] blocks its
+/// thread until the test opens the gate.
 #[derive(Default)]
 struct TinyFs {
     files: Mutex<Files>,
     served_by: Mutex<HashMap<(&'static str, String), u64>>,
+    gate: Mutex<Gate>,
+    gate_moved: Condvar,
+}
+
+/// The name whose LOOKUP blocks.
+const GATE: &str = "gate";
+
+#[derive(Default)]
+struct Gate {
+    open: bool,
+    /// LOOKUPs of [`GATE`] blocked right now.
+    blocked: usize,
 }
 
 const TTL: Duration = Duration::from_secs(1);
@@ -165,6 +180,39 @@ impl TinyFs {
             .unwrap()
             .entry((op, kind.to_string()))
             .or_default() += 1;
+    }
+
+    /// Blocks the calling (handler) thread until the gate opens. Bounded, so
+    /// that a test that forgets to open it cannot leave a thread behind.
+    fn wait_at_gate(&self) {
+        let mut g = self.gate.lock().unwrap();
+        g.blocked += 1;
+        self.gate_moved.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !g.open && Instant::now() < deadline {
+            g = self.gate_moved.wait_timeout(g, Duration::from_secs(1)).unwrap().0;
+        }
+        g.blocked -= 1;
+        self.gate_moved.notify_all();
+    }
+
+    fn open_gate(&self) {
+        self.gate.lock().unwrap().open = true;
+        self.gate_moved.notify_all();
+    }
+
+    /// Waits (bounded) until `n` LOOKUPs are blocked at the gate.
+    fn wait_blocked(&self, n: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut g = self.gate.lock().unwrap();
+        while g.blocked != n {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self.gate_moved.wait_timeout(g, deadline - now).unwrap().0;
+        }
+        true
     }
 
     fn served(&self, op: &'static str, kind: &str) -> u64 {
@@ -207,6 +255,10 @@ impl TinyFs {
 impl Filesystem for TinyFs {
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.note("lookup");
+        if parent == Inode::ROOT && name.to_bytes() == GATE.as_bytes() {
+            self.wait_at_gate();
+            return reply.error(Errno::ENOENT);
+        }
         let f = self.files.lock().unwrap();
         match f.names.get(name.to_bytes()) {
             Some(&ino) if parent == Inode::ROOT => reply.entry(&Self::entry(ino, f.data[&ino].len())),
@@ -561,5 +613,164 @@ fn stop_ends_the_queue_threads_while_mounted() {
     assert!(report.stats.transport.uring > 0);
     assert!(handle.transport().unwrap().is_uring());
     guard.unmount().expect("unmount after stop");
+    let _ = std::fs::remove_dir(&mp);
+}
+
+/// Pins the calling thread to `cpu`, so that its requests go to that CPU's queue.
+fn pin_to(cpu: usize) {
+    // SAFETY: sched_setaffinity on the calling thread with a cpu_set_t that
+    // lives on the stack for the duration of the call.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(
+        r,
+        0,
+        "sched_setaffinity to CPU {cpu}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Opens the gate and, unless the test ended well, aborts the connection,
+/// so that no thread of the test stays blocked on the mount.
+struct Unblock<'a> {
+    fs: &'a TinyFs,
+    mp: &'a Path,
+    done: bool,
+}
+
+impl Drop for Unblock<'_> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Err(e) = common::abort_fuse_connection(self.mp)
+        {
+            eprintln!("could not abort the connection of {}: {e}", self.mp.display());
+        }
+        self.fs.open_gate();
+    }
+}
+
+#[test]
+fn a_blocked_handler_does_not_stall_its_queue() {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(true);
+    let mp = mountpoint("blocked");
+    let (fs, guard, running) = serve(
+        &mp,
+        SessionConfig {
+            workers: 1,
+            transport: Transport::Uring,
+            ..Default::default()
+        },
+    );
+    let info = wait_for_transport(running.handle());
+    let TransportInfo::Uring { depth, .. } = info else {
+        panic!("expected the io_uring transport, got {info}");
+    };
+    let mut unblock = Unblock {
+        fs: &fs,
+        mp: &mp,
+        done: false,
+    };
+    const CPU: usize = 0;
+
+    // The files the requests below use, made beforehand: a LOOKUP that
+    // waits holds its directory's lock shared, so creating in that
+    // directory (exclusive) would wait for it in the VFS, not in the queue.
+    const WORKERS: usize = 4;
+    const ROUNDS: usize = 10;
+    let name = |w: usize, i: usize| format!("w{w}-{i}");
+    on_cpu(CPU, || {
+        for w in 0..WORKERS {
+            for i in 0..ROUNDS {
+                std::fs::write(mp.join(name(w, i)), b"").expect("create");
+            }
+        }
+    });
+
+    // One LOOKUP from CPU 0 that blocks in its handler. Its thread is not
+    // joined: if the queue were stuck it would stay blocked until the abort.
+    let gate_path = mp.join(GATE);
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        pin_to(CPU);
+        let _ = gate_tx.send(std::fs::metadata(&gate_path).map(|_| ()));
+    });
+    assert!(
+        fs.wait_blocked(1, Duration::from_secs(10)),
+        "the LOOKUP of {GATE:?} never reached its handler"
+    );
+
+    // While it is blocked, many requests from the same CPU, several at a
+    // time: lookups of other names, opens, writes, reads, getattrs.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for w in 0..WORKERS {
+        let dir = mp.clone();
+        let done_tx = done_tx.clone();
+        std::thread::spawn(move || {
+            pin_to(CPU);
+            let r = (|| -> std::io::Result<()> {
+                for i in 0..ROUNDS {
+                    let path = dir.join(name(w, i));
+                    let data: Vec<u8> = (0..70_000u32).map(|b| (b as usize * 31 + w + i) as u8).collect();
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(&path)?;
+                    f.write_all(&data)?;
+                    drop(f);
+                    let back = std::fs::read(&path)?;
+                    if back != data {
+                        return Err(std::io::Error::other(format!(
+                            "{} read back wrong",
+                            path.display()
+                        )));
+                    }
+                    std::fs::metadata(&path)?;
+                    if std::fs::metadata(dir.join(format!("missing-{w}-{i}"))).is_ok() {
+                        return Err(std::io::Error::other("a missing name was found"));
+                    }
+                }
+                Ok(())
+            })();
+            let _ = done_tx.send(r);
+        });
+    }
+    drop(done_tx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for _ in 0..WORKERS {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(left) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("a file operation failed while a LOOKUP was blocked: {e}"),
+            Err(_) => panic!(
+                "requests from CPU {CPU} did not complete within 30 s while one LOOKUP \
+                 was blocked in its handler: the ring queue stalled (depth {depth})"
+            ),
+        }
+    }
+    // The blocked LOOKUP is still blocked: the others did not wait for it.
+    assert_eq!(fs.gate.lock().unwrap().blocked, 1);
+    assert!(fs.served("write", "uring") >= (WORKERS * ROUNDS) as u64);
+
+    // Open the gate: the LOOKUP answers (ENOENT).
+    fs.open_gate();
+    match gate_rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(other) => panic!("the gated LOOKUP answered {other:?}, expected ENOENT"),
+        Err(_) => panic!("the gated LOOKUP did not answer once the gate opened"),
+    }
+    unblock.done = true;
+    drop(unblock);
+
+    guard.unmount().expect("unmount");
+    let report = join_with_timeout(running).expect("session result");
+    assert!(report.transport.is_uring());
     let _ = std::fs::remove_dir(&mp);
 }
