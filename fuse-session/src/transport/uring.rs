@@ -49,7 +49,7 @@ use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -284,11 +284,9 @@ const DEAD: u8 = 4; // the kernel will not complete anything for it again
 
 // user_data: entry index in the low 32 bits, the command in the high ones.
 const WAKE: u64 = u64::MAX;
-const NUDGE: u64 = u64::MAX - 1;
 const KIND_REGISTER: u64 = 1 << 32;
 const KIND_COMMIT: u64 = 2 << 32;
-/// Stands for an SQE of no entry (the wake-up poll, the nudge timer) in a
-/// queue's list of SQEs not yet submitted.
+/// Stands for the wake-up poll in a queue's list of SQEs not yet submitted.
 const POLL_SLOT: u32 = u32::MAX;
 
 /// How long a request that was already waiting when a handler started may
@@ -342,6 +340,8 @@ pub(crate) struct Queue {
     /// entry index of each ([`POLL_SLOT`] for the wake-up poll). Its lock
     /// serialises pushes (per queue, never global).
     unsubmitted: Mutex<Vec<u32>>,
+    /// The length of `unsubmitted`, to look at without the lock.
+    queued: AtomicUsize,
     /// Which thread ([`SERIAL`]) submitted each entry's pending command: the
     /// kernel cancels a thread's commands when it exits.
     owners: Box<[AtomicUsize]>,
@@ -353,9 +353,13 @@ pub(crate) struct Queue {
     standby_fd: OwnedFd,
     /// The role token.
     driving: AtomicBool,
-    /// A nudge timer is pending in the kernel.
-    nudge_armed: AtomicBool,
-    nudge_after: types::Timespec,
+    /// A timer (timerfd) the standbys also wait on: armed when a handler
+    /// starts while completions are already waiting.
+    nudge_fd: OwnedFd,
+    /// When the nudge timer expires, in nanoseconds since `epoch` (it
+    /// never expires earlier; 0: not armed).
+    nudge_at: AtomicU64,
+    epoch: Instant,
     cq_status: CqStatus,
     closed: AtomicBool,
     dev: Arc<OwnedFd>,
@@ -389,6 +393,7 @@ impl Queue {
         }
         // Within capacity (reserved for the submission queue's size): no allocation.
         list.push(slot);
+        self.queued.store(list.len(), Ordering::SeqCst);
         Ok(())
     }
 
@@ -426,26 +431,42 @@ impl Queue {
         self.push(&sqe.into(), POLL_SLOT)
     }
 
-    /// Queues a one-shot timer whose completion, should nobody hold the
-    /// token by then, signals the standbys.
-    fn arm_nudge(&self) -> bool {
-        if self.nudge_armed.swap(true, Ordering::SeqCst) {
-            return true;
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Makes sure the nudge timer expires in the future (at most
+    /// [`NUDGE_AFTER`] from now): when it does, a standby looks for work
+    /// nobody drives for. Re-armed at most about once per half period.
+    fn arm_nudge(&self) {
+        let now = self.now();
+        if self.nudge_at.load(Ordering::SeqCst) > now + NUDGE_AFTER.as_nanos() as u64 / 2 {
+            return;
         }
-        let sqe = opcode::Timeout::new(&self.nudge_after).build().user_data(NUDGE);
-        if self.push(&sqe.into(), POLL_SLOT).is_err() {
-            self.nudge_armed.store(false, Ordering::SeqCst);
-            return false;
+        let at = now + NUDGE_AFTER.as_nanos() as u64;
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: NUDGE_AFTER.as_nanos() as libc::c_long,
+            },
+        };
+        // Published before the timer is set, so that the timer never
+        // expires before the time recorded.
+        self.nudge_at.store(at, Ordering::SeqCst);
+        // SAFETY: timerfd_settime on our own timerfd with a valid itimerspec
+        // on the stack; no old value is asked for.
+        let r = unsafe { libc::timerfd_settime(self.nudge_fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if r != 0 {
+            self.nudge_at.store(0, Ordering::SeqCst);
         }
-        true
     }
 
     fn has_unsubmitted(&self) -> bool {
-        !self
-            .unsubmitted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.queued.load(Ordering::SeqCst) != 0
     }
 
     /// Submits the queued SQEs and, with `wait`, waits for a completion.
@@ -477,6 +498,7 @@ impl Queue {
                     o.store(me, Ordering::Release);
                 }
             }
+            self.queued.store(list.len(), Ordering::SeqCst);
         }
         r.map(|_| ())
     }
@@ -497,18 +519,20 @@ impl Queue {
     }
 
     /// Gives the token up (to run a handler, or to end). From here on the
-    /// kernel signals the standbys when it posts a completion; one that it
-    /// posted before that is looked for here, unless `nudged` (a nudge timer
-    /// is pending, whose completion will signal them).
-    fn release(&self, nudged: bool) {
+    /// kernel signals the standbys when it posts a completion. One that it
+    /// posted before is looked for here: the standbys are woken at once,
+    /// unless the nudge timer, which expires after this point, will do it.
+    fn release(&self) {
         // SAFETY: we hold the token, so no other view of the completion queue exists.
         unsafe { self.ring.completion_shared() }.enable_eventfd();
         DRIVING.with(|d| d.set(std::ptr::null()));
         self.driving.store(false, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if !nudged && !self.cq_status.0.is_empty() {
-            self.wake_standbys();
+        let idle = self.cq_status.0.is_empty() && !self.has_unsubmitted();
+        if idle || self.nudge_at.load(Ordering::SeqCst) > self.now() {
+            return;
         }
+        self.wake_standbys();
     }
 
     /// Whether the kernel holds a command that thread `me` submitted.
@@ -894,6 +918,7 @@ pub(crate) fn start<F: Filesystem>(
             .map_err(|e| setup(&format!("io_uring_setup for queue {qid}"), e))?;
         let kick = eventfd("eventfd")?;
         let standby_fd = eventfd("eventfd")?;
+        let nudge_fd = timerfd()?;
         ring.submitter()
             .register_eventfd(standby_fd.as_raw_fd())
             .map_err(|e| setup(&format!("IORING_REGISTER_EVENTFD for queue {qid}"), e))?;
@@ -906,13 +931,15 @@ pub(crate) fn start<F: Filesystem>(
             qid: qid as u16,
             ring,
             unsubmitted: Mutex::new(Vec::with_capacity(sq_size as usize)),
+            queued: AtomicUsize::new(0),
             owners: (0..depth).map(|_| AtomicUsize::new(0)).collect(),
             kick,
             kick_pending: AtomicBool::new(false),
             standby_fd,
             driving: AtomicBool::new(true),
-            nudge_armed: AtomicBool::new(false),
-            nudge_after: types::Timespec::from(NUDGE_AFTER),
+            nudge_fd,
+            nudge_at: AtomicU64::new(0),
+            epoch: Instant::now(),
             cq_status,
             closed: AtomicBool::new(false),
             dev: dev.clone(),
@@ -1037,17 +1064,32 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-/// Waits until `fd` is readable or `timeout` passes; false on timeout.
-fn wait_readable(fd: &OwnedFd, timeout: Option<Duration>) -> bool {
-    let mut pfd = libc::pollfd {
+/// Waits until `a` or `b` is readable or `timeout` passes; false on timeout.
+fn wait_readable(a: &OwnedFd, b: &OwnedFd, timeout: Option<Duration>) -> bool {
+    let pfd = |fd: &OwnedFd| libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
+    let mut fds = [pfd(a), pfd(b)];
     let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
-    // SAFETY: poll(2) on one pollfd that lives on the stack for the call.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+    // SAFETY: poll(2) on two pollfds that live on the stack for the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
     r != 0 // a signal (r < 0) counts as a wake-up: the caller looks again
+}
+
+fn timerfd() -> Result<OwnedFd, Unavailable> {
+    // SAFETY: timerfd_create(2) with valid flags; the result is checked below.
+    let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(Unavailable::Setup {
+            what: "timerfd_create".into(),
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+        });
+    }
+    // SAFETY: `fd` was just returned by timerfd_create(2) and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn drain(fd: &OwnedFd) {
@@ -1164,7 +1206,7 @@ impl<F: Filesystem> QueueCtx<F> {
     /// thread of it is told so.
     fn leave_driving(&self, end: QueueEnd) -> QueueEnd {
         self.q.closed.store(true, Ordering::Release);
-        self.q.release(false);
+        self.q.release();
         self.q.wake_standbys();
         end
     }
@@ -1192,14 +1234,11 @@ impl<F: Filesystem> QueueCtx<F> {
             }
             let above_floor = q.live.load(Ordering::SeqCst) > floor;
             let timeout = above_floor.then(|| self.shared.pool.cfg.idle_timeout * backoff);
-            if wait_readable(&q.standby_fd, timeout) {
+            if wait_readable(&q.standby_fd, &q.nudge_fd, timeout) {
+                // Read the counters before looking (at the top of the loop):
+                // what comes after writes them again.
                 drain(&q.standby_fd);
-                if self.stopping() {
-                    return leave(Err(QueueEnd::Stopped));
-                }
-                if q.try_drive() {
-                    return leave(Ok(()));
-                }
+                drain(&q.nudge_fd);
                 continue;
             }
             if !above_floor {
@@ -1261,10 +1300,6 @@ impl<F: Filesystem> QueueCtx<F> {
                 continue;
             };
             let ud = cqe.user_data();
-            if ud == NUDGE {
-                q.nudge_armed.store(false, Ordering::SeqCst);
-                continue;
-            }
             if ud == WAKE {
                 // Read the counter before clearing the flag: a kick that comes
                 // after the read writes again and fires the new poll.
@@ -1338,26 +1373,26 @@ impl<F: Filesystem> QueueCtx<F> {
         }
     }
 
-    /// Before running a handler on the driving thread: submits what is
-    /// queued, makes sure a standby exists, and gives the token up, so that
-    /// a handler that blocks holds its entry and its thread, never the queue.
-    /// Costs no system call when nothing is queued and a standby waits.
+    /// Before running a handler on the driving thread: makes sure a standby
+    /// exists and gives the token up, so that a handler that blocks holds
+    /// its entry and its thread, never the queue. Costs no system call when
+    /// no other request is waiting and a standby exists.
     ///
-    /// Completions already waiting would not signal the standbys; rather
-    /// than waking one at once (a wake-up for each request of a burst,
-    /// though the handler most likely returns in microseconds), a nudge
-    /// timer is queued with the submission: if the handler has not returned
-    /// by then, its completion wakes a standby, which serves them.
+    /// Completions already waiting, and replies queued but not submitted
+    /// (those of the handlers run before in this batch), do not signal the
+    /// standbys. Rather than waking one at once, or submitting at once (a
+    /// system call for each request of a burst, though the handler most
+    /// likely returns in microseconds), the nudge timer is set: when it
+    /// expires a standby looks, and takes the token if nobody holds it.
     fn release_for_handler(self: &Arc<Self>) {
         let q = &self.q;
-        let nudged = !q.cq_status.0.is_empty() && q.arm_nudge();
-        if let Err(e) = q.enter(false) {
-            log::debug!("io_uring queue {}: submitting before a handler: {e}", q.qid);
+        if !q.cq_status.0.is_empty() || q.has_unsubmitted() {
+            q.arm_nudge();
         }
         if q.standby.load(Ordering::SeqCst) == 0 {
             self.spawn_follower();
         }
-        q.release(nudged && !q.has_unsubmitted());
+        q.release();
     }
 }
 
