@@ -142,8 +142,8 @@ struct Files {
 
 /// A flat in-memory directory that also records which threads served which
 /// opcodes, to tell ring queue threads from `/dev/fuse` workers. READ is
-/// answered later from a thread of its own. A LOOKUP of [`GATE`] blocks its
-/// thread until the test opens the gate.
+/// answered later from a thread of its own. A LOOKUP of a name starting
+/// with [`GATE`] blocks its thread until the test opens the gate.
 #[derive(Default)]
 struct TinyFs {
     files: Mutex<Files>,
@@ -152,13 +152,13 @@ struct TinyFs {
     gate_moved: Condvar,
 }
 
-/// The name whose LOOKUP blocks.
+/// LOOKUPs of names that start with this block.
 const GATE: &str = "gate";
 
 #[derive(Default)]
 struct Gate {
     open: bool,
-    /// LOOKUPs of [`GATE`] blocked right now.
+    /// LOOKUPs at the gate right now.
     blocked: usize,
 }
 
@@ -185,32 +185,40 @@ impl TinyFs {
     /// Blocks the calling (handler) thread until the gate opens. Bounded, so
     /// that a test that forgets to open it cannot leave a thread behind.
     fn wait_at_gate(&self) {
-        let mut g = self.gate.lock().unwrap();
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         g.blocked += 1;
         self.gate_moved.notify_all();
         let deadline = Instant::now() + Duration::from_secs(120);
         while !g.open && Instant::now() < deadline {
-            g = self.gate_moved.wait_timeout(g, Duration::from_secs(1)).unwrap().0;
+            g = self
+                .gate_moved
+                .wait_timeout(g, Duration::from_secs(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         g.blocked -= 1;
         self.gate_moved.notify_all();
     }
 
     fn open_gate(&self) {
-        self.gate.lock().unwrap().open = true;
+        self.gate.lock().unwrap_or_else(|e| e.into_inner()).open = true;
         self.gate_moved.notify_all();
     }
 
     /// Waits (bounded) until `n` LOOKUPs are blocked at the gate.
     fn wait_blocked(&self, n: usize, within: Duration) -> bool {
         let deadline = Instant::now() + within;
-        let mut g = self.gate.lock().unwrap();
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         while g.blocked != n {
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
-            g = self.gate_moved.wait_timeout(g, deadline - now).unwrap().0;
+            g = self
+                .gate_moved
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         true
     }
@@ -255,7 +263,7 @@ impl TinyFs {
 impl Filesystem for TinyFs {
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.note("lookup");
-        if parent == Inode::ROOT && name.to_bytes() == GATE.as_bytes() {
+        if parent == Inode::ROOT && name.to_bytes().starts_with(GATE.as_bytes()) {
             self.wait_at_gate();
             return reply.error(Errno::ENOENT);
         }
@@ -653,7 +661,7 @@ impl Drop for Unblock<'_> {
 }
 
 #[test]
-fn a_blocked_handler_does_not_stall_its_queue() {
+fn blocked_handlers_do_not_stall_their_queue() {
     let _serial = knob_lock();
     if !require_uring_mount_capability() {
         return;
@@ -694,18 +702,32 @@ fn a_blocked_handler_does_not_stall_its_queue() {
         }
     });
 
-    // One LOOKUP from CPU 0 that blocks in its handler. Its thread is not
-    // joined: if the queue were stuck it would stay blocked until the abort.
-    let gate_path = mp.join(GATE);
+    // LOOKUPs from CPU 0 that block in their handlers, as many as leave one
+    // ring entry of the queue free. Their threads are not joined: if the
+    // queue were stuck they would stay blocked until the abort.
+    let blocked = depth - 1;
     let (gate_tx, gate_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        pin_to(CPU);
-        let _ = gate_tx.send(std::fs::metadata(&gate_path).map(|_| ()));
-    });
+    for g in 0..blocked {
+        let gate_path = mp.join(format!("{GATE}-{g}"));
+        let gate_tx = gate_tx.clone();
+        std::thread::spawn(move || {
+            pin_to(CPU);
+            let _ = gate_tx.send(std::fs::metadata(&gate_path).map(|_| ()));
+        });
+    }
+    let all_blocked = fs.wait_blocked(blocked, Duration::from_secs(10));
+    let at_gate = fs.gate.lock().unwrap_or_else(|e| e.into_inner()).blocked;
     assert!(
-        fs.wait_blocked(1, Duration::from_secs(10)),
-        "the LOOKUP of {GATE:?} never reached its handler"
+        all_blocked,
+        "{blocked} LOOKUPs never all reached their handlers (the queue stalled after {at_gate})"
     );
+    let ring_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim() == format!("fuse-uring-{CPU}"))
+            .count()
+    };
 
     // While it is blocked, many requests from the same CPU, several at a
     // time: lookups of other names, opens, writes, reads, getattrs.
@@ -750,22 +772,36 @@ fn a_blocked_handler_does_not_stall_its_queue() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("a file operation failed while a LOOKUP was blocked: {e}"),
             Err(_) => panic!(
-                "requests from CPU {CPU} did not complete within 30 s while one LOOKUP \
-                 was blocked in its handler: the ring queue stalled (depth {depth})"
+                "requests from CPU {CPU} did not complete within 30 s while {blocked} \
+                 LOOKUPs were blocked in their handlers: the ring queue stalled (depth {depth})"
             ),
         }
     }
-    // The blocked LOOKUP is still blocked: the others did not wait for it.
-    assert_eq!(fs.gate.lock().unwrap().blocked, 1);
+    // The blocked LOOKUPs are still blocked: the others did not wait for them.
+    let at_gate = fs.gate.lock().unwrap_or_else(|e| e.into_inner()).blocked;
+    assert_eq!(at_gate, blocked);
     assert!(fs.served("write", "uring") >= (WORKERS * ROUNDS) as u64);
+    // A thread per blocked handler and one more, within the queue's bound.
+    let n = ring_threads();
+    assert!(
+        n > blocked && n <= depth + 1,
+        "queue {CPU} has {n} threads with {blocked} handlers blocked (depth {depth})"
+    );
 
-    // Open the gate: the LOOKUP answers (ENOENT).
+    // Open the gate: the LOOKUPs answer (ENOENT).
     fs.open_gate();
-    match gate_rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Ok(other) => panic!("the gated LOOKUP answered {other:?}, expected ENOENT"),
-        Err(_) => panic!("the gated LOOKUP did not answer once the gate opened"),
+    for _ in 0..blocked {
+        match gate_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Ok(other) => panic!("a gated LOOKUP answered {other:?}, expected ENOENT"),
+            Err(_) => panic!("a gated LOOKUP did not answer once the gate opened"),
+        }
     }
+    let n = ring_threads();
+    assert!(
+        n >= 2 && n <= depth + 1,
+        "queue {CPU} has {n} threads (depth {depth})"
+    );
     unblock.done = true;
     drop(unblock);
 

@@ -2,33 +2,39 @@
 //! CPU, each with a few entries that carry requests in and replies out.
 //!
 //! Each queue has its own `io_uring` (built with 128-byte SQEs, which the
-//! FUSE commands need), its own thread pinned to the queue's CPU, and
-//! `depth` ring entries. An entry owns a header buffer (`fuse_uring_req_header`:
+//! FUSE commands need), two to `depth + 1` threads pinned to the queue's
+//! CPU, and `depth` ring entries. An entry owns a header buffer (`fuse_uring_req_header`:
 //! in-header or out-header, the first argument, and `commit_id`/`payload_sz`)
 //! and a payload buffer, both allocated once and registered with the kernel
 //! by a REGISTER command. When the kernel has a request for the queue it
-//! fills an entry's buffers and completes that entry's command; the queue
+//! fills an entry's buffers and completes that entry's command; a queue
 //! thread parses the request in place ([`Request::parse_split`]) and serves
 //! it through the same dispatch as `/dev/fuse` workers, with the entry as
 //! the reply [`Channel`]. The reply is copied once into the entry's buffers
 //! and a COMMIT_AND_FETCH command hands it back and re-arms the entry.
 //!
-//! Only the queue thread enters the kernel for its ring: a reply sent from
-//! another thread puts its SQE in the submission queue under the queue's
-//! own lock and wakes the queue thread through an eventfd that the ring
-//! polls. This keeps every command owned by the long-lived, pinned queue
-//! thread (the kernel runs the request copy as task work of the task that
-//! submitted the command, and cancels a task's commands when it exits).
+//! Leader and followers: of a queue's threads, only the one holding the
+//! role token (`Queue::driving`) waits on the ring, takes completions
+//! and submits. It runs each request's handler itself (no hand-off between
+//! threads per request), but gives the token up for the handler's duration
+//! and takes it back afterwards if it is still free. While nobody holds it,
+//! the kernel signals the standby threads through an eventfd registered
+//! with the ring (disabled while a thread drives, so the common path costs
+//! no system call), and a short timer covers completions that were already
+//! waiting; a standby then takes the token, so a handler that blocks holds
+//! its thread and its entry, never the queue. A reply sent from a thread
+//! that does not drive puts its SQE in the submission queue under the
+//! queue's own lock and wakes the driver through an eventfd that the ring
+//! polls. The queue records which thread submitted each entry's command:
+//! the kernel copies the next request in as task work of that thread, and
+//! cancels a thread's commands when it exits, so a thread ends only when
+//! the kernel holds none of its commands.
 //!
-//! The queue thread runs handlers itself, which keeps a request on the CPU
-//! that sent it with no hand-off between threads. A handler that has to
-//! wait (a blocking lock, whatever the opcode) gives its reply handle to a
-//! helper thread with [`crate::RequestContext::defer`] and returns: the
-//! queue thread goes on serving its ring, and the reply is committed from
-//! the helper thread later. A deferred request keeps its ring entry until
-//! then, so only three quarters of a queue's entries may be held
-//! by waits. A handler that blocks without deferring does stall its queue:
-//! unlike `/dev/fuse`, a ring queue does not grow.
+//! A handler that waits for something other users control (a blocking
+//! lock, whatever the opcode) should still give its reply handle to a
+//! helper thread with [`crate::RequestContext::defer`] and return, holding
+//! no thread. A deferred request keeps its ring entry until it is answered,
+//! so only three quarters of a queue's entries may be held by waits.
 //!
 //! INIT, FORGET, INTERRUPT and NOTIFY_REPLY keep arriving on `/dev/fuse`,
 //! and notifications are still written there; the session keeps its
@@ -579,7 +585,8 @@ pub(crate) struct RingEntry {
 
 // SAFETY: the raw pointers in `iov` point into this entry's own buffers;
 // `stash`/`stash_len` are only touched by the thread that holds the entry
-// in state SERVING/STASHED (the queue thread, during a dispatch).
+// in state SERVING/STASHED (the queue thread that dispatches its request,
+// during and right after the dispatch).
 unsafe impl Send for RingEntry {}
 // SAFETY: as above.
 unsafe impl Sync for RingEntry {}
@@ -732,7 +739,7 @@ impl Channel for RingEntry {
 
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         if self.queue.closed.load(Ordering::Acquire) {
-            // The queue thread is gone (session stopped or connection ended).
+            // The queue is closed (session stopped or connection ended).
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
         let inline = msg.payload().iter().all(|p| p.is_empty()) && msg.head().len() <= STASH;
