@@ -47,6 +47,8 @@ MODES = {
         shared_mib=64,
         extend_mib=256,
         ls_entries=10_000,
+        big_entries=15_000,
+        tree_dirs=50,
         tmpfs_mib=4096,
     ),
     "full": dict(
@@ -60,17 +62,28 @@ MODES = {
         shared_mib=256,
         extend_mib=1024,
         ls_entries=10_000,
+        big_entries=30_000,
+        tree_dirs=1000,
         tmpfs_mib=8192,
     ),
 }
 
+# Files per directory of the tree the `tree_walk` row walks (plus the directory).
+TREE_FILES = 199
+
 # Targets, in table order. `base` is the libfuse target with the same cache
-# mode, the one a ratio "to libfuse" divides by.
+# mode, the one a ratio "to libfuse" divides by. `fd_per_inode`: the daemon
+# holds a descriptor for every inode the kernel knows (libfuse's example, ours
+# without file handles), so a many-inodes row larger than the open-file limit
+# is skipped for it (recorded in the result's `skipped`).
 TARGETS = [
     dict(id="native", label="native tmpfs", kind="native", cache="–", base=None),
-    dict(id="libfuse", label="libfuse", kind="libfuse", opts=[], cache="auto", base=None),
-    dict(id="libfuse_never", label="libfuse never", kind="libfuse", opts=["cache=never"], cache="never", base=None),
+    dict(id="libfuse", label="libfuse", kind="libfuse", opts=[], cache="auto", base=None, fd_per_inode=True),
+    dict(id="libfuse_never", label="libfuse never", kind="libfuse", opts=["cache=never"], cache="never", base=None,
+         fd_per_inode=True),
     dict(id="ours", label="ours", kind="ours", opts=[], cache="auto", base="libfuse"),
+    dict(id="ours_nofh", label="ours no fh", kind="ours", opts=["inode_file_handles=never"], cache="auto",
+         base="libfuse", fd_per_inode=True),
     dict(id="ours_never", label="ours never", kind="ours", opts=["cache=never"], cache="never", base="libfuse_never"),
     dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes"], cache="auto", base="libfuse"),
     dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse"),
@@ -103,7 +116,19 @@ def workloads(cfg: dict) -> list[dict]:
     w.append(dict(id="ls_cold", label="ls -l 10k cold", unit="kentries/s", group="meta_t1"))
     if cfg["ls_runs"] == 2:
         w.append(dict(id="ls_warm", label="ls -l 10k warm", unit="kentries/s", group="meta_t1"))
+    big, tree = cfg["big_entries"], tree_entries(cfg)
+    w.append(dict(id="ls_big", label=f"ls -l {big / 1000:g}k cold", unit="kentries/s", group="inodes",
+                  entries=big))
+    w.append(dict(id="stat_many", label=f"stat {big / 1000:g}k files cold", unit="kops/s", group="inodes",
+                  entries=big))
+    w.append(dict(id="tree_walk", label=f"tree walk {tree / 1000:g}k entries", unit="kentries/s",
+                  group="inodes", entries=tree))
     return w
+
+
+def tree_entries(cfg: dict) -> int:
+    """Entries below the tree's root: its directories and their files."""
+    return cfg["tree_dirs"] * (TREE_FILES + 1)
 
 
 def log(msg: str) -> None:
@@ -347,6 +372,18 @@ class Suite:
         ls.mkdir()
         for i in range(self.cfg["ls_entries"]):
             os.close(os.open(ls / f"e{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+        # The many-inodes rows: one big directory, one tree.
+        big = self.src / "big"
+        big.mkdir()
+        for i in range(self.cfg["big_entries"]):
+            os.close(os.open(big / f"e{i:06d}", os.O_CREAT | os.O_WRONLY, 0o644))
+        tree = self.src / "tree"
+        tree.mkdir()
+        for d in range(self.cfg["tree_dirs"]):
+            sub = tree / f"d{d:05d}"
+            sub.mkdir()
+            for i in range(TREE_FILES):
+                os.close(os.open(sub / f"e{i:03d}", os.O_CREAT | os.O_WRONLY, 0o644))
         (self.src / "work").mkdir()
 
     def reset_work(self) -> None:
@@ -435,6 +472,45 @@ class Suite:
         self.mdtest_run(root, 1, vals, errs, timeout)
         return vals, errs, (max(hwm) if hwm else None)
 
+    def run_inode_workloads(self, t: dict, samples: dict, errors: list, skipped: list, rnd: int) -> None:
+        """The many-inodes rows, each on a fresh mount (nothing cached, no inode
+        of the other workloads still held), for target t in round rnd."""
+        c = self.cfg
+        runs = (("ls_big", self.src / "big", c["big_entries"]),
+                ("stat_many", self.src / "big", c["big_entries"]),
+                ("tree_walk", self.src / "tree", tree_entries(c)))
+        for wid, src_dir, entries in runs:
+            if t.get("fd_per_inode") and entries > self.nofile - 2000:
+                if rnd == 1:
+                    skipped.append(dict(target=t["id"], workload=wid, reason=(
+                        f"one descriptor per inode: {entries} entries need more than the open-file "
+                        f"limit ({self.nofile}) allows")))
+                    log(f"  {wid}: skipped ({entries} entries, limit {self.nofile})")
+                continue
+            daemon = None
+            try:
+                if t["kind"] == "native":
+                    root = src_dir
+                else:
+                    opts = ",".join([f"source={self.src}", *t["opts"]])
+                    daemon = Daemon([*t["cmd"], "-o", opts, str(self.mnt)], self.mnt,
+                                    self.work / f"{t['id']}-{wid}.log")
+                    root = self.mnt / src_dir.relative_to(self.src)
+                cmd = [self.mdtest, "--inode-phase", wid, "--target", str(root), "--count", str(entries)]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                ph = json.loads(r.stdout)["phases"][0]
+                if ph["errors"]:
+                    raise RuntimeError(f"{ph['errors']} errors, first: {ph['first_error']}")
+                if ph["ops"] == 0:
+                    raise RuntimeError("no operation done")
+                samples.setdefault(wid, []).append(ph["ops_per_sec"] / 1e3)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError) as e:
+                errors.append(dict(target=t["id"], round=rnd, workload=wid, error=str(e)[:400]))
+                log(f"  {wid}: FAILED {str(e)[:400]}")
+            finally:
+                if daemon:
+                    daemon.stop()
+
     def md_files_per_thread(self, threads: int) -> int:
         """mdtest's file cap per thread: the mode's, or less so that the files of
         all threads plus the ls directory and a margin fit the daemons' open-file limit."""
@@ -504,6 +580,9 @@ def main() -> int:
 
     started = time.time()
     nofile = raise_nofile()
+    # The big directory must fit the fd-per-inode daemons' limit, so that its
+    # rows compare every target; the tree (200k entries in full runs) need not.
+    cfg["big_entries"] = min(cfg["big_entries"], max(1000, nofile - 3000))
     ensure_tools(not a.no_install)
     bins = TARGET_DIR / "bench"
     log("building libfuse's passthrough_ll, our passthrough_ll and mdtest (release)")
@@ -545,6 +624,7 @@ def main() -> int:
     rss = {t["id"]: [] for t in targets}
     daemon_stats: dict[str, list] = {t["id"]: [] for t in targets if t["kind"] == "ours"}
     errors: list[dict] = []
+    skipped: list[dict] = []
     loads = [os.getloadavg()[0]]
     daemon: Daemon | None = None
 
@@ -587,6 +667,9 @@ def main() -> int:
                         daemon = None
                         if t["kind"] == "ours":
                             daemon_stats[t["id"]].append(read_json(stats_file))
+                if t["kind"] == "native" or "cmd" in t:
+                    suite.reset_work()
+                    suite.run_inode_workloads(t, samples[t["id"]], errors, skipped, rnd + 1)
                 for wid, v in vals.items():
                     samples[t["id"]].setdefault(wid, []).append(v)
                 for wid, e in errs.items():
@@ -612,7 +695,8 @@ def main() -> int:
             md_files_per_thread={t: suite.md_files_per_thread(t) for t in MD_THREADS},
         ),
         targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
-        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, daemon_stats=daemon_stats,
+        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, skipped=skipped,
+        daemon_stats=daemon_stats,
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,116 +1,166 @@
 //! The memfs and hello examples, mounted for real and driven with syscalls.
 //!
-//! The filesystems run in this process (their source is included from
-//! `examples/`), each test on its own temporary mountpoint. Guards unmount
-//! even when an assertion fails, and a watchdog ends a test that hangs.
+//! The examples run as programs ([`common::example_binary`]), each test on
+//! its own temporary mountpoint. Guards unmount and reap the daemon even
+//! when an assertion fails, and a watchdog ends a test that hangs.
 
 mod common;
 
-#[path = "../examples/hello.rs"]
-#[allow(dead_code)]
-mod hello;
-#[path = "../examples/memfs/fs.rs"]
-#[allow(dead_code)]
-mod memfs_fs;
-
 use common::TempMountpoint;
-use fuse_wire::session::mount::{Mount, MountOptions};
-use fuse_wire::session::{Filesystem, RunningSession, Session, SessionConfig};
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::fs;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 /// Longest a test may run before the watchdog detaches its mount and aborts.
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A filesystem served in this process on a temporary mountpoint.
+/// Longest a daemon may take to mount, or to exit once unmounted.
+const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An example daemon serving a temporary mountpoint.
 struct Served {
-    // Drop order: stop the session (which unmounts) before the mountpoint
-    // guard removes the directory (and detaches anything left).
-    session: Option<RunningSession>,
+    // Drop order: unmount and reap the daemon before the mountpoint guard
+    // removes the directory (and detaches anything left).
+    child: Option<Child>,
+    /// Its stderr, line by line (the statistics come last).
+    stderr: Receiver<String>,
     done: Arc<AtomicBool>,
     mp: TempMountpoint,
 }
 
 impl Served {
-    fn start<F: Filesystem>(tag: &str, fs: F, opts: MountOptions) -> Served {
-        Served::start_arc(tag, Arc::new(fs), opts)
-    }
-
-    fn start_arc<F: Filesystem>(tag: &str, fs: Arc<F>, opts: MountOptions) -> Served {
+    /// Runs example `name` with `-o opts` on a fresh mountpoint and waits
+    /// (bounded) until the kernel shows it mounted.
+    fn start(tag: &str, name: &str, opts: &str) -> Served {
         let mp = TempMountpoint::new(tag);
-        let (dev, guard) = Mount::new(mp.path(), &opts).expect("mount").into_parts();
-        let config = SessionConfig {
-            workers: 4,
-            transport: common::test_transport(),
-            ..SessionConfig::default()
-        };
-        let session = Session::from_arc(fs, Arc::new(dev), config).expect("session");
-        session.handle().set_on_stop(move || {
-            if let Err(e) = guard.unmount() {
-                eprintln!("unmount: {e}");
+        let mut cmd = Command::new(common::example_binary(name));
+        if !opts.is_empty() {
+            cmd.arg("-o").arg(opts);
+        }
+        let mut child = cmd
+            .arg(mp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        let (tx, stderr) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr pipe");
+        std::thread::spawn(move || {
+            for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
             }
         });
-        let session = session.spawn().expect("spawn session");
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while !common::fuse_mounted_at(mp.path()) {
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err: Vec<String> = stderr.try_iter().collect();
+                panic!("{name} did not mount ({exited:?}): {}", err.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let done = Arc::new(AtomicBool::new(false));
-        watchdog(mp.path().to_path_buf(), done.clone());
+        watchdog(mp.path().to_path_buf(), child.id(), done.clone());
         Served {
-            session: Some(session),
+            child: Some(child),
+            stderr,
             done,
             mp,
         }
     }
 
     fn memfs(tag: &str) -> Served {
-        Served::memfs_arc(tag, Arc::new(memfs_fs::MemFs::default()))
-    }
-
-    fn memfs_arc(tag: &str, fs: Arc<memfs_fs::MemFs>) -> Served {
-        let opts = MountOptions {
-            fsname: Some("memfs-test".into()),
-            subtype: Some("memfs".into()),
-            ..MountOptions::default()
+        let opts = if common::over_uring() {
+            "threads=4,fsname=memfs-test,uring"
+        } else {
+            "threads=4,fsname=memfs-test"
         };
-        Served::start_arc(tag, fs, opts)
+        Served::start(tag, "memfs", opts)
     }
 
     fn path(&self, rel: &str) -> PathBuf {
         self.mp.path().join(rel)
     }
+
+    /// Inodes memfs holds, as its STATFS reply says (`f_files - f_ffree`).
+    fn inodes_in_use(&self) -> u64 {
+        let c = cstr(self.mp.path());
+        // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer.
+        let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        assert_eq!(rc, 0, "statvfs: errno {}", errno());
+        st.f_files - st.f_ffree
+    }
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            match s.stop() {
-                Ok(report) => {
-                    eprintln!("session stats: {}", report.stats.to_json());
-                    // The io_uring pass must really have used the rings
-                    // (checked only when the test is not already failing).
-                    if common::over_uring() && !std::thread::panicking() {
-                        assert!(
-                            report.stats.transport.uring > 0,
-                            "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring"
-                        );
-                    }
-                }
-                Err(e) => eprintln!("session: {e}"),
-            }
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // Unmounted, the daemon ends by itself and prints its statistics.
+        if let Err(e) = fuse_wire::session::mount::unmount(self.mp.path(), true) {
+            eprintln!("unmount: {e}");
         }
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break Some(st),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    eprintln!("the daemon did not exit after unmount; killing it");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
         self.done.store(true, Ordering::Release);
+        let err: Vec<String> = self.stderr.try_iter().collect();
+        let stats = err
+            .iter()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .cloned()
+            .unwrap_or_default();
+        eprintln!("daemon exit {status:?}; stats: {stats}");
+        if std::thread::panicking() {
+            return;
+        }
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the daemon failed: {}",
+            err.join("\n")
+        );
+        // The io_uring pass must really have used the rings.
+        if common::over_uring() && stats.contains("\"transport\"") {
+            assert!(
+                !stats.contains("\"uring\": 0,"),
+                "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring: {stats}"
+            );
+        }
     }
 }
 
-/// Detaches the mount and aborts the test binary if `done` is not set in
-/// time: a hung filesystem would otherwise hang the whole test run.
-fn watchdog(mountpoint: PathBuf, done: Arc<AtomicBool>) {
+/// Kills the daemon, detaches the mount and aborts the test binary if
+/// `done` is not set in time: a hung filesystem would otherwise hang the
+/// whole test run.
+fn watchdog(mountpoint: PathBuf, pid: u32, done: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let start = Instant::now();
         while start.elapsed() < TEST_TIMEOUT {
@@ -120,9 +170,11 @@ fn watchdog(mountpoint: PathBuf, done: Arc<AtomicBool>) {
             std::thread::sleep(Duration::from_millis(100));
         }
         eprintln!(
-            "test on {} timed out; detaching and aborting",
+            "test on {} timed out; killing the daemon, detaching and aborting",
             mountpoint.display()
         );
+        // SAFETY: kill(2) on the daemon, our child (not reaped: Served holds it).
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         let _ = fuse_wire::session::mount::unmount(&mountpoint, true);
         std::process::abort();
     });
@@ -252,12 +304,8 @@ fn mkdir_rmdir_enotempty() {
     // A FIFO through MKNOD.
     let fifo = cstr(&fs.path("fifo"));
     // SAFETY: mkfifo with a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) },
-        0,
-        "mkfifo: errno {}",
-        errno()
-    );
+    let r = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "mkfifo: errno {}", errno());
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(
         &fs::metadata(fs.path("fifo")).unwrap().file_type()
     ));
@@ -561,26 +609,26 @@ fn removed_inodes_are_freed_after_forget() {
     if !common::require_mount_capability() {
         return;
     }
-    let memfs = Arc::new(memfs_fs::MemFs::default());
-    let fs = Served::memfs_arc("memfs-forget", memfs.clone());
-    let before = memfs.inode_count();
+    let fs = Served::memfs("memfs-forget");
+    let before = fs.inodes_in_use();
     fs::create_dir(fs.path("d")).unwrap();
     for i in 0..100 {
         fs::write(fs.path(&format!("d/f{i}")), b"x").unwrap();
     }
     // An open file outlives its name until it is closed.
     let open = fs::File::open(fs.path("d/f0")).unwrap();
-    assert!(memfs.inode_count() >= before + 101);
+    assert!(fs.inodes_in_use() >= before + 101);
     for i in 0..100 {
         fs::remove_file(fs.path(&format!("d/f{i}"))).unwrap();
     }
     fs::remove_dir(fs.path("d")).unwrap();
-    let wait_for = |want: usize| {
+    // Forgets come when the kernel evicts: wait (bounded) for the count.
+    let wait_for = |want: u64| {
         let deadline = Instant::now() + Duration::from_secs(5);
-        while memfs.inode_count() != want && Instant::now() < deadline {
+        while fs.inodes_in_use() != want && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        memfs.inode_count()
+        fs.inodes_in_use()
     };
     // The open file's dentry keeps its (removed) directory's alive too.
     assert_eq!(
@@ -597,12 +645,8 @@ fn hello_serves_its_file() {
     if !common::require_mount_capability() {
         return;
     }
-    let opts = MountOptions {
-        read_only: true,
-        subtype: Some("hello".into()),
-        ..MountOptions::default()
-    };
-    let fs = Served::start("hello", hello::Hello, opts);
+    // The program mounts read-only, with subtype hello.
+    let fs = Served::start("hello", "hello", "");
     assert_eq!(fs::read(fs.path("hello")).unwrap(), b"Hello, world!\n");
     let names: Vec<_> = fs::read_dir(fs.mp.path())
         .unwrap()
@@ -617,27 +661,12 @@ fn hello_serves_its_file() {
 }
 
 /// The hello binary itself: mounts, serves, and unmounts on SIGTERM.
-/// `cargo test --all-targets` builds examples before tests; run alone, this
-/// test skips when the binary is missing.
 #[test]
 fn hello_binary_unmounts_on_sigterm() {
     if !common::require_mount_capability() {
         return;
     }
-    // target/<profile>/deps/<test binary> -> target/<profile>/examples/hello
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("examples/hello"))
-        .unwrap();
-    if !bin.exists() {
-        common::skip(&format!(
-            "{} is not built (cargo build --examples)",
-            bin.display()
-        ));
-        return;
-    }
+    let bin = common::example_binary("hello");
     let mp = TempMountpoint::new("hello-bin");
     let mut child = std::process::Command::new(&bin)
         .arg(mp.path())

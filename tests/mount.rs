@@ -387,9 +387,14 @@ impl Unprivileged {
         }
     }
 
+    /// The child's stderr so far, and what it writes until it closes the
+    /// pipe or stays quiet for 100 ms (for failure messages).
     fn stderr_text(&self) -> String {
-        std::thread::sleep(Duration::from_millis(100));
-        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+        let mut lines = Vec::new();
+        while let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(100)) {
+            lines.push(l);
+        }
+        lines.join("\n")
     }
 
     /// The next `CHILD:` line, or a panic with the child's stderr.

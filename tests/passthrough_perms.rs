@@ -177,6 +177,8 @@ fn execute_only_programs_run_but_stay_unreadable() {
             Fs::Passthrough("default_permissions"),
             Fs::Passthrough("default_permissions,cache=always"),
             Fs::Passthrough("default_permissions,cache=never"),
+            Fs::Passthrough("default_permissions,inode_file_handles=never"),
+            Fs::Passthrough("default_permissions,fd_cache=1"),
         ],
     );
     if common::require_mount_capability() {
@@ -362,6 +364,8 @@ fn symlink_xattrs_like_a_plain_directory() {
         &[
             Fs::Passthrough("xattr"),
             Fs::Passthrough("xattr,default_permissions"),
+            Fs::Passthrough("xattr,inode_file_handles=never"),
+            Fs::Passthrough("xattr,fd_cache=1"),
         ],
     );
 }
@@ -620,6 +624,8 @@ fn posix_acls_like_a_plain_directory() {
             Fs::Passthrough("xattr"),
             Fs::Passthrough("xattr,default_permissions"),
             Fs::Passthrough("xattr,default_permissions,cache=always"),
+            Fs::Passthrough("xattr,default_permissions,inode_file_handles=never"),
+            Fs::Passthrough("xattr,fd_cache=1"),
         ],
     );
 }

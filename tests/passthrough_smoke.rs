@@ -17,36 +17,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-fn example_binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/<this test> -> target/<profile>/examples/passthrough_ll
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let bin = profile_dir.join("examples").join("passthrough_ll");
-        // `cargo test --all-targets` builds examples only as test harnesses,
-        // and an older plain build may be stale: (re)build it with the cargo
-        // that runs us (a no-op when fresh; the build lock is free by now).
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--example", "passthrough_ll"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example passthrough_ll");
-            assert!(status.success(), "building the passthrough_ll example failed");
-        }
-        assert!(bin.exists(), "{} not found", bin.display());
-        bin
-    })
-    .clone()
-}
 
 /// A running daemon; SIGTERM (then SIGKILL) on drop, and the mount detached
 /// by the [`TempMountpoint`] if anything is left.
@@ -67,7 +38,7 @@ impl Daemon {
         } else {
             opts.to_string()
         };
-        let mut child = Command::new(example_binary())
+        let mut child = Command::new(common::example_binary("passthrough_ll"))
             .arg(&src)
             .arg(tm.path())
             .arg("-o")
@@ -179,11 +150,27 @@ fn errno() -> i32 {
 
 #[test]
 fn files_directories_links_and_attributes() {
+    files_directories_links_and_attributes_with("cache=auto");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn files_directories_links_and_attributes_without_file_handles() {
+    files_directories_links_and_attributes_with("cache=auto,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn files_directories_links_and_attributes_with_a_tiny_fd_cache() {
+    files_directories_links_and_attributes_with("cache=auto,fd_cache=1");
+}
+
+fn files_directories_links_and_attributes_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-files");
-    let d = Daemon::start(&tm, "cache=auto");
+    let d = Daemon::start(&tm, opts);
     let src = tm.root().join("src");
 
     fs::write(d.p("a"), b"hello world").unwrap();
@@ -281,11 +268,27 @@ fn files_directories_links_and_attributes() {
 
 #[test]
 fn rename_flags_mknod_tmpfile_and_ranges() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn rename_flags_mknod_tmpfile_and_ranges_without_file_handles() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn rename_flags_mknod_tmpfile_and_ranges_with_a_tiny_fd_cache() {
+    rename_flags_mknod_tmpfile_and_ranges_with("cache=never,fd_cache=1");
+}
+
+fn rename_flags_mknod_tmpfile_and_ranges_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-misc");
-    let d = Daemon::start(&tm, "cache=never");
+    let d = Daemon::start(&tm, opts);
     fs::write(d.p("x"), b"x").unwrap();
     fs::write(d.p("y"), b"yy").unwrap();
     let (x, y) = (cstr(&d.p("x")), cstr(&d.p("y")));
@@ -401,11 +404,27 @@ fn rename_flags_mknod_tmpfile_and_ranges() {
 
 #[test]
 fn xattrs_and_locks() {
+    xattrs_and_locks_with("xattr,posix_lock,flock");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn xattrs_and_locks_without_file_handles() {
+    xattrs_and_locks_with("xattr,posix_lock,flock,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn xattrs_and_locks_with_a_tiny_fd_cache() {
+    xattrs_and_locks_with("xattr,posix_lock,flock,fd_cache=1");
+}
+
+fn xattrs_and_locks_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-xattr");
-    let d = Daemon::start(&tm, "xattr,posix_lock,flock");
+    let d = Daemon::start(&tm, opts);
     fs::write(d.p("f"), b"data").unwrap();
     let p = cstr(&d.p("f"));
     let name = c"user.test";
@@ -541,11 +560,29 @@ fn files_created_by_another_user_belong_to_that_user() {
 
 #[test]
 fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always");
+}
+
+/// The same without file handles (one descriptor per inode).
+#[test]
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_without_file_handles() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always,inode_file_handles=never");
+}
+
+/// The same with a one-descriptor cache: nearly every step reopens by handle.
+#[test]
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_with_a_tiny_fd_cache() {
+    lookup_counts_return_to_zero_after_the_kernel_forgets_with("cache=always,fd_cache=1");
+}
+
+fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
     if !common::require_mount_capability() {
         return;
     }
     let tm = TempMountpoint::new("pt-forget");
-    let d = Daemon::start(&tm, "cache=always");
+    let d = Daemon::start(&tm, opts);
+    let pid = d.child.as_ref().expect("daemon").id();
+    let paths_at_start = common::open_path_fds(pid);
     fs::create_dir_all(d.p("a/b/c")).unwrap();
     for i in 0..50 {
         fs::write(d.p(&format!("a/b/c/f{i}")), b"x").unwrap();
@@ -554,11 +591,9 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets() {
     for e in fs::read_dir(d.p("a/b/c")).unwrap() {
         fs::metadata(e.unwrap().path()).unwrap();
     }
-    // Make the kernel evict the mount's dentries and inodes: it sends FORGETs.
-    for _ in 0..3 {
-        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // Make the kernel evict the mount's dentries and inodes: it sends
+    // FORGETs, and the daemon closes the O_PATH descriptors it held for them.
+    common::evict_until_path_fds(pid, paths_at_start, Duration::from_secs(20));
     let json = d.stop();
     assert!(
         op_count(&json, "FORGET") + op_count(&json, "BATCH_FORGET") > 0,
@@ -602,14 +637,14 @@ fn passthrough_reads_and_writes_bypass_the_daemon() {
 
 #[test]
 fn bad_options_fail_before_mounting() {
-    let out = Command::new(example_binary())
+    let out = Command::new(common::example_binary("passthrough_ll"))
         .args(["-o", "passthrough,writeback", "/nonexistent-mountpoint"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("writeback"), "{err}");
-    let out = Command::new(example_binary())
+    let out = Command::new(common::example_binary("passthrough_ll"))
         .args(["-o", "frobnicate", "/x"])
         .output()
         .unwrap();

@@ -25,7 +25,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The uid (and gid) of the lock holder and its waiters.
@@ -53,37 +52,6 @@ impl Example {
     }
 }
 
-fn example_binary(ex: Example) -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args([
-                "build",
-                "--quiet",
-                "--example",
-                "passthrough_ll",
-                "--example",
-                "memfs",
-            ]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example");
-            assert!(status.success(), "building the examples failed");
-        }
-        profile_dir.join("examples")
-    });
-    let bin = dir.join(ex.name());
-    assert!(bin.exists(), "{} not found", bin.display());
-    bin
-}
-
 /// A passthrough_ll daemon; on drop, a mount left hanging is aborted and
 /// the daemon ended.
 struct Daemon {
@@ -104,7 +72,7 @@ impl Daemon {
             opts.to_string()
         };
         let stats = tm.root().join("stats.json");
-        let mut cmd = Command::new(example_binary(example));
+        let mut cmd = Command::new(common::example_binary(example.name()));
         match example {
             Example::Passthrough => cmd
                 .arg(&src)
@@ -345,11 +313,8 @@ impl Kid {
     fn spawn(uid: u32, path: &CStr, role: Role) -> Kid {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills the two-element array.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
-            0,
-            "pipe2"
-        );
+        let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        assert_eq!(r, 0, "pipe2");
         // SAFETY: the child runs only async-signal-safe calls, then _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());

@@ -18,7 +18,7 @@ use posix_support::*;
 use std::ffi::CString;
 use std::fs;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// passthrough_ll with the default options (cache=auto, no default_permissions).
 const PT: Fs = Fs::Passthrough("");
@@ -28,6 +28,11 @@ const PT_NEVER: Fs = Fs::Passthrough("cache=never");
 const PT_DP: Fs = Fs::Passthrough("default_permissions");
 /// passthrough_ll with atomic open requested (falls back on kernels without it).
 const PT_ATOMIC: Fs = Fs::Passthrough("atomic_open");
+/// passthrough_ll without file handles (one descriptor per inode).
+const PT_NOFH: Fs = Fs::Passthrough("inode_file_handles=never");
+/// passthrough_ll with a one-descriptor cache: nearly every operation
+/// reopens its inode by file handle.
+const PT_FD1: Fs = Fs::Passthrough("fd_cache=1");
 /// memfs (no backing directory).
 const MEM: Fs = Fs::Memfs("");
 /// memfs with the kernel checking permissions.
@@ -335,7 +340,11 @@ fn check_open_flags(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_flags() {
-    differential("open_flags", check_open_flags, &[PT, PT_NEVER, PT_DP, MEM]);
+    differential(
+        "open_flags",
+        check_open_flags,
+        &[PT, PT_NOFH, PT_NEVER, PT_DP, MEM],
+    );
 }
 
 #[test]
@@ -399,7 +408,11 @@ fn check_read_write(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn read_write_offsets() {
-    differential("read_write_offsets", check_read_write, &[PT, PT_NEVER, MEM]);
+    differential(
+        "read_write_offsets",
+        check_read_write,
+        &[PT, PT_NOFH, PT_NEVER, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -533,7 +546,11 @@ fn check_attrs_as_root(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn attrs_as_root() {
-    differential("attrs_as_root", check_attrs_as_root, &[PT, PT_DP, MEM]);
+    differential(
+        "attrs_as_root",
+        check_attrs_as_root,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -722,7 +739,7 @@ fn check_links(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn hard_links() {
-    differential("hard_links", check_links, &[PT, MEM]);
+    differential("hard_links", check_links, &[PT, PT_NOFH, PT_FD1, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -849,7 +866,7 @@ fn check_symlinks(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn symlinks_and_escapes() {
-    differential("symlinks", check_symlinks, &[PT, PT_DP, MEM]);
+    differential("symlinks", check_symlinks, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -938,7 +955,7 @@ fn check_rename(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn rename_and_renameat2() {
-    differential("rename", check_rename, &[PT, PT_DP, MEM]);
+    differential("rename", check_rename, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1007,7 +1024,7 @@ fn check_dirs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mkdir_and_rmdir() {
-    differential("mkdir_rmdir", check_dirs, &[PT, PT_DP, MEM]);
+    differential("mkdir_rmdir", check_dirs, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1321,6 +1338,14 @@ fn getlk(fd: i32, ty: i32, start: i64, len: i64) -> libc::flock {
     fl
 }
 
+/// A blocked child's values with the second (when its call returned)
+/// replaced by whether it waited for the release: it was seen asleep in the
+/// call, and the call returned after `released_at`.
+fn waited_for(mut v: [i64; CHILD_VALUES], blocked: bool, released_at: i64) -> [i64; CHILD_VALUES] {
+    v[1] = (blocked && v[1] >= released_at) as i64;
+    v
+}
+
 fn child_result(log: &mut Log, what: &str, vals: Result<[i64; CHILD_VALUES], String>, names: &[&str]) {
     match vals {
         Ok(v) => {
@@ -1441,12 +1466,12 @@ fn check_posix_locks(ctx: &Ctx, log: &mut Log) {
     let child = fork_child(|| {
         // SAFETY: valid C string.
         let cfd = unsafe { libc::open(cf.as_ptr(), libc::O_RDWR) };
-        let t = Instant::now();
         let a = setlk(cfd, libc::F_SETLKW, libc::F_WRLCK, 10, 10);
-        let waited = t.elapsed() >= Duration::from_millis(200);
-        [a, waited as i64, 0, 0, 0, 0, 0, 0]
+        [a, monotonic_ns(), 0, 0, 0, 0, 0, 0]
     });
-    std::thread::sleep(Duration::from_millis(400));
+    // It waits in fcntl(2) until the unlock, and gets the lock only after it.
+    let blocked = child.wait_blocked_in(libc::SYS_fcntl, Duration::from_secs(20));
+    let unlocked_at = monotonic_ns();
     log.val(
         "parent: unlock",
         setlk(fd.0, libc::F_SETLK, libc::F_UNLCK, 0, 100),
@@ -1454,7 +1479,9 @@ fn check_posix_locks(ctx: &Ctx, log: &mut Log) {
     child_result(
         log,
         "blocked child",
-        child.wait(Duration::from_secs(30)),
+        child
+            .wait(Duration::from_secs(30))
+            .map(|v| waited_for(v, blocked, unlocked_at)),
         &["F_SETLKW write [10,20)", "it waited for the unlock"],
     );
 
@@ -1556,25 +1583,18 @@ fn check_flock(ctx: &Ctx, log: &mut Log) {
     let child = fork_child(|| {
         // SAFETY: valid C string.
         let cfd = unsafe { libc::open(cf.as_ptr(), libc::O_RDONLY) };
-        let t = Instant::now();
         let a = do_flock(cfd, libc::LOCK_EX);
-        [
-            a,
-            (t.elapsed() >= Duration::from_millis(200)) as i64,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ]
+        [a, monotonic_ns(), 0, 0, 0, 0, 0, 0]
     });
-    std::thread::sleep(Duration::from_millis(400));
+    let blocked = child.wait_blocked_in(libc::SYS_flock, Duration::from_secs(20));
+    let released_at = monotonic_ns();
     drop(fd);
     child_result(
         log,
         "blocked child, released by close",
-        child.wait(Duration::from_secs(30)),
+        child
+            .wait(Duration::from_secs(30))
+            .map(|v| waited_for(v, blocked, released_at)),
         &["LOCK_EX", "it waited"],
     );
     log.val("bad operation", do_flock(fd2.0, 0));
@@ -1914,7 +1934,11 @@ fn check_open_unlink(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn open_unlink_read() {
-    differential("open_unlink_read", check_open_unlink, &[PT, PT_NEVER, MEM]);
+    differential(
+        "open_unlink_read",
+        check_open_unlink,
+        &[PT, PT_NOFH, PT_FD1, PT_NEVER, MEM],
+    );
 }
 
 // ---------------------------------------------------------------------------

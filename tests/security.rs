@@ -113,7 +113,7 @@ fn twin_round(ctx: &Ctx, log: &mut Log, what: &str, twin_groups: &[u32], groups:
     let (cnew, cdir) = (cs(s(&g, &format!("new{round}"))), cs(s(&g, &format!("d{round}"))));
     let ops = || {
         let mut v = [0i64; TWIN_VALUES];
-        // SAFETY (each call): valid C strings and a live stat buffer; any
+        // SAFETY: (each call) valid C strings and a live stat buffer; any
         // descriptor opened is closed at once.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
@@ -1587,6 +1587,10 @@ configs! {
     cache_always_dp: "cache=always", dp = true, own_pid_ns = false;
     parallel_direct_writes: "parallel_direct_writes", dp = false, own_pid_ns = false;
     parallel_direct_writes_dp: "parallel_direct_writes", dp = true, own_pid_ns = false;
+    no_file_handles: "inode_file_handles=never", dp = false, own_pid_ns = false;
+    no_file_handles_dp: "inode_file_handles=never", dp = true, own_pid_ns = false;
+    tiny_fd_cache: "fd_cache=1", dp = false, own_pid_ns = false;
+    tiny_fd_cache_dp: "fd_cache=1", dp = true, own_pid_ns = false;
     pidns_default_options: "", dp = false, own_pid_ns = true;
     pidns_default_options_dp: "", dp = true, own_pid_ns = true;
     pidns_writeback: "writeback", dp = false, own_pid_ns = true;

@@ -215,6 +215,7 @@ impl Filesystem for TestFs {
                 ctx.on_interrupt(move || {
                     let _ = tx.send(());
                 });
+                self.rec("cb-intr registered".into());
                 let got = rx.recv_timeout(Duration::from_secs(5)).is_ok();
                 self.rec(format!("cb-intr callback={got}"));
                 if got {
@@ -275,9 +276,11 @@ impl Filesystem for TestFs {
                 reply.entry(&entry(60))
             }
             "later" => {
-                // Answer from another thread, after this handler returned.
+                // Answer from another thread after this handler returned,
+                // once the test opens the gate.
+                let gate = self.gate.clone();
                 std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
+                    gate.wait();
                     reply.entry(&entry(61))
                 });
             }
@@ -1633,10 +1636,15 @@ fn negotiated_745_fs() -> Arc<TestFs> {
     })
 }
 
+/// Exactly one worker: no reader beyond the cap either. The fake kernel's
+/// receive is not woken by the session's signal, so such a reader, started
+/// when a handler ran longer than `grow_after` on a loaded machine, would
+/// keep a session that DESTROY ended alive until its idle timeout.
 fn one_worker() -> SessionConfig {
     SessionConfig {
         workers: 1,
         max_workers: 1,
+        grow_after: Duration::from_secs(3600),
         track_inflight: true,
         ..Default::default()
     }
@@ -2161,7 +2169,7 @@ fn init_newer_major_gets_our_major_then_a_second_init() {
         &fake.recv(),
         &ok_reply(1, &want.bytes(64)),
     );
-    std::thread::sleep(SILENCE);
+    fake.expect_silence("after the answer to major 8");
     assert!(fake.handle.negotiated().is_none(), "nothing is negotiated yet");
 
     fake.send(request(OP_INIT, 3, 0, &init_body(7, 45, 131072, offer_745())));
@@ -2327,10 +2335,9 @@ fn interrupt_after_its_target() {
 
     // The handler registered a callback with ctx.on_interrupt.
     fake.send(request(1, 102, 1, &B::new().cstr("cb-intr").done()));
-    wait_until("the handler to start", || {
-        fake.fs.count(|c| c.contains("name=cb-intr")) == 1
+    wait_until("the handler to register its callback", || {
+        fake.fs.count(|c| c == "cb-intr registered") == 1
     });
-    std::thread::sleep(Duration::from_millis(20));
     fake.send(request(36, 103, 0, &B::new().u64(102).done()));
     assert_bytes(
         "interrupted LOOKUP (callback)",
@@ -2415,6 +2422,7 @@ fn a_reply_may_come_later_from_another_thread() {
         &fake.roundtrip(request(3, 12, 5, &[0; 16])),
         &ok_reply(12, &attr_out_bytes(5)),
     );
+    fake.fs.gate.open();
     assert_bytes("the late reply", &fake.recv(), &ok_reply(10, &entry_bytes(61)));
 }
 

@@ -19,7 +19,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
 const FILE_INO: u64 = 2;
@@ -28,12 +28,20 @@ const TTL: Duration = Duration::from_secs(0);
 
 /// Root with two files: `data` (readable and writable, in memory) and `slow`
 /// (whose reads wait on a barrier, to hold several workers at once).
+/// A handler's gate: it sends on `entered`, then waits for `release`.
+struct Gate {
+    entered: Mutex<mpsc::Sender<()>>,
+    release: Mutex<mpsc::Receiver<()>>,
+}
+
 struct TestFs {
     data: Mutex<Vec<u8>>,
     fds_seen: Mutex<BTreeSet<i32>>,
     workers_seen: Mutex<BTreeSet<usize>>,
     slow_barrier: Barrier,
-    slow_sleep: Duration,
+    /// For the busy-unmount test: the slow READ says it has started, then
+    /// waits (bounded) until the test opens the gate.
+    slow_gate: Option<Gate>,
     backing: Option<PathBuf>,
     passthrough_opens: AtomicUsize,
     /// The backing file must outlive the open: the kernel looks its id up
@@ -48,7 +56,7 @@ impl TestFs {
             fds_seen: Mutex::new(BTreeSet::new()),
             workers_seen: Mutex::new(BTreeSet::new()),
             slow_barrier: Barrier::new(slow_parties),
-            slow_sleep: Duration::ZERO,
+            slow_gate: None,
             backing: None,
             passthrough_opens: AtomicUsize::new(0),
             held_backing: Mutex::new(None),
@@ -181,7 +189,10 @@ impl Filesystem for TestFs {
         }
         self.workers_seen.lock().unwrap().insert(ctx.worker());
         if ino.0 == SLOW_INO {
-            std::thread::sleep(self.slow_sleep);
+            if let Some(g) = &self.slow_gate {
+                let _ = g.entered.lock().unwrap().send(());
+                let _ = g.release.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            }
             // Wait (bounded) until the other parties are in their handlers too.
             let (tx, rx) = std::sync::mpsc::channel();
             let b: &Barrier = &self.slow_barrier;
@@ -341,16 +352,24 @@ fn unmount_while_busy_ends_the_loop() {
     }
     let mnt = TempMountpoint::new("session-busy");
     let mut fs = TestFs::new(1);
-    fs.slow_sleep = Duration::from_millis(500);
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    fs.slow_gate = Some(Gate {
+        entered: Mutex::new(entered_tx),
+        release: Mutex::new(release_rx),
+    });
     let running = mount(Arc::new(fs), &mnt, 2);
     let p = mnt.path().join("slow");
     let reader = std::thread::spawn(move || {
         let mut b = [0u8; 16];
         File::open(&p).and_then(|mut f| f.read(&mut b))
     });
-    std::thread::sleep(Duration::from_millis(150));
-    // A lazy unmount while the read is being served.
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the slow READ did not reach its handler within 10 s");
+    // A lazy unmount while the read is being served; then the handler answers.
     fuse_wire::session::mount::unmount(mnt.path(), true).expect("umount -l");
+    let _ = release.send(());
     let report = running.join().expect("session ends cleanly after a busy unmount");
     assert!(report.stats.get(Opcode::Read).count >= 1);
     let _ = reader.join().unwrap();

@@ -15,13 +15,13 @@
 
 mod common;
 
-#[path = "../examples/hello.rs"]
-#[allow(dead_code)]
-mod hello;
-
 use common::*;
+use fuse_wire::proto::abi::Attr;
 use fuse_wire::session::mount::{self, Mount, MountError, MountOptions};
-use fuse_wire::session::{RunningSession, Session, SessionConfig};
+use fuse_wire::session::reply::ReplyAttr;
+use fuse_wire::session::{
+    Errno, FileHandle, Filesystem, Inode, RequestContext, RunningSession, Session, SessionConfig,
+};
 use std::ffi::CString;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -30,7 +30,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -232,8 +231,26 @@ fn lazy_unmount(path: &Path) {
 // ---------------------------------------------------------------------------
 // The library: Session::mount, then stop().
 
-/// The hello filesystem served by a session on `tm`; stopped on drop.
-fn serve_hello(tm: &TempMountpoint) -> RunningSession {
+/// The smallest filesystem a mount can be checked with: an empty root.
+struct EmptyRoot;
+
+impl Filesystem for EmptyRoot {
+    fn getattr(&self, _ctx: &RequestContext<'_>, ino: Inode, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino != Inode::ROOT {
+            return reply.error(Errno::ENOENT);
+        }
+        let attr = Attr {
+            ino: ino.0,
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            ..Attr::default()
+        };
+        reply.attr(Duration::from_secs(1), &attr);
+    }
+}
+
+/// An empty root served by a session on `tm`; stopped on drop.
+fn serve_root_dir(tm: &TempMountpoint) -> RunningSession {
     let opts = MountOptions {
         subtype: Some("fwown".into()),
         ..MountOptions::default()
@@ -243,10 +260,10 @@ fn serve_hello(tm: &TempMountpoint) -> RunningSession {
         transport: test_transport(),
         ..SessionConfig::default()
     };
-    let s = Session::mount(hello::Hello, tm.path(), &opts, config).expect("mount");
+    let s = Session::mount(EmptyRoot, tm.path(), &opts, config).expect("mount");
     let running = s.spawn().expect("spawn");
     // Served: INIT done and the root answered.
-    fs::read(tm.path().join("hello")).expect("read hello");
+    assert!(fs::metadata(tm.path()).expect("stat the root").is_dir());
     running
 }
 
@@ -257,7 +274,7 @@ fn stop_unmounts_our_own_mount() {
     }
     init_log();
     let tm = TempMountpoint::new("own-plain");
-    let session = serve_hello(&tm);
+    let session = serve_root_dir(&tm);
     let ours = our_fuse_mount(tm.path());
     session.stop().expect("stop");
     assert!(!listed(&ours), "our mount is still there after stop");
@@ -270,7 +287,7 @@ fn stop_leaves_a_mount_placed_over_ours() {
     }
     init_log();
     let tm = TempMountpoint::new("own-covered");
-    let mut session = Some(serve_hello(&tm));
+    let mut session = Some(serve_root_dir(&tm));
     let ours = our_fuse_mount(tm.path());
     let cover = Foreign::tmpfs_over(tm.path());
 
@@ -295,7 +312,7 @@ fn stop_leaves_a_new_mount_after_ours_was_unmounted() {
     }
     init_log();
     let tm = TempMountpoint::new("own-replaced");
-    let mut session = Some(serve_hello(&tm));
+    let mut session = Some(serve_root_dir(&tm));
     let ours = our_fuse_mount(tm.path());
     let pinned = pin(tm.path());
     lazy_unmount(tm.path());
@@ -342,31 +359,6 @@ fn unmount_reports_a_covered_mount_and_leaves_both() {
 // ---------------------------------------------------------------------------
 // The memfs example: SIGTERM, and SIGKILL with auto_unmount.
 
-fn memfs_binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        // target/<profile>/deps/<this test> -> target/<profile>/examples/memfs
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let bin = profile_dir.join("examples").join("memfs");
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--example", "memfs"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let status = cmd
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example memfs");
-            assert!(status.success(), "building the memfs example failed");
-        }
-        assert!(bin.exists(), "{} not found", bin.display());
-        bin
-    })
-    .clone()
-}
-
 /// The memfs example serving a mountpoint; killed on drop.
 struct Daemon {
     child: Child,
@@ -378,7 +370,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(tm: &TempMountpoint, opts: &str) -> Daemon {
-        let mut cmd = Command::new(memfs_binary());
+        let mut cmd = Command::new(example_binary("memfs"));
         cmd.arg(tm.path())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

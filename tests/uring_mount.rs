@@ -338,10 +338,13 @@ impl Filesystem for TinyFs {
         // Answer from another thread, later: the reply travels back to the
         // ring from outside its queue thread.
         let chunk = d[start..end].to_vec();
+        let (done, handler_done) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1));
+            // Once this handler is done (its last act is to say so).
+            let _ = handler_done.recv_timeout(Duration::from_secs(5));
             reply.data(&chunk)
         });
+        let _ = done.send(());
     }
 
     fn write(

@@ -5,6 +5,7 @@
 //! passes an fstab line's first field; `-o source=DIR` wins over it.
 
 use crate::fs::{Cache, FsOptions};
+use crate::inodes::HandleMode;
 use fuse_wire::session::mount::MountOptions;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,6 +65,17 @@ filesystem options (-o):
     flock              BSD flock locks served by the daemon
     posix_lock         POSIX locks served by the daemon (open file description locks)
     readdirplus, no_readdirplus   (default on)
+    inode_file_handles=never|prefer|mandatory
+                       know inodes by file handle (name_to_handle_at) and reopen
+                       their descriptors on demand (open_by_handle_at, as root),
+                       so any number of inodes cost at most fd_cache descriptors;
+                       never: one O_PATH descriptor per inode the kernel knows;
+                       prefer: handles when the source's filesystem gives them,
+                       checked at start (default); mandatory: refuse to start
+                       without them. Inodes on filesystems mounted below the
+                       source keep a descriptor each in every mode
+    fd_cache=N         most descriptors kept open in file-handle mode, beside
+                       those of open files (default 4096)
     threads=N          worker threads to start and keep (default: one per CPU)
     max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
@@ -192,6 +204,25 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "no_readdirplus" => fs.readdirplus = flag(false)?,
             "passthrough" => fs.passthrough = flag(true)?,
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
+            "inode_file_handles" => {
+                fs.inode_file_handles = match value()? {
+                    "never" => HandleMode::Never,
+                    "prefer" => HandleMode::Prefer,
+                    "mandatory" => HandleMode::Mandatory,
+                    x => {
+                        return Err(format!(
+                            "inode_file_handles={x}: expected never, prefer or mandatory"
+                        ));
+                    }
+                }
+            }
+            "fd_cache" => {
+                fs.fd_cache = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1 << 20).contains(n))
+                    .ok_or_else(|| format!("fd_cache={}: expected 1 to 1048576", v.unwrap_or("")))?
+            }
             "splice" => fs.splice = flag(true)?,
             "no_splice" => fs.splice = flag(false)?,
             "atomic_open" => atomic_open = flag(true)?,
@@ -388,5 +419,21 @@ mod tests {
         assert_eq!(a.threads, 1);
         assert_eq!(a.stats, Some(PathBuf::from("/tmp/s.json")));
         assert!(matches!(parse(&["-h".to_string()]), Ok(Command::Help)));
+    }
+
+    #[test]
+    fn file_handle_options() {
+        let a = run(&["/m"]).unwrap();
+        assert_eq!(a.fs.inode_file_handles, HandleMode::Prefer);
+        assert_eq!(a.fs.fd_cache, crate::fdcache::DEFAULT_CAPACITY);
+        let a = run(&["-o", "inode_file_handles=never,fd_cache=100", "/m"]).unwrap();
+        assert_eq!(a.fs.inode_file_handles, HandleMode::Never);
+        assert_eq!(a.fs.fd_cache, 100);
+        let a = run(&["-o", "inode_file_handles=mandatory", "/m"]).unwrap();
+        assert_eq!(a.fs.inode_file_handles, HandleMode::Mandatory);
+        assert!(run(&["-o", "inode_file_handles=always", "/m"]).is_err());
+        assert!(run(&["-o", "inode_file_handles", "/m"]).is_err());
+        assert!(run(&["-o", "fd_cache=0", "/m"]).is_err());
+        assert!(run(&["-o", "fd_cache=x", "/m"]).is_err());
     }
 }

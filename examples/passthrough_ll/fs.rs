@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::handles::{DirStream, Direct, Handle, HandleTable};
-use crate::inodes::{Found, InodeData, InodeTable, LockOwnerFd};
+use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -14,7 +14,7 @@ use fuse_wire::session::types::attr_from_stat;
 use fuse_wire::session::{
     BackingFile, Entry, Errno, FileHandle, Filesystem, InitConfig, Inode, Lock, LockOwner, RequestContext,
 };
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -48,6 +48,10 @@ pub struct FsOptions {
     pub default_permissions: bool,
     /// Answer reads of buffered handles with `splice(2)` from the source file.
     pub splice: bool,
+    /// Whether inodes are known by file handle (`inode_file_handles=`).
+    pub inode_file_handles: HandleMode,
+    /// Most descriptors cached in file-handle mode (`fd_cache=`).
+    pub fd_cache: usize,
 }
 
 impl Default for FsOptions {
@@ -64,6 +68,8 @@ impl Default for FsOptions {
             parallel_direct_writes: false,
             default_permissions: false,
             splice: true,
+            inode_file_handles: HandleMode::Prefer,
+            fd_cache: crate::fdcache::DEFAULT_CAPACITY,
         }
     }
 }
@@ -135,8 +141,8 @@ impl PassthroughFs {
     /// Serves the directory behind `root` (an `O_PATH` descriptor).
     pub fn new(root: OwnedFd, opts: FsOptions) -> Res<Self> {
         Ok(Self {
+            inodes: InodeTable::new(root, opts.inode_file_handles, opts.fd_cache)?,
             opts,
-            inodes: InodeTable::new(root)?,
             handles: HandleTable::new(),
             root: sys::geteuid() == 0,
             passthrough_warned: AtomicBool::new(false),
@@ -151,6 +157,24 @@ impl PassthroughFs {
     /// Open files and directories.
     pub fn open_handles(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Whether inodes are known by file handle, their descriptors reopened
+    /// on demand and cached (`-o inode_file_handles=`, the source probed at
+    /// start), rather than each holding a descriptor.
+    pub fn uses_file_handles(&self) -> bool {
+        self.inodes.uses_file_handles()
+    }
+
+    /// The most descriptors cached in file-handle mode (0 without it).
+    pub fn fd_cache_capacity(&self) -> usize {
+        self.inodes.fd_cache_capacity()
+    }
+
+    /// A descriptor of `inode` (see `InodeTable::fd`); keep it while any
+    /// path made from it is in use.
+    fn fd<'a>(&self, inode: &'a InodeData) -> Res<InodeFd<'a>> {
+        self.inodes.fd(inode)
     }
 
     fn inode(&self, ino: Inode) -> Res<Arc<InodeData>> {
@@ -199,11 +223,14 @@ impl PassthroughFs {
             _ => {}
         }
         let _as_daemon = credentials::as_daemon();
-        let all = match sys::stat_fd(dir.fd()) {
+        let Ok(fd) = self.fd(dir) else {
+            return false;
+        };
+        let all = match sys::stat_fd(fd.as_fd()) {
             // Every class: the owner and the group class are held to their
             // own bits even where others may search.
             Ok(st) if st.st_mode & 0o111 == 0o111 => {
-                let acl = sys::getxattr(&proc_path(dir.fd()), c"system.posix_acl_access", &mut []);
+                let acl = sys::getxattr(&proc_path(fd.as_fd()), c"system.posix_acl_access", &mut []);
                 matches!(acl, Err(e) if e.raw_os_error() == Some(libc::ENODATA) || e.raw_os_error() == Some(libc::EOPNOTSUPP))
             }
             _ => false,
@@ -249,7 +276,10 @@ impl PassthroughFs {
             Err(e) => log::debug!("INC_EPOCH: {e}; invalidating entries one by one"),
         }
         let _as_daemon = credentials::as_daemon();
-        let Ok(fd) = sys::openat(Dir::Fd(dir.fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else {
+        let Ok(dfd) = self.fd(dir) else {
+            return;
+        };
+        let Ok(fd) = sys::openat(Dir::Fd(dfd.as_fd()), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0) else {
             return;
         };
         let mut stream = DirStream::new();
@@ -270,14 +300,16 @@ impl PassthroughFs {
     fn do_lookup(&self, parent: &Arc<InodeData>, name: &CStr) -> Res<(Found, libc::stat)> {
         check_name(name)?;
         let b = name.to_bytes();
+        let pfd = self.fd(parent)?;
         if b == b"." || (b == b".." && Arc::ptr_eq(parent, self.inodes.root())) {
             // The directory itself, or the root's parent, which is the root.
-            let fd = sys::openat(Dir::Fd(parent.fd()), c".", libc::O_PATH, 0)?;
+            let fd = sys::openat(Dir::Fd(pfd.as_fd()), c".", libc::O_PATH, 0)?;
             let st = sys::stat_fd(fd.as_fd())?;
             let found = self.inodes.lookup_or_insert(fd, &st);
             return Ok((found, st));
         }
-        let fd = sys::openat(Dir::Fd(parent.fd()), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let fd = sys::openat(Dir::Fd(pfd.as_fd()), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        drop(pfd);
         let st = sys::stat_fd(fd.as_fd())?;
         let found = self.inodes.lookup_or_insert(fd, &st);
         Ok((found, st))
@@ -368,7 +400,8 @@ impl PassthroughFs {
         }
         // One backing file serves every open of the inode, so open it for
         // reading and writing when the source allows.
-        let path = proc_path(inode.fd());
+        let ifd = self.fd(inode)?;
+        let path = proc_path(ifd.as_fd());
         // Shared by the later opens of every caller: opened as the daemon.
         let _as_daemon = credentials::as_daemon();
         let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
@@ -477,7 +510,8 @@ impl PassthroughFs {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
         let create = flags & libc::O_CREAT != 0;
         let exclusive = flags & libc::O_EXCL != 0;
-        let dir = Dir::Fd(parent.fd());
+        let pfd = self.fd(parent)?;
+        let dir = Dir::Fd(pfd.as_fd());
         // Creating with O_EXCL tells exactly whether this call created the
         // file; an existing one is then opened without O_CREAT. A file
         // removed in between is retried.
@@ -573,21 +607,22 @@ impl PassthroughFs {
                 attr.mtimensec,
             ),
         ];
+        let ifd = self.fd(inode)?;
         let set = |times: &[libc::timespec; 2]| {
             if let Some(h) = h {
                 return sys::futimens(h.fd(), times);
             }
             let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
-            match sys::utimensat(Dir::Fd(inode.fd()), EMPTY, times, flags) {
+            match sys::utimensat(Dir::Fd(ifd.as_fd()), EMPTY, times, flags) {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !inode.is_symlink() => {
-                    sys::utimensat(Dir::Cwd, &proc_path(inode.fd()), times, 0)
+                    sys::utimensat(Dir::Cwd, &proc_path(ifd.as_fd()), times, 0)
                 }
                 r => r,
             }
         };
         match set(&times) {
             Err(e) if e.raw_os_error() == Some(libc::EPERM) && self.kernel_times(valid) => {
-                self.set_kernel_times(inode, &times, attr, valid, set)
+                self.set_kernel_times(ifd.as_fd(), &times, attr, valid, set)
             }
             r => r,
         }
@@ -616,7 +651,7 @@ impl PassthroughFs {
     /// within two minutes of now; anything else stays refused.
     fn set_kernel_times(
         &self,
-        inode: &InodeData,
+        fd: BorrowedFd<'_>,
         times: &[libc::timespec; 2],
         attr: &SetattrIn,
         valid: SetattrValid,
@@ -633,7 +668,7 @@ impl PassthroughFs {
             // `touch` (atime "now" too) says EACCES, as utimensat(NULL) does;
             // an explicit time stays EPERM.
             let touch = valid.contains(SetattrValid::ATIME_NOW);
-            sys::faccessat(&proc_path(inode.fd()), libc::W_OK, libc::AT_EACCESS)
+            sys::faccessat(&proc_path(fd), libc::W_OK, libc::AT_EACCESS)
                 .map_err(|e| if touch { e } else { err(libc::EPERM) })?;
         }
         let _as_daemon = credentials::as_daemon();
@@ -642,6 +677,7 @@ impl PassthroughFs {
 
     fn do_setattr(&self, ctx: &RequestContext<'_>, ino: Inode, attr: &SetattrIn) -> Res<libc::stat> {
         let inode = self.inode(ino)?;
+        let ifd = self.fd(&inode)?;
         let valid = SetattrValid::from_bits_retain(attr.valid);
         let h = if valid.contains(SetattrValid::FH) {
             Some(self.handle(FileHandle(attr.fh))?)
@@ -653,7 +689,7 @@ impl PassthroughFs {
             match &h {
                 Some(h) => sys::fchmod(h.fd(), mode)?,
                 None if inode.is_symlink() => return Err(err(libc::EOPNOTSUPP)),
-                None => sys::chmod(&proc_path(inode.fd()), mode)?,
+                None => sys::chmod(&proc_path(ifd.as_fd()), mode)?,
             }
         }
         if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
@@ -667,12 +703,12 @@ impl PassthroughFs {
             } else {
                 u32::MAX
             };
-            sys::fchown_fd(inode.fd(), uid, gid)?;
+            sys::fchown_fd(ifd.as_fd(), uid, gid)?;
         }
         if valid.contains(SetattrValid::SIZE) {
             match &h {
                 Some(h) => sys::ftruncate(h.fd(), attr.size)?,
-                None => sys::truncate(&proc_path(inode.fd()), attr.size)?,
+                None => sys::truncate(&proc_path(ifd.as_fd()), attr.size)?,
             }
         }
         if valid.intersects(
@@ -683,7 +719,7 @@ impl PassthroughFs {
         if valid.contains(SetattrValid::KILL_SUIDGID) {
             self.kill_suidgid(ctx, &inode)?;
         }
-        sys::stat_fd(inode.fd())
+        sys::stat_fd(ifd.as_fd())
     }
 
     /// Clears the set-ID bits the kernel asks to clear (`HANDLE_KILLPRIV_V2`)
@@ -699,14 +735,15 @@ impl PassthroughFs {
         // as the daemon: the caller may not own the file, and the thread may
         // hold CAP_FSETID for the caller (with default_permissions).
         let _as_daemon = credentials::as_daemon();
-        let st = sys::stat_fd(inode.fd())?;
+        let ifd = self.fd(inode)?;
+        let st = sys::stat_fd(ifd.as_fd())?;
         let mode = st.st_mode & 0o7777;
         let mut kept = mode & !libc::S_ISUID;
         if kept & libc::S_ISGID != 0 && (kept & libc::S_IXGRP != 0 || !ctx.caller().in_group(st.st_gid)) {
             kept &= !libc::S_ISGID;
         }
         if kept != mode {
-            sys::chmod(&proc_path(inode.fd()), kept)?;
+            sys::chmod(&proc_path(ifd.as_fd()), kept)?;
         }
         Ok(())
     }
@@ -728,7 +765,8 @@ impl PassthroughFs {
             // it can take either kind of lock (the kernel has checked the
             // caller's descriptor for the kind it asks), as the daemon.
             let _as_daemon = credentials::as_daemon();
-            let path = proc_path(h.inode.fd());
+            let ifd = self.fd(&h.inode)?;
+            let path = proc_path(ifd.as_fd());
             sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0)
                 .or_else(|_| sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0))?
         } else {
@@ -746,6 +784,21 @@ impl PassthroughFs {
     fn drop_lock_owner(&self, inode: &InodeData, owner: u64) {
         if self.opts.posix_lock {
             let gone = inode.lock_owners().remove(&owner);
+            // Unlocked explicitly: closing the descriptor releases the
+            // locks only with the last reference to its open file, which a
+            // system call of another thread may hold for a moment.
+            if let Some(o) = &gone {
+                let mut all = libc::flock {
+                    l_type: libc::F_UNLCK as libc::c_short,
+                    l_whence: libc::SEEK_SET as libc::c_short,
+                    l_start: 0,
+                    l_len: 0,
+                    l_pid: 0,
+                };
+                if let Err(e) = sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut all) {
+                    log::warn!("unlocking the locks of lock owner {owner:#x}: {e}");
+                }
+            }
             drop(gone);
         }
     }
@@ -774,17 +827,18 @@ impl PassthroughFs {
         0
     }
 
-    /// The path for xattr calls: `/proc/self/fd/N` reaches the inode itself.
-    /// Also for a symbolic link: following the magic link of its `O_PATH`
-    /// descriptor ends on the link, never on what it points to (the `f*xattr`
-    /// calls and the `*xattrat` calls with `AT_EMPTY_PATH` refuse `O_PATH`
-    /// descriptors, and the link's name in its parent could change meanwhile).
-    fn xattr_path(&self, ino: Inode) -> Res<CString> {
+    /// The inode for xattr calls (`ENOSYS` without `-o xattr`). Their path
+    /// is `/proc/self/fd/N` of its descriptor, which reaches the inode
+    /// itself. Also for a symbolic link: following the magic link of its
+    /// `O_PATH` descriptor ends on the link, never on what it points to (the
+    /// `f*xattr` calls and the `*xattrat` calls with `AT_EMPTY_PATH` refuse
+    /// `O_PATH` descriptors, and the link's name in its parent could change
+    /// meanwhile).
+    fn xattr_inode(&self, ino: Inode) -> Res<Arc<InodeData>> {
         if !self.opts.xattr {
             return Err(err(libc::ENOSYS));
         }
-        let inode = self.inode(ino)?;
-        Ok(proc_path(inode.fd()))
+        self.inode(ino)
     }
 
     fn readdir_common(
@@ -1000,7 +1054,8 @@ impl Filesystem for PassthroughFs {
             Some(h) => tri!(reply, sys::stat_fd(h.fd())),
             None => {
                 let inode = tri!(reply, self.inode(ino));
-                tri!(reply, sys::stat_fd(inode.fd()))
+                let inode_fd = tri!(reply, self.fd(&inode));
+                tri!(reply, sys::stat_fd(inode_fd.as_fd()))
             }
         };
         reply.attr(self.opts.timeout, &attr_from_stat(&st));
@@ -1021,7 +1076,8 @@ impl Filesystem for PassthroughFs {
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
         let _as_caller = tri!(reply, as_caller(ctx));
         let inode = tri!(reply, self.inode(ino));
-        let target = tri!(reply, sys::readlink_fd(inode.fd()));
+        let inode_fd = tri!(reply, self.fd(&inode));
+        let target = tri!(reply, sys::readlink_fd(inode_fd.as_fd()));
         reply.data(&target);
     }
 
@@ -1037,7 +1093,8 @@ impl Filesystem for PassthroughFs {
         log::debug!("symlink parent={parent} name={name:?} target={target:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        tri!(reply, sys::symlinkat(target, parent.fd(), name));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        tri!(reply, sys::symlinkat(target, parent_fd.as_fd(), name));
         self.reply_new_entry(&parent, name, reply);
     }
 
@@ -1055,7 +1112,8 @@ impl Filesystem for PassthroughFs {
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
         let (mode, umask) = self.caller_umask(ctx, mode);
-        tri!(reply, sys::mknodat(parent.fd(), name, mode, rdev as u64));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        tri!(reply, sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64));
         drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
@@ -1066,7 +1124,8 @@ impl Filesystem for PassthroughFs {
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
         let (mode, umask) = self.caller_umask(ctx, mode);
-        tri!(reply, sys::mkdirat(parent.fd(), name, mode));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        tri!(reply, sys::mkdirat(parent_fd.as_fd(), name, mode));
         drop(umask);
         self.reply_new_entry(&parent, name, reply);
     }
@@ -1076,7 +1135,8 @@ impl Filesystem for PassthroughFs {
         log::debug!("unlink parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        tri!(reply, sys::unlinkat(parent.fd(), name, 0));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        tri!(reply, sys::unlinkat(parent_fd.as_fd(), name, 0));
         reply.ok();
     }
 
@@ -1085,7 +1145,8 @@ impl Filesystem for PassthroughFs {
         log::debug!("rmdir parent={parent} name={name:?}");
         let parent = tri!(reply, self.inode(parent));
         tri!(reply, check_name(name));
-        tri!(reply, sys::unlinkat(parent.fd(), name, libc::AT_REMOVEDIR));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        tri!(reply, sys::unlinkat(parent_fd.as_fd(), name, libc::AT_REMOVEDIR));
         reply.ok();
     }
 
@@ -1105,7 +1166,12 @@ impl Filesystem for PassthroughFs {
         let new = tri!(reply, self.inode(newparent));
         tri!(reply, check_name(name));
         tri!(reply, check_name(newname));
-        tri!(reply, sys::renameat2(old.fd(), name, new.fd(), newname, flags));
+        let old_fd = tri!(reply, self.fd(&old));
+        let new_fd = tri!(reply, self.fd(&new));
+        tri!(
+            reply,
+            sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)
+        );
         reply.ok();
     }
 
@@ -1122,10 +1188,12 @@ impl Filesystem for PassthroughFs {
         let inode = tri!(reply, self.inode(ino));
         let parent = tri!(reply, self.inode(newparent));
         tri!(reply, check_name(newname));
+        let inode_fd = tri!(reply, self.fd(&inode));
+        let parent_fd = tri!(reply, self.fd(&parent));
         let r = sys::linkat(
-            Dir::Fd(inode.fd()),
+            Dir::Fd(inode_fd.as_fd()),
             EMPTY,
-            parent.fd(),
+            parent_fd.as_fd(),
             newname,
             libc::AT_EMPTY_PATH,
         );
@@ -1136,8 +1204,8 @@ impl Filesystem for PassthroughFs {
                     reply,
                     sys::linkat(
                         Dir::Cwd,
-                        &proc_path(inode.fd()),
-                        parent.fd(),
+                        &proc_path(inode_fd.as_fd()),
+                        parent_fd.as_fd(),
                         newname,
                         libc::AT_SYMLINK_FOLLOW
                     )
@@ -1145,6 +1213,7 @@ impl Filesystem for PassthroughFs {
             }
             r => tri!(reply, r),
         }
+        drop((inode_fd, parent_fd));
         self.reply_new_entry(&parent, newname, reply);
     }
 
@@ -1152,13 +1221,15 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("open ino={ino} flags={flags:#o}");
         let inode = tri!(reply, self.inode(ino));
-        let path = proc_path(inode.fd());
+        let inode_fd = tri!(reply, self.fd(&inode));
+        let path = proc_path(inode_fd.as_fd());
         let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
             Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
                 tri!(reply, self.open_for_exec(&path, flags))
             }
             r => tri!(reply, r),
         };
+        drop(inode_fd);
         if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
             tri!(reply, self.kill_suidgid(ctx, &inode));
         }
@@ -1272,17 +1343,19 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("opendir ino={ino}");
         let inode = tri!(reply, self.inode(ino));
+        let inode_fd = tri!(reply, self.fd(&inode));
         let fd = tri!(
             reply,
             // Through /proc, which (like a native open) needs read but not
             // search permission on the directory itself, unlike "." would.
             sys::openat(
                 Dir::Cwd,
-                &proc_path(inode.fd()),
+                &proc_path(inode_fd.as_fd()),
                 libc::O_RDONLY | libc::O_DIRECTORY,
                 0
             )
         );
+        drop(inode_fd);
         let fh = self.handles.insert(Handle::new(fd, inode, false));
         let flags = if self.opts.cache == Cache::Always {
             FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
@@ -1396,7 +1469,8 @@ impl Filesystem for PassthroughFs {
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         let _as_caller = tri!(reply, as_caller(ctx));
         let inode = tri!(reply, self.inode(ino));
-        let s = tri!(reply, sys::fstatvfs(inode.fd()));
+        let inode_fd = tri!(reply, self.fd(&inode));
+        let s = tri!(reply, sys::fstatvfs(inode_fd.as_fd()));
         reply.statfs(&Kstatfs {
             blocks: s.f_blocks,
             bfree: s.f_bfree,
@@ -1422,7 +1496,9 @@ impl Filesystem for PassthroughFs {
     ) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("setxattr ino={ino} name={name:?}");
-        let path = tri!(reply, self.xattr_path(ino));
+        let xi = tri!(reply, self.xattr_inode(ino));
+        let xfd = tri!(reply, self.fd(&xi));
+        let path = proc_path(xfd.as_fd());
         tri!(reply, sys::setxattr(&path, name, value, flags));
         if setxattr_flags.contains(SetxattrFlags::ACL_KILL_SGID)
             && name.to_bytes() == b"system.posix_acl_access"
@@ -1430,7 +1506,8 @@ impl Filesystem for PassthroughFs {
             // The caller may not keep S_ISGID (the kernel decided); we set the
             // ACL with privileges that would have kept it, so clear it here.
             let inode = tri!(reply, self.inode(ino));
-            let st = tri!(reply, sys::stat_fd(inode.fd()));
+            let inode_fd = tri!(reply, self.fd(&inode));
+            let st = tri!(reply, sys::stat_fd(inode_fd.as_fd()));
             if st.st_mode & libc::S_ISGID != 0 {
                 tri!(reply, sys::chmod(&path, st.st_mode & 0o7777 & !libc::S_ISGID));
             }
@@ -1446,7 +1523,9 @@ impl Filesystem for PassthroughFs {
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("getxattr ino={ino} name={name:?} size={size}");
-        let path = tri!(reply, self.xattr_path(ino));
+        let xi = tri!(reply, self.xattr_inode(ino));
+        let xfd = tri!(reply, self.fd(&xi));
+        let path = proc_path(xfd.as_fd());
         if size == 0 {
             let n = tri!(reply, sys::getxattr(&path, name, &mut []));
             return reply.size(n as u32);
@@ -1459,7 +1538,9 @@ impl Filesystem for PassthroughFs {
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("listxattr ino={ino} size={size}");
-        let path = tri!(reply, self.xattr_path(ino));
+        let xi = tri!(reply, self.xattr_inode(ino));
+        let xfd = tri!(reply, self.fd(&xi));
+        let path = proc_path(xfd.as_fd());
         if size == 0 {
             let n = tri!(reply, sys::listxattr(&path, &mut []));
             return reply.size(n as u32);
@@ -1472,7 +1553,9 @@ impl Filesystem for PassthroughFs {
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("removexattr ino={ino} name={name:?}");
-        let path = tri!(reply, self.xattr_path(ino));
+        let xi = tri!(reply, self.xattr_inode(ino));
+        let xfd = tri!(reply, self.fd(&xi));
+        let path = proc_path(xfd.as_fd());
         tri!(reply, sys::removexattr(&path, name));
         if name.to_bytes().starts_with(b"system.posix_acl")
             && let Ok(inode) = self.inode(ino)
@@ -1486,7 +1569,8 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("access ino={ino} mask={mask:#o}");
         let inode = tri!(reply, self.inode(ino));
-        let path = proc_path(inode.fd());
+        let inode_fd = tri!(reply, self.fd(&inode));
+        let path = proc_path(inode_fd.as_fd());
         tri!(reply, sys::faccessat(&path, mask, libc::AT_EACCESS));
         reply.ok();
     }
@@ -1519,7 +1603,8 @@ impl Filesystem for PassthroughFs {
         let parent = tri!(reply, self.inode(parent));
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
         let (mode, umask) = self.caller_umask(ctx, mode);
-        let fd = tri!(reply, sys::openat(Dir::Fd(parent.fd()), c".", oflags, mode));
+        let parent_fd = tri!(reply, self.fd(&parent));
+        let fd = tri!(reply, sys::openat(Dir::Fd(parent_fd.as_fd()), c".", oflags, mode));
         drop(umask);
         self.finish_create(ctx, &parent, fd, flags, true, reply);
     }
@@ -1672,7 +1757,8 @@ impl Filesystem for PassthroughFs {
             Some(h) => tri!(reply, sys::statx(h.fd(), at, mask)),
             None => {
                 let inode = tri!(reply, self.inode(ino));
-                tri!(reply, sys::statx(inode.fd(), at, mask))
+                let inode_fd = tri!(reply, self.fd(&inode));
+                tri!(reply, sys::statx(inode_fd.as_fd(), at, mask))
             }
         };
         reply.statx(self.opts.timeout, &to_fuse_statx(&st));

@@ -114,7 +114,10 @@ fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> T) -> T
 }
 
 impl Handle {
+    /// A handle of `inode` owning `fd`; the inode keeps a descriptor of
+    /// its own while the handle lives (see `InodeData::pin`).
     pub fn new(fd: OwnedFd, inode: Arc<InodeData>, passthrough: bool) -> Self {
+        inode.pin(fd.as_fd());
         Self {
             fd,
             inode,
@@ -173,6 +176,7 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        self.inode.unpin();
         if self.passthrough {
             let mut pt = self.inode.passthrough();
             pt.opens = pt.opens.saturating_sub(1);

@@ -1,24 +1,39 @@
 //! The inode table: every inode the kernel knows, keyed by the source
-//! filesystem's `(st_dev, st_ino)`, each holding an `O_PATH` descriptor and
-//! the kernel's lookup count.
+//! filesystem's `(st_dev, st_ino)`, each with what it takes to reach it
+//! (its anchor) and the kernel's lookup count.
 //!
-//! It is split into [`SHARDS`] shards, each a mutex over a slab of slots and
-//! a map from key to slot; an inode lives in the shard its key hashes to. The
-//! node id encodes `(slot, shard)`, so both "find by key" (lookup, create)
-//! and "find by node id" (every other operation, forget) take exactly one
-//! shard's lock, briefly, and never a lock that all requests share. Node id 1
-//! is the source root, kept outside the shards and never forgotten.
+//! An inode is anchored by one of:
+//! - a **file handle** (`name_to_handle_at`), when the source's filesystem
+//!   gives them and the inode is on the source's own mount: its `O_PATH`
+//!   descriptor is reopened on demand (`open_by_handle_at`) and kept in a
+//!   bounded cache (`fdcache.rs`), so any number of live inodes cost a
+//!   bounded number of descriptors. A handle names one inode for good: a
+//!   removed file's handle goes stale rather than reaching whatever later
+//!   gets its inode number, so an entry whose handle differs is a new inode.
+//! - an `O_PATH` **descriptor** held as long as the kernel knows the inode
+//!   (`-o inode_file_handles=never`, sources without handles, and inodes on
+//!   filesystems mounted below the source).
+//!
+//! The table is split into [`SHARDS`] shards, each a mutex over a slab of
+//! slots and a map from key to slot; an inode lives in the shard its key
+//! hashes to. The node id encodes `(slot, shard)`, so both "find by key"
+//! (lookup, create) and "find by node id" (every other operation, forget)
+//! take exactly one shard's lock, briefly, and never a lock that all
+//! requests share. Node id 1 is the source root, kept outside the shards,
+//! always anchored by a descriptor and never forgotten.
 //!
 //! A slot is reused after its inode is forgotten; its generation number then
 //! grows, so `(node id, generation)` never repeats.
 
-use crate::sys;
+use crate::fdcache::{Cached, FdCache};
+use crate::sys::{self, RawFileHandle};
 use fuse_wire::session::BackingFile;
+use fuse_wire::session::credentials;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Number of shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -29,6 +44,17 @@ pub const ROOT_ID: u64 = 1;
 
 /// `(st_dev, st_ino)` of an inode on the source side.
 pub type Key = (u64, u64);
+
+/// Whether inodes are anchored by file handles (`-o inode_file_handles=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandleMode {
+    /// Never: one `O_PATH` descriptor per inode.
+    Never,
+    /// When the source's filesystem gives handles (checked at start).
+    Prefer,
+    /// Always; starting fails if the source's filesystem gives none.
+    Mandatory,
+}
 
 /// What the kernel's passthrough opens of one inode share: one backing id,
 /// registered at the first open and closed after the last release.
@@ -56,10 +82,61 @@ pub struct LockOwnerFd {
     pub pid: u32,
 }
 
+/// How an inode is reached.
+enum Anchor {
+    /// `O_PATH | O_NOFOLLOW` descriptor held for the inode's life.
+    Fd(OwnedFd),
+    /// A file handle, the descriptor reopened on demand.
+    Handle(HandleAnchor),
+}
+
+/// The descriptor slot of a handle-anchored inode. Invariant: `fd` is set
+/// only while the slot is on a cache ring (`in_ring`) or pinned by open
+/// files (`pins > 0`), so the descriptors held are bounded.
+#[derive(Default)]
+struct FdSlot {
+    fd: Option<Arc<OwnedFd>>,
+    in_ring: bool,
+    pins: usize,
+}
+
+struct HandleAnchor {
+    handle: RawFileHandle,
+    slot: Mutex<FdSlot>,
+    /// Used since the cache last looked (CLOCK's reference bit).
+    referenced: AtomicBool,
+    /// The cache ring this inode goes on.
+    ring: usize,
+    /// This inode, for the cache ring.
+    me: Weak<InodeData>,
+}
+
+impl HandleAnchor {
+    fn slot(&self) -> MutexGuard<'_, FdSlot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A descriptor of an inode, valid while this lives: a cached descriptor
+/// evicted meanwhile stays open until the last user drops it, so a
+/// `/proc/self/fd/N` path made from it names this inode while it lives.
+pub enum InodeFd<'a> {
+    Borrowed(BorrowedFd<'a>),
+    Shared(Arc<OwnedFd>),
+}
+
+impl InodeFd<'_> {
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            InodeFd::Borrowed(fd) => *fd,
+            InodeFd::Shared(fd) => fd.as_fd(),
+        }
+    }
+}
+
 /// One inode.
 pub struct InodeData {
-    /// `O_PATH | O_NOFOLLOW` descriptor of the inode.
-    pub fd: OwnedFd,
+    anchor: Anchor,
     pub key: Key,
     /// The `S_IFMT` bits.
     pub kind: u32,
@@ -73,9 +150,14 @@ pub struct InodeData {
 }
 
 impl InodeData {
+    /// An inode anchored by the `O_PATH` descriptor `fd`.
     pub fn new(fd: OwnedFd, st: &libc::stat) -> Self {
+        Self::with_anchor(Anchor::Fd(fd), st)
+    }
+
+    fn with_anchor(anchor: Anchor, st: &libc::stat) -> Self {
         Self {
-            fd,
+            anchor,
             key: (st.st_dev, st.st_ino),
             kind: st.st_mode & libc::S_IFMT,
             passthrough: Mutex::new(Passthrough::default()),
@@ -84,8 +166,81 @@ impl InodeData {
         }
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// Whether this inode is known by its file handle (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn has_handle(&self) -> bool {
+        matches!(self.anchor, Anchor::Handle(_))
+    }
+
+    /// Whether `handle` (the one just read for an inode of the same key)
+    /// names this inode. An inode anchored by a descriptor keeps its inode
+    /// number from being reused, so the key alone identifies it.
+    fn same_inode(&self, handle: Option<&RawFileHandle>) -> bool {
+        match (&self.anchor, handle) {
+            (Anchor::Handle(a), Some(h)) => {
+                a.handle.handle_type() == h.handle_type() && a.handle.bytes() == h.bytes()
+            }
+            _ => true,
+        }
+    }
+
+    /// Keeps a descriptor of this inode while a file of it is open (`open`
+    /// is that file's descriptor): an open file is reachable even once
+    /// removed, when its handle would be stale. Undone by [`Self::unpin`].
+    pub fn pin(&self, open: BorrowedFd<'_>) {
+        let Anchor::Handle(a) = &self.anchor else { return };
+        let mut s = a.slot();
+        s.pins += 1;
+        if s.fd.is_none() {
+            match sys::openat(sys::Dir::Cwd, &sys::proc_path(open), libc::O_PATH, 0) {
+                Ok(fd) => s.fd = Some(Arc::new(fd)),
+                Err(e) => log::warn!("cannot keep a descriptor of an open file: {e}"),
+            }
+        }
+    }
+
+    /// Undoes one [`Self::pin`].
+    pub fn unpin(&self) {
+        let Anchor::Handle(a) = &self.anchor else { return };
+        let mut s = a.slot();
+        s.pins = s.pins.saturating_sub(1);
+        let gone = if s.pins == 0 && !s.in_ring {
+            s.fd.take()
+        } else {
+            None
+        };
+        drop(s);
+        drop(gone);
+    }
+
+    /// The cache took this inode off its ring: drop the descriptor unless
+    /// open files pin it.
+    fn evict(&self) {
+        let Anchor::Handle(a) = &self.anchor else { return };
+        let mut s = a.slot();
+        s.in_ring = false;
+        let gone = if s.pins == 0 { s.fd.take() } else { None };
+        drop(s);
+        drop(gone);
+    }
+
+    /// Clears the reference bit; whether it was set.
+    fn clear_referenced(&self) -> bool {
+        match &self.anchor {
+            Anchor::Handle(a) => {
+                a.referenced.load(Ordering::Relaxed) && a.referenced.swap(false, Ordering::Relaxed)
+            }
+            Anchor::Fd(_) => false,
+        }
+    }
+
+    /// Whether the inode holds a descriptor now (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn holds_fd(&self) -> bool {
+        match &self.anchor {
+            Anchor::Fd(_) => true,
+            Anchor::Handle(a) => a.slot().fd.is_some(),
+        }
     }
 
     pub fn is_dir(&self) -> bool {
@@ -103,6 +258,42 @@ impl InodeData {
     pub fn lock_owners(&self) -> MutexGuard<'_, HashMap<u64, Arc<LockOwnerFd>>> {
         self.lock_owners.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+impl Cached for InodeData {
+    fn take_referenced(&self) -> bool {
+        self.clear_referenced()
+    }
+
+    fn evict_fd(&self) {
+        self.evict()
+    }
+}
+
+/// What file-handle mode needs: the descriptor `open_by_handle_at` resolves
+/// handles on, the mount they must come from, and the cache.
+struct Handles {
+    /// The source root opened for reading (`open_by_handle_at` refuses
+    /// `O_PATH` descriptors here).
+    mount_fd: OwnedFd,
+    /// The id of the source's mount: handles of inodes on other mounts are
+    /// not taken (they would resolve on the wrong filesystem).
+    mount_id: i32,
+    cache: FdCache<InodeData>,
+}
+
+/// Checks that the filesystem behind `root` (a directory) gives file handles
+/// and reopens them to the same inode, as this daemon: the descriptor to
+/// resolve handles on and the mount's id.
+pub fn probe_handles(root: BorrowedFd<'_>) -> io::Result<(OwnedFd, i32)> {
+    let mount_fd = sys::openat(sys::Dir::Fd(root), c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    let (h, mount_id) = sys::name_to_handle(root)?;
+    let fd = sys::open_by_handle(mount_fd.as_fd(), &h, libc::O_PATH)?;
+    let (a, b) = (sys::stat_fd(fd.as_fd())?, sys::stat_fd(root)?);
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+        return Err(io::Error::from_raw_os_error(libc::ESTALE));
+    }
+    Ok((mount_fd, mount_id))
 }
 
 struct Slot {
@@ -123,6 +314,8 @@ pub struct InodeTable {
     root: Arc<InodeData>,
     shards: Box<[Mutex<Shard>]>,
     live: AtomicUsize,
+    /// File-handle mode's state; `None` without handles.
+    handles: Option<Handles>,
 }
 
 /// The shard an inode with `key` lives in.
@@ -151,17 +344,54 @@ pub struct Found {
 }
 
 impl InodeTable {
-    /// A table whose root (node id 1) is the directory behind `root_fd`.
-    pub fn new(root_fd: OwnedFd) -> io::Result<Self> {
+    /// A table whose root (node id 1) is the directory behind `root_fd`,
+    /// anchoring inodes by file handle as `mode` says (probing the source
+    /// for `Prefer` and `Mandatory`), with at most `fd_cache` cached
+    /// descriptors in that mode.
+    pub fn new(root_fd: OwnedFd, mode: HandleMode, fd_cache: usize) -> io::Result<Self> {
         let st = sys::stat_fd(root_fd.as_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
+        let handles = match mode {
+            HandleMode::Never => None,
+            HandleMode::Prefer | HandleMode::Mandatory => match probe_handles(root_fd.as_fd()) {
+                Ok((mount_fd, mount_id)) => Some(Handles {
+                    mount_fd,
+                    mount_id,
+                    cache: FdCache::new(fd_cache),
+                }),
+                Err(e) if mode == HandleMode::Mandatory => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "inode_file_handles=mandatory: the source's filesystem cannot be served \
+                             by file handles (name_to_handle_at/open_by_handle_at: {e})"
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    log::info!("no file handles on the source ({e}): one descriptor per inode");
+                    None
+                }
+            },
+        };
         Ok(Self {
             root: Arc::new(InodeData::new(root_fd, &st)),
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             live: AtomicUsize::new(0),
+            handles,
         })
+    }
+
+    /// Whether inodes are anchored by file handles.
+    pub fn uses_file_handles(&self) -> bool {
+        self.handles.is_some()
+    }
+
+    /// The descriptor cache's capacity (0 without file handles).
+    pub fn fd_cache_capacity(&self) -> usize {
+        self.handles.as_ref().map_or(0, |h| h.cache.capacity())
     }
 
     fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
@@ -190,35 +420,125 @@ impl InodeTable {
         s.slots.get(slot)?.as_ref().map(|e| e.data.clone())
     }
 
+    /// A descriptor of `inode` (`O_PATH`, or whatever it was pinned with),
+    /// reopened from its file handle if the cache holds none. `ESTALE` when
+    /// the inode is gone from the source (removed and not open).
+    ///
+    /// The reopen is made as the daemon (`open_by_handle_at` needs
+    /// `CAP_DAC_READ_SEARCH`) and gives what the descriptor of the other
+    /// mode holds all along: a path-less reference to an inode a caller's
+    /// own LOOKUP found. It opens nothing for reading or writing, and every
+    /// use of it is made as the request's caller.
+    pub fn fd<'a>(&self, inode: &'a InodeData) -> io::Result<InodeFd<'a>> {
+        let a = match &inode.anchor {
+            Anchor::Fd(fd) => return Ok(InodeFd::Borrowed(fd.as_fd())),
+            Anchor::Handle(a) => a,
+        };
+        if let Some(fd) = &a.slot().fd {
+            if !a.referenced.load(Ordering::Relaxed) {
+                a.referenced.store(true, Ordering::Relaxed);
+            }
+            return Ok(InodeFd::Shared(fd.clone()));
+        }
+        let hs = self
+            .handles
+            .as_ref()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+        let fd = {
+            let _as_daemon = credentials::as_daemon();
+            sys::open_by_handle(hs.mount_fd.as_fd(), &a.handle, libc::O_PATH)?
+        };
+        Ok(InodeFd::Shared(self.admit(a, fd)))
+    }
+
+    /// Puts the fresh descriptor `fd` of `a`'s inode in its slot (unless a
+    /// racing request did first: then that one) and on its cache ring.
+    fn admit(&self, a: &HandleAnchor, fd: OwnedFd) -> Arc<OwnedFd> {
+        let mut s = a.slot();
+        if let Some(f) = &s.fd {
+            return f.clone();
+        }
+        let fd = Arc::new(fd);
+        s.fd = Some(fd.clone());
+        let admit = !s.in_ring;
+        s.in_ring = true;
+        drop(s);
+        if admit && let Some(hs) = &self.handles {
+            hs.cache.admit(a.ring, a.me.clone());
+        }
+        fd
+    }
+
     /// Records one more lookup of the inode behind `fd` (with attributes
-    /// `st`): the existing entry if the key is known (then `fd` is closed),
-    /// else a new one holding `fd`.
+    /// `st`): the existing entry if the key is known and names the same
+    /// inode (then `fd` is closed or fills its empty cache slot), else a
+    /// new one.
     pub fn lookup_or_insert(&self, fd: OwnedFd, st: &libc::stat) -> Found {
-        let key = (st.st_dev, st.st_ino);
-        if key == self.root.key {
+        if (st.st_dev, st.st_ino) == self.root.key {
             return Found {
                 id: ROOT_ID,
                 generation: 0,
                 data: self.root.clone(),
             };
         }
+        // On the source's mount only: a handle of another filesystem would
+        // not resolve on this one's mount descriptor.
+        let handle = self
+            .handles
+            .as_ref()
+            .and_then(|hs| match sys::name_to_handle(fd.as_fd()) {
+                Ok((h, mount_id)) if mount_id == hs.mount_id => Some(h),
+                _ => None,
+            });
+        self.insert_with_handle(fd, st, handle)
+    }
+
+    /// [`Self::lookup_or_insert`] with the handle already read.
+    fn insert_with_handle(&self, fd: OwnedFd, st: &libc::stat, handle: Option<RawFileHandle>) -> Found {
+        let key = (st.st_dev, st.st_ino);
         let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
         if let Some(&slot) = s.by_key.get(&key) {
             let generation = s.generations[slot];
-            if let Some(e) = s.slots[slot].as_mut() {
+            if let Some(e) = s.slots[slot].as_mut()
+                && e.data.same_inode(handle.as_ref())
+            {
                 e.nlookup += 1;
                 let data = e.data.clone();
                 drop(s);
-                drop(fd);
+                if let Anchor::Handle(a) = &data.anchor
+                    && a.slot().fd.is_none()
+                {
+                    self.admit(a, fd);
+                }
                 return Found {
                     id: encode(shard_i, slot),
                     generation,
                     data,
                 };
             }
+            // Otherwise the inode number was reused by a new inode: the old
+            // entry stays for its node id until forgotten, the key now
+            // leads to the new one.
         }
-        let data = Arc::new(InodeData::new(fd, st));
+        let mut fd = Some(fd);
+        let data = Arc::new_cyclic(|me| match handle {
+            Some(handle) => InodeData::with_anchor(
+                Anchor::Handle(HandleAnchor {
+                    handle,
+                    slot: Mutex::new(FdSlot {
+                        fd: fd.take().map(Arc::new),
+                        in_ring: true,
+                        pins: 0,
+                    }),
+                    referenced: AtomicBool::new(false),
+                    ring: shard_i,
+                    me: me.clone(),
+                }),
+                st,
+            ),
+            None => InodeData::with_anchor(Anchor::Fd(fd.take().expect("the descriptor is unused")), st),
+        });
         let slot = match s.free.pop() {
             Some(i) => {
                 s.generations[i] += 1;
@@ -237,6 +557,9 @@ impl InodeTable {
         s.by_key.insert(key, slot);
         let generation = s.generations[slot];
         drop(s);
+        if let (Anchor::Handle(a), Some(hs)) = (&data.anchor, &self.handles) {
+            hs.cache.admit(a.ring, a.me.clone());
+        }
         self.live.fetch_add(1, Ordering::Relaxed);
         Found {
             id: encode(shard_i, slot),
@@ -268,9 +591,12 @@ impl InodeTable {
             log::warn!("node {id}: forget of {n} exceeds its {} lookups", e.nlookup);
         }
         let key = e.data.key;
-        // Dropping the slot closes the O_PATH fd unless a request still holds it.
+        // Dropping the slot closes the inode's descriptor unless a request
+        // still holds it.
         let gone = s.slots[slot].take();
-        s.by_key.remove(&key);
+        if s.by_key.get(&key) == Some(&slot) {
+            s.by_key.remove(&key);
+        }
         s.free.push(slot);
         drop(s);
         drop(gone);
@@ -309,7 +635,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("f"), b"x").unwrap();
         let (root, _) = open_path(&dir);
-        let t = InodeTable::new(root).unwrap();
+        let t = InodeTable::new(root, HandleMode::Never, 0).unwrap();
 
         let (fd, st) = open_path(&dir.join("f"));
         let a = t.lookup_or_insert(fd, &st);
@@ -345,6 +671,134 @@ mod tests {
             assert!(d.generation > a.generation);
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("pt-inodes-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A table in file-handle mode over `dir`, or `None` where this process
+    /// cannot use handles there (not root, or a source without them).
+    fn handle_table(dir: &std::path::Path, cache: usize) -> Option<InodeTable> {
+        let (root, _) = open_path(dir);
+        let t = InodeTable::new(root, HandleMode::Prefer, cache).unwrap();
+        if !t.uses_file_handles() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no file handles on {}",
+                dir.display()
+            );
+            eprintln!("skipped: no file handles on {}", dir.display());
+            return None;
+        }
+        Some(t)
+    }
+
+    fn ino_of(t: &InodeTable, d: &InodeData) -> io::Result<u64> {
+        Ok(sys::stat_fd(t.fd(d)?.as_fd())?.st_ino)
+    }
+
+    #[test]
+    fn cached_descriptors_stay_bounded_and_reopen_to_the_same_inode() {
+        let dir = scratch("bound");
+        let Some(t) = handle_table(&dir, 16) else { return };
+        let mut found = Vec::new();
+        for i in 0..200 {
+            let p = dir.join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            let (fd, st) = open_path(&p);
+            let f = t.lookup_or_insert(fd, &st);
+            assert!(f.data.has_handle());
+            found.push((f, st.st_ino));
+        }
+        let held = || found.iter().filter(|(f, _)| f.data.holds_fd()).count();
+        assert!(held() <= t.fd_cache_capacity(), "{} descriptors held", held());
+        // Every one reopens to its own inode, evicting others as it goes.
+        for (f, ino) in &found {
+            assert_eq!(ino_of(&t, &f.data).unwrap(), *ino);
+        }
+        assert!(held() <= t.fd_cache_capacity(), "{} descriptors held", held());
+        assert!(t.fd_cache_capacity() >= 16 && t.fd_cache_capacity() < 64);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reused_inode_number_with_another_handle_is_a_new_inode() {
+        let dir = scratch("reuse");
+        let Some(t) = handle_table(&dir, 64) else { return };
+        let p = dir.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        // The inode first known under another handle: the file it named is
+        // gone and its number now belongs to this one.
+        let (fd, st) = open_path(&p);
+        let (real, _) = sys::name_to_handle(fd.as_fd()).unwrap();
+        let other = sys::RawFileHandle::from_parts(real.handle_type(), &[0xa5; 8]);
+        let old = t.insert_with_handle(fd, &st, Some(other));
+        let (fd, st) = open_path(&p);
+        let new = t.lookup_or_insert(fd, &st);
+        assert_ne!(old.id, new.id, "a different handle must make a new inode");
+        assert_eq!(t.live(), 2);
+        // The key leads to the new inode; forgetting the old one keeps it so.
+        t.forget(old.id, 1);
+        let (fd, st) = open_path(&p);
+        assert_eq!(t.lookup_or_insert(fd, &st).id, new.id);
+        assert_eq!(t.nlookup(new.id), Some(2));
+        assert_eq!(t.live(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_removed_inode_is_stale_unless_an_open_file_pins_it() {
+        let dir = scratch("stale");
+        let Some(t) = handle_table(&dir, 16) else { return };
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&a, b"x").unwrap();
+        std::fs::write(&b, b"y").unwrap();
+        let (fd, st) = open_path(&a);
+        let fa = t.lookup_or_insert(fd, &st);
+        let (fd, st) = open_path(&b);
+        let fb = t.lookup_or_insert(fd, &st);
+        let open_b = std::fs::File::open(&b).unwrap();
+        fb.data.pin(open_b.as_fd());
+        std::fs::remove_file(&a).unwrap();
+        std::fs::remove_file(&b).unwrap();
+        // Push both out of the cache.
+        for i in 0..100 {
+            let p = dir.join(format!("g{i}"));
+            std::fs::write(&p, b"z").unwrap();
+            let (fd, st) = open_path(&p);
+            t.lookup_or_insert(fd, &st);
+        }
+        assert!(!fa.data.holds_fd());
+        let e = ino_of(&t, &fa.data).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+        assert_eq!(ino_of(&t, &fb.data).unwrap(), st_ino_of(&open_b));
+        fb.data.unpin();
+        drop(open_b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn st_ino_of(f: &std::fs::File) -> u64 {
+        sys::stat_fd(f.as_fd()).unwrap().st_ino
+    }
+
+    #[test]
+    fn mandatory_handles_refuse_a_source_without_them() {
+        // procfs gives no file handles.
+        let (root, _) = open_path(std::path::Path::new("/proc/sys"));
+        assert!(probe_handles(root.as_fd()).is_err());
+        let e = match InodeTable::new(root, HandleMode::Mandatory, 64) {
+            Ok(_) => panic!("mandatory file handles accepted on /proc"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("inode_file_handles=mandatory"), "{e}");
+        let (root, _) = open_path(std::path::Path::new("/proc/sys"));
+        let t = InodeTable::new(root, HandleMode::Prefer, 64).unwrap();
+        assert!(!t.uses_file_handles());
+        assert_eq!(t.fd_cache_capacity(), 0);
     }
 
     #[test]

@@ -12,8 +12,11 @@
 //! `fs.rs` for how operations reach the source directory.
 
 mod args;
+mod fdcache;
 mod fs;
 mod handles;
+#[cfg(test)]
+mod inode_table_tests;
 mod inodes;
 mod sys;
 
@@ -75,10 +78,16 @@ fn run() -> i32 {
     }
     // No umask of the daemon's own: each create applies the caller's (fs.rs).
     sys::set_umask(0);
-    match sys::raise_nofile_limit() {
-        Ok(n) => log::debug!("open file limit: {n}"),
-        Err(e) => log::warn!("cannot raise the open file limit: {e}"),
-    }
+    let nofile = match sys::raise_nofile_limit() {
+        Ok(n) => {
+            log::debug!("open file limit: {n}");
+            Some(n)
+        }
+        Err(e) => {
+            log::warn!("cannot raise the open file limit: {e}");
+            None
+        }
+    };
 
     if args.fs.passthrough && args.fs.cache == fs::Cache::Never {
         log::warn!(
@@ -116,6 +125,22 @@ fn run() -> i32 {
             return 1;
         }
     };
+    if fs.uses_file_handles() {
+        log::info!(
+            "inodes known by file handle; at most {} cached descriptors",
+            fs.fd_cache_capacity()
+        );
+        if let Some(n) = nofile
+            && fs.fd_cache_capacity() as u64 + 1024 > n
+        {
+            log::warn!(
+                "fd_cache={} leaves little of the open file limit ({n}) for open files",
+                args.fs.fd_cache
+            );
+        }
+    } else {
+        log::info!("one descriptor per inode (no file handles)");
+    }
 
     let defaults = SessionConfig::default();
     let config = SessionConfig {

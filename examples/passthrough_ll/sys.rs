@@ -378,8 +378,8 @@ impl Drop for ThreadUmask {
     }
 }
 
-/// Raises the soft limit of open files to the hard limit (every known inode
-/// holds a descriptor).
+/// Raises the soft limit of open files to the hard limit (without file
+/// handles every known inode holds a descriptor).
 pub fn raise_nofile_limit() -> io::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -429,4 +429,87 @@ pub fn wait_signal(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
     } else {
         Ok(sig)
     }
+}
+
+/// Largest file handle the kernel gives (`MAX_HANDLE_SZ`).
+pub const MAX_HANDLE_SZ: usize = 128;
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RawFileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+impl RawFileHandle {
+    /// The filesystem's handle type.
+    pub fn handle_type(&self) -> i32 {
+        self.handle_type
+    }
+
+    /// The opaque handle bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.f_handle[..(self.handle_bytes as usize).min(MAX_HANDLE_SZ)]
+    }
+
+    /// A handle of `handle_type` made of `bytes` (at most [`MAX_HANDLE_SZ`];
+    /// tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn from_parts(handle_type: i32, bytes: &[u8]) -> Self {
+        let n = bytes.len().min(MAX_HANDLE_SZ);
+        let mut f_handle = [0u8; MAX_HANDLE_SZ];
+        f_handle[..n].copy_from_slice(&bytes[..n]);
+        Self {
+            handle_bytes: n as u32,
+            handle_type,
+            f_handle,
+        }
+    }
+}
+
+/// `name_to_handle_at(fd, "", AT_EMPTY_PATH)`: the file handle of the inode
+/// behind `fd` (any kind, `O_PATH` too, symbolic links included) and the id
+/// of the mount `fd` is on.
+pub fn name_to_handle(fd: BorrowedFd<'_>) -> io::Result<(RawFileHandle, i32)> {
+    let mut h = RawFileHandle {
+        handle_bytes: MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `h` is a `struct file_handle` whose handle_bytes says how much
+    // room follows; the path is NUL-terminated; `mount_id` is a live int.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            &mut h as *mut RawFileHandle,
+            &mut mount_id as *mut libc::c_int,
+            libc::AT_EMPTY_PATH,
+        )
+    } as libc::c_int)?;
+    Ok((h, mount_id))
+}
+
+/// `open_by_handle_at(mount_fd, handle, flags)`: needs `CAP_DAC_READ_SEARCH`.
+/// `mount_fd` must not be an `O_PATH` descriptor.
+pub fn open_by_handle(
+    mount_fd: BorrowedFd<'_>,
+    h: &RawFileHandle,
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `h` is a valid `struct file_handle` the call only reads.
+    let r = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount_fd.as_raw_fd(),
+            h as *const RawFileHandle,
+            flags | libc::O_CLOEXEC,
+        )
+    } as libc::c_int)?;
+    // SAFETY: the call returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }

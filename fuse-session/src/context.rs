@@ -2,12 +2,13 @@
 //! while serving it (interrupts, notifications, backing files).
 
 use crate::backing::{BackingError, BackingFile};
+use crate::conn::WorkerCore;
 use crate::credentials::Caller;
 use crate::deferred::{Refused, Submission, Wait, WaitState};
 use crate::init::Negotiated;
 use crate::interrupt::InterruptCallback;
+use crate::interrupt::Slot;
 use crate::notify::Notifier;
-use crate::worker::{Slot, WorkerCore};
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::{InitFlags, OpenInFlags};
 use fuse_proto::request::{Extensions, SecurityContext};

@@ -22,8 +22,11 @@
 //! An INTERRUPT for a deferred request marks its [`Wait`] interrupted and
 //! sends the session's wake-up signal to the helper thread running it, so
 //! that a blocking system call there (`fcntl(F_SETLKW)`, `flock`) returns
-//! `EINTR`; the closure answers `EINTR` then. A helper thread that has had
-//! nothing to do for the session's idle timeout ends.
+//! `EINTR`; the closure answers `EINTR` then. A signal that lands between
+//! the closure's last [`Wait::is_interrupted`] check and the start of its
+//! blocking call would be lost, so the signal is sent again, with growing
+//! pauses, until the wait ends (see `rekick`). A helper thread that has
+//! had nothing to do for the session's idle timeout ends.
 
 use crate::signal::{self, this_thread};
 use std::collections::{HashMap, VecDeque};
@@ -85,18 +88,75 @@ impl WaitState {
     }
 
     /// Marks the wait interrupted and interrupts the system call of the
-    /// thread running it.
-    pub(crate) fn interrupt(&self) {
+    /// thread running it; keeps interrupting it until the wait ends.
+    pub(crate) fn interrupt(self: &Arc<Self>) {
         self.interrupted.store(true, Ordering::Release);
-        {
-            let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(t) = *t {
-                signal::wake(t);
-            }
-        }
+        let running = self.signal_thread();
         let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = hook {
             h();
+        }
+        if running {
+            rekick::watch(self.clone());
+        }
+    }
+
+    /// Signals the thread running the wait, if one still does; says whether
+    /// one did.
+    fn signal_thread(&self) -> bool {
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = *t {
+            signal::wake(t);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Sends the wake-up signal again to interrupted waits that are still
+/// running. A signal delivered just before the closure enters its blocking
+/// call is spent before the call starts; the call would then block until the
+/// lock is free, not until the caller gave up. One thread, started when the
+/// first interrupted wait outlives its first signal and ended when no such
+/// wait is left, repeats the signal after 1, 2, 4, … ms (at most 100 ms
+/// apart). It exists only while an interrupted wait is still running, so an
+/// idle session has no such thread and no such wake-ups.
+pub(crate) mod rekick {
+    use super::WaitState;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    static WATCHED: Mutex<Option<Vec<Arc<WaitState>>>> = Mutex::new(None);
+
+    /// Keeps signalling `w`'s thread until it leaves the wait.
+    pub(crate) fn watch(w: Arc<WaitState>) {
+        let mut g = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = g.as_mut() {
+            list.push(w);
+            return;
+        }
+        *g = Some(vec![w]);
+        drop(g);
+        let spawned = std::thread::Builder::new().name("fuse-rekick".into()).spawn(run);
+        if let Err(e) = spawned {
+            log::warn!("cannot start the thread that repeats interrupt signals ({e})");
+            *WATCHED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    fn run() {
+        let mut pause = Duration::from_millis(1);
+        loop {
+            std::thread::sleep(pause);
+            let mut g = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(list) = g.as_mut() else { return };
+            list.retain(|w| w.signal_thread());
+            if list.is_empty() {
+                *g = None;
+                return;
+            }
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 }
@@ -372,4 +432,55 @@ fn helper(state: &(Mutex<State>, Condvar), first: Option<Task>, idle_timeout: Du
         }
     }
     st.live -= 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// The INTERRUPT's signal is spent while the closure is between its
+    /// check and its blocking call (here: inside a channel receive, which
+    /// retries after the handler); the blocking read that follows must still
+    /// end with EINTR, by a repeated signal.
+    #[test]
+    fn an_interrupt_just_before_the_blocking_call_is_not_lost() {
+        signal::install_wake_handler();
+        let helpers = Helpers::new(4, 4, Duration::from_secs(1));
+        let wait = WaitState::new();
+        let r = helpers
+            .reserve(Submission {
+                uid: 1000,
+                unique: 7,
+                budget: None,
+                wait: wait.clone(),
+            })
+            .expect("a place for the wait");
+        let (about_to_block, checked) = mpsc::channel();
+        let (go, proceed) = mpsc::channel::<()>();
+        let (done, result) = mpsc::channel();
+        helpers.start(r, move |w| {
+            let interrupted_before = w.is_interrupted();
+            about_to_block.send(()).unwrap();
+            proceed.recv().unwrap();
+            let (rd, wr) = nix::unistd::pipe().unwrap();
+            let mut buf = [0u8; 1];
+            let res = nix::unistd::read(&rd, &mut buf);
+            drop(wr);
+            done.send((interrupted_before, res, w.is_interrupted())).unwrap();
+        });
+        checked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the wait started");
+        // The signal is pending once this returns, so the thread takes it in
+        // the receive (or on its way out of it), before it starts the read.
+        wait.interrupt();
+        go.send(()).unwrap();
+        let (before, res, after) = result
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the blocking read was not interrupted: the signal was lost");
+        assert!(!before);
+        assert_eq!(res, Err(nix::errno::Errno::EINTR));
+        assert!(after);
+    }
 }

@@ -6,11 +6,11 @@
 //! handle. A malformed request gets an error reply and a log line; a
 //! panicking handler is caught and its dropped handle answers EIO.
 
+use crate::conn::WorkerCore;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::reply::*;
 use crate::types::{FileHandle, Inode, LockOwner, PollHandle};
-use crate::worker::WorkerCore;
 use fuse_proto::flags::{
     FsyncFlags, GetattrFlags, IoctlFlags, LkFlags, PollFlags, ReadFlags, ReleaseFlags, SetxattrFlags,
     WriteFlags,
@@ -76,7 +76,7 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
                 None,
                 req.extensions,
                 worker,
-                crate::worker::Slot::NONE,
+                crate::interrupt::Slot::NONE,
             );
             guarded(opcode, unique, || {
                 fs.forget(&ctx, Inode(req.header.nodeid), arg.nlookup)
@@ -90,7 +90,7 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
                 None,
                 req.extensions,
                 worker,
-                crate::worker::Slot::NONE,
+                crate::interrupt::Slot::NONE,
             );
             let mut it = forgets.iter().map(|f| (Inode(f.nodeid), f.nlookup));
             guarded(opcode, unique, || fs.batch_forget(&ctx, &mut it));

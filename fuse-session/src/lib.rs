@@ -10,6 +10,7 @@
 
 pub mod backing;
 mod buffer;
+mod conn;
 pub mod context;
 pub mod credentials;
 pub mod deferred;

@@ -31,11 +31,9 @@
 //! should not hold a worker at all: they give their reply handle to a
 //! helper thread with [`crate::RequestContext::defer`] ([`crate::deferred`]).
 
-use crate::buffer::AlignedBuf;
-use crate::worker::WorkerCore;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Most requests queued while every worker is busy at the cap.
@@ -57,13 +55,17 @@ pub(crate) struct PoolConfig {
     pub(crate) idle_timeout: Duration,
 }
 
-/// A request read while the pool was at its cap, waiting for a worker.
-pub(crate) struct Job {
-    pub(crate) buf: AlignedBuf,
-    pub(crate) len: usize,
-    pub(crate) unique: u64,
-    /// The worker that read it: its reply must go to that channel.
-    pub(crate) core: Arc<WorkerCore>,
+impl PoolConfig {
+    /// Per-worker indices the pool needs: the cap plus the reader beyond it.
+    pub(crate) fn slots(&self) -> usize {
+        self.max + 1
+    }
+}
+
+/// What the backlog holds: a request, found again by its `unique` when an
+/// INTERRUPT names it.
+pub(crate) trait Queued {
+    fn unique(&self) -> u64;
 }
 
 /// The two counters every request changes, together on a cache line of
@@ -78,7 +80,7 @@ struct Hot {
 }
 
 /// The pool's counters and queue, shared by its threads and the manager.
-pub(crate) struct Pool {
+pub(crate) struct Pool<J> {
     hot: Hot,
     pub(crate) cfg: PoolConfig,
     /// Threads alive (read on every request, written when threads come and go).
@@ -91,7 +93,7 @@ pub(crate) struct Pool {
     watching: AtomicBool,
     /// The connection ended: start nothing more.
     ended: AtomicBool,
-    backlog: Mutex<VecDeque<Job>>,
+    backlog: Mutex<VecDeque<J>>,
     backlog_len: AtomicUsize,
     /// Per-worker table indices not in use.
     free: Mutex<Vec<usize>>,
@@ -101,7 +103,7 @@ pub(crate) struct Pool {
     wake: Condvar,
 }
 
-impl Pool {
+impl<J: Queued> Pool<J> {
     /// A pool whose threads use per-worker indices `0..=cfg.max`.
     pub(crate) fn new(cfg: PoolConfig) -> Self {
         Self {
@@ -114,16 +116,11 @@ impl Pool {
             ended: AtomicBool::new(false),
             backlog: Mutex::new(VecDeque::new()),
             backlog_len: AtomicUsize::new(0),
-            free: Mutex::new((0..Self::slots(&cfg)).rev().collect()),
+            free: Mutex::new((0..cfg.slots()).rev().collect()),
             started: AtomicUsize::new(0),
             manager: Mutex::new(()),
             wake: Condvar::new(),
         }
-    }
-
-    /// Per-worker indices the pool needs: the cap plus the reader beyond it.
-    pub(crate) fn slots(cfg: &PoolConfig) -> usize {
-        cfg.max + 1
     }
 
     /// Threads alive.
@@ -225,7 +222,7 @@ impl Pool {
     }
 
     /// Queues a request read at the cap; gives it back if the queue is full.
-    pub(crate) fn push_job(&self, job: Job) -> Result<(), Job> {
+    pub(crate) fn push_job(&self, job: J) -> Result<(), J> {
         let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() >= MAX_BACKLOG {
             return Err(job);
@@ -237,7 +234,7 @@ impl Pool {
 
     /// The oldest queued request, with a handler slot taken for it; `None`
     /// when nothing is queued or the cap is reached.
-    pub(crate) fn take_job(&self) -> Option<Job> {
+    pub(crate) fn take_job(&self) -> Option<J> {
         if self.backlog_len.load(SeqCst) == 0 || !self.acquire_busy() {
             return None;
         }
@@ -252,12 +249,12 @@ impl Pool {
     }
 
     /// Removes the queued request `unique`, if it is queued.
-    pub(crate) fn remove_job(&self, unique: u64) -> Option<Job> {
+    pub(crate) fn remove_job(&self, unique: u64) -> Option<J> {
         if self.backlog_len.load(SeqCst) == 0 {
             return None;
         }
         let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        let i = q.iter().position(|j| j.unique == unique)?;
+        let i = q.iter().position(|j| j.unique() == unique)?;
         let job = q.remove(i);
         self.backlog_len.store(q.len(), SeqCst);
         job
@@ -309,7 +306,7 @@ impl Pool {
                 continue;
             }
             let since = self.saturated_since.load(SeqCst);
-            let room = self.live.load(SeqCst) < Self::slots(&self.cfg);
+            let room = self.live.load(SeqCst) < self.cfg.slots();
             if since == 0 || !room || self.ended.load(SeqCst) {
                 self.watching.store(false, SeqCst);
                 // A saturation that began while we stopped watching.

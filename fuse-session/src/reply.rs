@@ -8,9 +8,10 @@
 
 use crate::backing::BackingFile;
 use crate::buffer::AlignedBuf;
+use crate::conn::WorkerCore;
+use crate::interrupt::Slot;
 use crate::splice::{self, Pipes};
 use crate::types::{Entry, FileHandle, Lock};
-use crate::worker::{Slot, WorkerCore};
 use fuse_proto::abi::{
     AttrOut, BmapOut, CopyFileRangeOut, EntryOut, GetxattrOut, IoctlOut, Kstatfs, LkOut, LseekOut, OpenOut,
     PollOut, StatfsOut, Statx, StatxOut, WriteOut,

@@ -17,6 +17,7 @@
 //! used the session says why and serves everything over `/dev/fuse`.
 
 use crate::buffer::AlignedBuf;
+use crate::conn::{Shared, WorkerCore};
 use crate::credentials::{CallerPolicy, ProcCredentials};
 use crate::deferred::Helpers;
 use crate::filesystem::Filesystem;
@@ -29,7 +30,7 @@ use crate::signal::{self, Registered, Threads};
 use crate::stats::{Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
-use crate::worker::{Shared, WorkerCore, WorkerEnd};
+use crate::worker::WorkerEnd;
 use fuse_proto::abi::InitIn;
 use fuse_proto::flags::InitFlags;
 use fuse_proto::request::{ParseConfig, peek_unique};
@@ -349,12 +350,47 @@ impl<F: Filesystem> Session<F> {
     }
 
     /// Serves the filesystem until it is unmounted or the session is stopped.
+    ///
+    /// In order: the handshake (INIT, after checking what io_uring needs),
+    /// the state every worker shares, the `/dev/fuse` workers, the rings (if
+    /// any), then the pool's manager until no worker is left, and the end
+    /// (rings joined, DESTROY, unmount).
     pub fn run(mut self) -> Result<SessionReport, SessionError> {
         signal::install_wake_handler();
         let _registered = self.handle.0.threads.register();
         let pool_cfg = self.config.resolved();
-        // io_uring: check what can be checked before INIT, so that the flag is
-        // only asked for when the rings can be built.
+        let (negotiated, buf, nr_queues, mut fallback) = self.handshake_phase()?;
+        let shared = self.shared_state(&negotiated, pool_cfg, nr_queues);
+        let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
+        // The rings, once the /dev/fuse workers run (requests go there until
+        // every queue has registered its entries).
+        let rings = match nr_queues {
+            0 => None,
+            n => self.start_rings(&shared, n, &mut fallback),
+        };
+        let info = self.publish_transport(&shared, rings.as_ref(), &negotiated, fallback);
+        self.manage_workers(&shared, &spawner);
+        let started = shared.pool.started();
+        self.stop_rings(&shared, rings);
+        self.finish(&shared);
+        Ok(SessionReport {
+            negotiated,
+            stats: Stats::collect(&shared.stats, shared.uring_base),
+            workers_started: started,
+            cloned_channels: spawner.cloned.load(Ordering::Relaxed),
+            transport: info,
+        })
+    }
+
+    /// The handshake: what io_uring needs is checked before INIT, so that
+    /// the flag is only asked for when the rings can be built; then INIT is
+    /// answered. Returns what was negotiated, the first worker's buffer
+    /// (sized for it), the number of ring queues to start (0: none) and why
+    /// io_uring is not used when it was asked for. On error the notifier is
+    /// closed and our mount unmounted.
+    fn handshake_phase(
+        &mut self,
+    ) -> Result<(Negotiated, AlignedBuf, usize, Option<Unavailable>), SessionError> {
         let mut fallback: Option<Unavailable> = None;
         let mut nr_queues = 0;
         if self.config.transport != Transport::DevFuse {
@@ -384,7 +420,13 @@ impl<F: Filesystem> Session<F> {
         if buf.len() != negotiated.buffer_size() {
             buf = AlignedBuf::receive(negotiated.buffer_size());
         }
-        let slots = Pool::slots(&pool_cfg);
+        Ok((negotiated, buf, nr_queues, fallback))
+    }
+
+    /// The state every worker (and ring entry) shares, fixed after INIT,
+    /// published to the handle and the notifier.
+    fn shared_state(&self, negotiated: &Negotiated, pool_cfg: PoolConfig, nr_queues: usize) -> Arc<Shared> {
+        let slots = pool_cfg.slots();
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
@@ -416,7 +458,17 @@ impl<F: Filesystem> Session<F> {
         // so that nobody who sees `negotiated()` gets `NotReady` from it.
         self.handle.0.notifier.set_negotiated(negotiated.clone());
         let _ = self.handle.0.shared.set(shared.clone());
+        shared
+    }
 
+    /// Starts the pool's `floor` `/dev/fuse` workers, the first with `buf`.
+    /// If one cannot start, the others are stopped and waited for.
+    fn start_workers(
+        &mut self,
+        shared: &Arc<Shared>,
+        floor: usize,
+        buf: AlignedBuf,
+    ) -> Result<Spawner<F>, SessionError> {
         let spawner = Spawner {
             fs: self.fs.clone(),
             chan: self.chan.clone(),
@@ -426,7 +478,7 @@ impl<F: Filesystem> Session<F> {
             cloned: Arc::new(AtomicUsize::new(0)),
         };
         let mut first_buf = Some(buf);
-        for _ in 0..pool_cfg.floor {
+        for _ in 0..floor {
             if let Err(e) = spawner.start(first_buf.take()) {
                 shared.shutdown.store(true, Ordering::Release);
                 self.handle.stop();
@@ -435,28 +487,31 @@ impl<F: Filesystem> Session<F> {
                 return Err(SessionError::Spawn(e));
             }
         }
+        Ok(spawner)
+    }
 
-        // The rings, once the /dev/fuse workers run (requests go there until
-        // every queue has registered its entries).
-        let mut rings = None;
-        if nr_queues > 0 {
-            rings = self.start_rings(&shared, nr_queues, &mut fallback);
-        }
-        if let Some(r) = &rings {
+    /// Says (and logs) which transport serves, once the rings are up: a
+    /// stop that came meanwhile wakes them.
+    fn publish_transport(
+        &self,
+        shared: &Shared,
+        rings: Option<&uring::Rings>,
+        negotiated: &Negotiated,
+        fallback: Option<Unavailable>,
+    ) -> TransportInfo {
+        if let Some(r) = rings {
             *self.handle.0.ring_waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(r.waker()));
             if shared.shutdown.load(Ordering::Acquire) {
                 r.wake_all();
             }
         }
-        let info = match &rings {
+        let info = match rings {
             Some(r) => TransportInfo::Uring {
                 queues: r.len(),
                 depth: r.depth,
-                payload_size: uring::payload_size(&negotiated),
+                payload_size: uring::payload_size(negotiated),
             },
-            None => TransportInfo::DevFuse {
-                fallback: fallback.clone(),
-            },
+            None => TransportInfo::DevFuse { fallback },
         };
         match (&info, self.config.transport) {
             (TransportInfo::DevFuse { fallback: Some(why) }, Transport::Uring) => {
@@ -468,9 +523,13 @@ impl<F: Filesystem> Session<F> {
             _ => log::info!("transport: {info}"),
         }
         let _ = self.handle.0.transport.set(info.clone());
+        info
+    }
 
-        // The pool's manager: sleeps until the pool is saturated (then starts
-        // a worker) or a worker ends; returns when none is left.
+    /// The pool's manager: sleeps until the pool is saturated (then starts
+    /// a worker) or a worker ends; returns when none is left. Then nothing
+    /// queued or deferred can be answered usefully any more.
+    fn manage_workers(&self, shared: &Shared, spawner: &Spawner<F>) {
         shared.pool.manage(
             || match spawner.start(None) {
                 Ok(()) => true,
@@ -485,11 +544,14 @@ impl<F: Filesystem> Session<F> {
         shared.pool.clear_backlog();
         // Deferred waits can no longer be answered usefully: interrupt them.
         shared.helpers.close();
-        let started = shared.pool.started();
+    }
+
+    /// Waits for the ring queues to end. On unmount every parked command
+    /// completes with ENOTCONN and the queue threads end by themselves; on
+    /// stop they were woken.
+    fn stop_rings(&self, shared: &Shared, rings: Option<uring::Rings>) {
         if let Some(r) = rings {
-            // On unmount every parked command completes with ENOTCONN and the
-            // queue threads end by themselves; on stop they were woken.
-            r.join(&shared, Duration::from_secs(5));
+            r.join(shared, Duration::from_secs(5));
         }
         self.handle
             .0
@@ -497,6 +559,11 @@ impl<F: Filesystem> Session<F> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+    }
+
+    /// The end: DESTROY (unless the kernel's already came), the notifier
+    /// closed, our mount unmounted if it is still there.
+    fn finish(&mut self, shared: &Shared) {
         if !shared.destroyed.swap(true, Ordering::AcqRel) {
             self.fs.destroy();
         }
@@ -510,13 +577,6 @@ impl<F: Filesystem> Session<F> {
                 log::warn!("unmount at session end: {e}");
             }
         }
-        Ok(SessionReport {
-            negotiated,
-            stats: Stats::collect(&shared.stats, shared.uring_base),
-            workers_started: started,
-            cloned_channels: spawner.cloned.load(Ordering::Relaxed),
-            transport: info,
-        })
     }
 
     fn start_rings(

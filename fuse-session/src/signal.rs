@@ -88,11 +88,10 @@ pub(crate) struct Registered {
 impl Drop for Registered {
     fn drop(&mut self) {
         let mut l = self.threads.0.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: pthread_equal only compares the two ids.
-        if let Some(i) = l
-            .iter()
-            .position(|&t| unsafe { libc::pthread_equal(t, self.me) } != 0)
-        {
+        if let Some(i) = l.iter().position(|&t| {
+            // SAFETY: pthread_equal only compares the two ids.
+            unsafe { libc::pthread_equal(t, self.me) != 0 }
+        }) {
             l.swap_remove(i);
         }
     }

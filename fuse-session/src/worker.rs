@@ -1,115 +1,17 @@
-//! The loop one worker runs: receive → parse → dispatch → (reply), and the
-//! per-worker state that reply handles point back to.
+//! The loop one `/dev/fuse` worker runs: receive → parse → dispatch →
+//! (reply); the state it works on is in [`crate::conn`].
 //!
 //! Each worker owns its receive buffer (sized once from the negotiated
-//! `max_write`, placed so that WRITE data is page-aligned), its channel (a cloned `/dev/fuse` fd where possible), its
-//! in-flight table and its statistics; none of these is shared with other
-//! workers on the hot path.
+//! `max_write`, placed so that WRITE data is page-aligned), its channel (a
+//! cloned `/dev/fuse` fd where possible), its in-flight table and its
+//! statistics; none of these is shared with other workers on the hot path.
 
 use crate::buffer::AlignedBuf;
-use crate::deferred::Helpers;
+use crate::conn::{Job, WorkerCore};
 use crate::filesystem::Filesystem;
-use crate::init::Negotiated;
-use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts};
-use crate::notify::Notifier;
-use crate::pool::{Job, Pool};
-use crate::stats::StatsTable;
-use crate::transport::Channel;
-use fuse_proto::request::ParseConfig;
-use fuse_proto::{Errno, Opcode as Op};
-use fuse_proto::{Opcode, Reply};
+use fuse_proto::{Errno, Opcode as Op, Reply};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-pub(crate) use crate::interrupt::Slot;
-
-/// State shared by all workers of a session, fixed after INIT.
-pub(crate) struct Shared {
-    pub(crate) negotiated: Negotiated,
-    pub(crate) parse: ParseConfig,
-    /// Per-worker tables; indices from `uring_base` on belong to io_uring
-    /// queues (one each), the others to `/dev/fuse` workers.
-    pub(crate) tables: Box<[InflightTable]>,
-    pub(crate) stats: StatsTable,
-    /// The `/dev/fuse` worker pool.
-    pub(crate) pool: Pool,
-    /// Helper threads for deferred replies.
-    pub(crate) helpers: Helpers,
-    /// `allow_root`: the only non-root uid served.
-    pub(crate) deny_others: Option<u32>,
-    pub(crate) pending: PendingInterrupts,
-    pub(crate) notifier: Notifier,
-    pub(crate) shutdown: AtomicBool,
-    pub(crate) destroyed: AtomicBool,
-    /// The first per-worker index that belongs to an io_uring queue.
-    pub(crate) uring_base: usize,
-    /// What can be known about callers' credentials.
-    pub(crate) callers: crate::credentials::CallerPolicy,
-}
-
-/// One worker: its index in the per-worker tables and its channel.
-pub(crate) struct WorkerCore {
-    pub(crate) index: usize,
-    pub(crate) chan: Arc<dyn Channel>,
-    pub(crate) shared: Arc<Shared>,
-    /// io_uring: the share of the queue's entries that deferred waits may hold.
-    pub(crate) defer_budget: Option<Arc<crate::deferred::EntryBudget>>,
-}
-
-impl WorkerCore {
-    pub(crate) fn minor(&self) -> u32 {
-        self.shared.negotiated.minor
-    }
-
-    pub(crate) fn negotiated(&self) -> &Negotiated {
-        &self.shared.negotiated
-    }
-
-    pub(crate) fn notifier(&self) -> &Notifier {
-        &self.shared.notifier
-    }
-
-    pub(crate) fn channel(&self) -> &Arc<dyn Channel> {
-        &self.chan
-    }
-
-    pub(crate) fn table(&self) -> &InflightTable {
-        &self.shared.tables[self.index]
-    }
-
-    /// Writes a reply; a request the kernel no longer waits for (ENOENT) is
-    /// not an error.
-    pub(crate) fn send_reply(&self, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
-        if let Err(e) = self.chan.send(msg) {
-            match e.raw_os_error() {
-                Some(libc::ENOENT) => {
-                    log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it")
-                }
-                _ => log::error!("{opcode} reply to {unique} on {}: {e}", self.chan.describe()),
-            }
-        }
-    }
-
-    /// Counts a request as finished. Called before its reply is written, so
-    /// that statistics read once the kernel has the reply include it.
-    pub(crate) fn finished(&self, opcode: Opcode, is_error: bool) {
-        self.shared.stats.finish(self.index, opcode, is_error);
-    }
-
-    /// Frees a request's in-flight slot. Called after its reply is written,
-    /// so that an INTERRUPT racing the reply still finds its target.
-    pub(crate) fn release(&self, slot: &Slot) {
-        self.table().release(slot);
-    }
-
-    pub(crate) fn is_interrupted(&self, slot: &Slot) -> bool {
-        self.table().is_interrupted(slot)
-    }
-
-    pub(crate) fn on_interrupt(&self, slot: &Slot, cb: InterruptCallback) {
-        self.table().on_interrupt(slot, cb)
-    }
-}
+use std::sync::atomic::Ordering;
 
 /// What ended a worker.
 #[derive(Debug)]
@@ -134,7 +36,7 @@ fn never_waits(op: Option<u32>) -> bool {
 }
 
 /// Runs one pool thread until the connection ends, the session stops, or
-/// it retires. It starts counted as idle ([`Pool::begin_start`]) and leaves
+/// it retires. It starts counted as idle ([`crate::pool::Pool::begin_start`]) and leaves
 /// the idle count whenever it returns.
 pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: AlignedBuf) -> WorkerEnd {
     let shared = &core.shared;

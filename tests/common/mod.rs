@@ -1,8 +1,9 @@
 //! Helpers for tests that mount for real: deciding whether mounting is
 //! possible (never skipping silently under `CI=true`), temporary mountpoints
 //! that unmount on drop, `/proc/self/mountinfo` lookups, a tiny server that
-//! answers INIT and GETATTR of the root, and a guard that opens `/dev/fuse`
-//! to other users for a test's duration.
+//! answers INIT and GETATTR of the root, a guard that opens `/dev/fuse`
+//! to other users for a test's duration, and where the example programs
+//! are ([`example_binary`]).
 //!
 //! Use with `mod common;` from a test file; not every file uses every helper.
 #![allow(dead_code)]
@@ -15,6 +16,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -490,5 +493,81 @@ impl Drop for DevFuseOpenToAll {
             }
         }
         // The lock is released when the file closes, after the restores.
+    }
+}
+
+/// The example program `name` (`hello`, `memfs`, `passthrough_ll`):
+/// `target/<profile>/examples/<name>`, found from this test binary's path
+/// (`target/<profile>/deps/<test>-<hash>`). Tests use the examples only as
+/// programs, through this.
+///
+/// `cargo test --all-targets` builds examples only as test harnesses, and
+/// an older plain build may be stale: the first call (re)builds every
+/// example with the cargo that runs this test (a no-op when they are fresh;
+/// the build lock is free by the time tests run).
+pub fn example_binary(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps");
+        if let Ok(cargo) = std::env::var("CARGO") {
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "--examples"]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build --examples");
+            assert!(status.success(), "building the examples failed");
+        }
+        profile_dir.join("examples")
+    });
+    let bin = dir.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: build the examples first (cargo build --workspace --examples)",
+        bin.display()
+    );
+    bin
+}
+
+/// The `O_PATH` descriptors process `pid` holds (`flags` in
+/// `/proc/PID/fdinfo`); 0 if it cannot be read.
+pub fn open_path_fds(pid: u32) -> usize {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| {
+            fs::read_to_string(e.path()).is_ok_and(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                    .is_some_and(|f| f & libc::O_PATH as u32 != 0)
+            })
+        })
+        .count()
+}
+
+/// Makes the kernel evict unused dentries and inodes (it sends FORGET for
+/// each) until the daemon `pid`, which holds one `O_PATH` descriptor per
+/// inode the kernel knows, holds at most `want` of them, or `timeout`
+/// passes. Returns how many it holds at the end.
+pub fn evict_until_path_fds(pid: u32, want: usize, timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    loop {
+        fs::write("/proc/sys/vm/drop_caches", "2").expect("write /proc/sys/vm/drop_caches");
+        for _ in 0..50 {
+            let now = open_path_fds(pid);
+            if now <= want || Instant::now() >= deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

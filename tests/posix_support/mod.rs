@@ -1,4 +1,5 @@
-//! Helpers for the differential POSIX suite and the seed proofs: spawning the
+//! Helpers for the differential POSIX suite and the passthrough request
+//! proofs (`passthrough_requests.rs`): spawning the
 //! example daemons on fresh temporary directories (unmounted and reaped by a
 //! guard, also when a test fails), a log of each operation's outcome that is
 //! compared between a plain directory and a FUSE mount, running a closure
@@ -389,23 +390,7 @@ impl Drop for TempBase {
     }
 }
 
-/// `target/<profile>/examples/<name>`, found from this test binary's path
-/// (`target/<profile>/deps/<test>-<hash>`).
-pub fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps");
-    let bin = profile_dir.join("examples").join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: build the example first (cargo test --workspace --all-targets builds it; \
-         or cargo build --example {name})",
-        bin.display()
-    );
-    bin
-}
+pub use common::example_binary;
 
 /// Which filesystem a check runs on besides the plain directory.
 #[derive(Clone, Copy, Debug)]
@@ -756,11 +741,8 @@ pub struct ForkedChild {
 pub fn fork_child(f: impl FnOnce() -> [i64; CHILD_VALUES]) -> ForkedChild {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints.
-    assert_eq!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
-        0,
-        "pipe2"
-    );
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
     // SAFETY: the child only runs `f` (simple system calls), writes and `_exit`s.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", errno_name(errno()));
@@ -790,7 +772,43 @@ pub fn fork_child(f: impl FnOnce() -> [i64; CHILD_VALUES]) -> ForkedChild {
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds; async-signal-safe, so a forked child
+/// may call it to say when something happened, comparable with the parent's.
+pub fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 impl ForkedChild {
+    /// Waits (at most `timeout`) until the kernel shows the child asleep in
+    /// the system call `nr` (`/proc/PID/syscall`); false if it ended first
+    /// or the deadline passed.
+    pub fn wait_blocked_in(&self, nr: libc::c_long, timeout: Duration) -> bool {
+        let syscall = format!("/proc/{}/syscall", self.pid);
+        let stat = format!("/proc/{}/stat", self.pid);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let ended = fs::read_to_string(&stat)
+                .map(|s| s.rsplit_once(") ").is_none_or(|(_, r)| r.starts_with('Z')))
+                .unwrap_or(true);
+            if ended {
+                return false;
+            }
+            if let Ok(s) = fs::read_to_string(&syscall)
+                && s.split_whitespace().next() == Some(nr.to_string().as_str())
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
     /// Waits (at most `timeout`) for the child's values; kills it on timeout.
     pub fn wait(self, timeout: Duration) -> Result<[i64; CHILD_VALUES], String> {
         let mut pfd = libc::pollfd {

@@ -93,11 +93,8 @@ unsafe fn close_all_but(keep: &[i32]) {
 fn pipe() -> (Fd, Fd) {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints.
-    assert_eq!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
-        0,
-        "pipe2"
-    );
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(r, 0, "pipe2");
     (Fd(fds[0]), Fd(fds[1]))
 }
 

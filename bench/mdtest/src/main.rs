@@ -12,6 +12,15 @@
 //! - `ls_cold`, `ls_warm` (with `--ls DIR`): the wall time of `ls -l DIR`, once
 //!   or (`--ls-runs 2`, the default) twice.
 //!
+//! With `--inode-phase NAME --target DIR` it runs only that one phase, on
+//! files made beforehand (the many-inodes rows: what a daemon pays per live
+//! inode):
+//!
+//! - `ls_big`: `ls -l DIR`;
+//! - `stat_many`: `lstat` of `DIR/e000000` ... (`--count` names), no listing,
+//!   so each is a LOOKUP;
+//! - `tree_walk`: list every directory below DIR and `lstat` every entry.
+//!
 //! A phase's rate is its operations divided by the wall time from the first
 //! thread's start to the last thread's end. Stat, unlink and read phases work on the files the
 //! phase before made, so a faster create phase gives them more work, never
@@ -26,7 +35,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: mdtest --dir DIR [--threads T] [--seconds S] [--max-files N] \
-[--small-size BYTES] [--ls DIR [--ls-runs 1|2]]";
+[--small-size BYTES] [--ls DIR [--ls-runs 1|2]]
+       mdtest --inode-phase ls_big|stat_many|tree_walk --target DIR [--count N]";
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -37,6 +47,10 @@ struct Config {
     small_size: usize,
     ls: Option<PathBuf>,
     ls_runs: usize,
+    /// `--inode-phase`: run only this phase, on `target`.
+    inode_phase: Option<String>,
+    target: Option<PathBuf>,
+    count: usize,
 }
 
 fn parse_args(args: &[String]) -> Result<Config, String> {
@@ -48,6 +62,9 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         small_size: 4096,
         ls: None,
         ls_runs: 2,
+        inode_phase: None,
+        target: None,
+        count: 0,
     };
     let mut dir = None;
     let mut it = args.iter();
@@ -64,9 +81,22 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--small-size" => cfg.small_size = num(&val("--small-size")?)?,
             "--ls" => cfg.ls = Some(PathBuf::from(val("--ls")?)),
             "--ls-runs" => cfg.ls_runs = num(&val("--ls-runs")?)?,
+            "--inode-phase" => cfg.inode_phase = Some(val("--inode-phase")?),
+            "--target" => cfg.target = Some(PathBuf::from(val("--target")?)),
+            "--count" => cfg.count = num(&val("--count")?)?,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
+    }
+    if let Some(p) = &cfg.inode_phase {
+        if !["ls_big", "stat_many", "tree_walk"].contains(&p.as_str()) {
+            return Err(format!("unknown --inode-phase {p:?}\n{USAGE}"));
+        }
+        if cfg.target.is_none() {
+            return Err(format!("--inode-phase needs --target\n{USAGE}"));
+        }
+        cfg.dir = dir.unwrap_or_default();
+        return Ok(cfg);
     }
     cfg.dir = dir.ok_or_else(|| format!("--dir is required\n{USAGE}"))?;
     if cfg.threads == 0 || cfg.max_files == 0 {
@@ -393,6 +423,71 @@ fn ls_phase(name: &'static str, dir: &Path) -> PhaseResult {
     r
 }
 
+/// `lstat` of `dir/e000000` .. `dir/e{count-1}`: one LOOKUP each on a cold mount.
+fn stat_many_phase(dir: &Path, count: usize) -> PhaseResult {
+    let mut r = PhaseResult {
+        name: "stat_many",
+        ..Default::default()
+    };
+    let start = Instant::now();
+    for i in 0..count {
+        let p = dir.join(format!("e{i:06}"));
+        match lstat(&p) {
+            Ok(()) => r.ops += 1,
+            Err(e) => {
+                r.errors += 1;
+                r.first_error
+                    .get_or_insert_with(|| format!("lstat {}: {e}", p.display()));
+            }
+        }
+    }
+    r.seconds = start.elapsed().as_secs_f64();
+    r
+}
+
+/// Lists every directory below `root` and `lstat`s every entry (depth
+/// first, with a stack rather than recursion).
+fn tree_walk_phase(root: &Path) -> PhaseResult {
+    let mut r = PhaseResult {
+        name: "tree_walk",
+        ..Default::default()
+    };
+    let fail = |r: &mut PhaseResult, what: String| {
+        r.errors += 1;
+        r.first_error.get_or_insert(what);
+    };
+    let start = Instant::now();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                fail(&mut r, format!("read_dir {}: {e}", dir.display()));
+                continue;
+            }
+        };
+        for ent in entries {
+            let ent = match ent {
+                Ok(e) => e,
+                Err(e) => {
+                    fail(&mut r, format!("read_dir {}: {e}", dir.display()));
+                    break;
+                }
+            };
+            let p = ent.path();
+            match lstat(&p) {
+                Ok(()) => r.ops += 1,
+                Err(e) => fail(&mut r, format!("lstat {}: {e}", p.display())),
+            }
+            if ent.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            }
+        }
+    }
+    r.seconds = start.elapsed().as_secs_f64();
+    r
+}
+
 fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
@@ -409,6 +504,13 @@ fn json_str(s: &str) -> String {
 }
 
 fn run(cfg: &Config) -> Result<Vec<PhaseResult>, String> {
+    if let (Some(phase), Some(target)) = (&cfg.inode_phase, &cfg.target) {
+        return Ok(vec![match phase.as_str() {
+            "ls_big" => ls_phase("ls_big", target),
+            "stat_many" => stat_many_phase(target, cfg.count),
+            _ => tree_walk_phase(target),
+        }]);
+    }
     // A directory of its own, so runs with different thread counts never meet.
     let root = cfg
         .dir
@@ -499,7 +601,7 @@ mod tests {
         let lsdir = dir.join("listing");
         fs::create_dir_all(&lsdir).unwrap();
         for i in 0..5 {
-            File::create(lsdir.join(format!("e{i}"))).unwrap();
+            File::create(lsdir.join(format!("e{i:06}"))).unwrap();
         }
         let cfg = Config {
             dir: dir.clone(),
@@ -507,9 +609,33 @@ mod tests {
             seconds: 30.0,
             max_files: 20,
             small_size: 100,
-            ls: Some(lsdir),
+            ls: Some(lsdir.clone()),
             ls_runs: 2,
+            inode_phase: None,
+            target: None,
+            count: 0,
         };
+        // The many-inodes phases, each on its own.
+        let sub = lsdir.join("sub");
+        fs::create_dir_all(&sub).unwrap();
+        File::create(sub.join("x")).unwrap();
+        for (phase, count, ops) in [("ls_big", 0, 6), ("stat_many", 3, 3), ("tree_walk", 0, 7)] {
+            let c = Config {
+                inode_phase: Some(phase.into()),
+                target: Some(lsdir.clone()),
+                count,
+                ..cfg.clone()
+            };
+            let r = run(&c).unwrap();
+            assert_eq!(r.len(), 1, "{phase}");
+            assert_eq!(
+                (r[0].name, r[0].ops, r[0].errors),
+                (phase, ops, 0),
+                "{phase}: {:?}",
+                r[0]
+            );
+        }
+        fs::remove_dir_all(&sub).unwrap();
         let r = run(&cfg).unwrap();
         let names: Vec<_> = r.iter().map(|p| p.name).collect();
         assert_eq!(

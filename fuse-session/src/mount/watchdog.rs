@@ -182,7 +182,7 @@ impl Drop for Watchdog {
 /// `sock` and a copy of the parent's end `parent_end` (which must not stay
 /// open here, or the end of file would never come). Never returns.
 fn watch(plan: &Plan, sock: RawFd, parent_end: RawFd) -> ! {
-    // SAFETY (whole function): only async-signal-safe system calls, on
+    // SAFETY: (the whole function) only async-signal-safe system calls, on
     // memory prepared before the fork or on the stack; no allocation, no
     // locks, no panics (no indexing, no unwrap).
     unsafe {

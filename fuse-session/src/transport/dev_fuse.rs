@@ -122,8 +122,8 @@ impl DevFuse {
     /// # Safety
     /// `fd` must be an open `/dev/fuse` descriptor owned by nobody else.
     pub unsafe fn from_raw_fd(fd: RawFd) -> Self {
-        // SAFETY: the caller guarantees `fd` is open and exclusively ours.
         Self {
+            // SAFETY: the caller guarantees `fd` is open and exclusively ours.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             cloned: false,
         }

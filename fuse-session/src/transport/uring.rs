@@ -41,10 +41,10 @@
 //! `/dev/fuse` worker pool for them.
 
 use super::Channel;
+use crate::conn::{Shared, WorkerCore};
 use crate::deferred::EntryBudget;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
-use crate::worker::{Shared, WorkerCore};
 use fuse_proto::abi::{OutHeader, UringCmdReq, UringEntInOut, UringReqHeader};
 use fuse_proto::consts::{URING_IN_OUT_HEADER_SZ, uring_cmd};
 use fuse_proto::flags::InitFlags;

@@ -1,12 +1,13 @@
-//! The seed proofs of the project issue, on real mounts of the
-//! `passthrough_ll` example (whose `--stats FILE` reports per-opcode counts,
-//! errors and the most requests in flight at once, plus the inodes the
-//! kernel still held at exit):
+//! Which requests the kernel sends `passthrough_ll`, and how many at once,
+//! under its options, on real mounts (its `--stats FILE` reports
+//! per-opcode counts, errors and the most requests in flight at once, plus
+//! the inodes the kernel still held at exit):
 //!
 //! - parallel direct writes reach the daemon concurrently only with
 //!   `-o parallel_direct_writes`, and the data is right either way;
 //! - creates in several directories and in one shared directory proceed
-//!   concurrently and lose nothing; the inode table is sharded;
+//!   concurrently and lose nothing (the inode table's own concurrency is
+//!   proved in `examples/passthrough_ll/inode_table_tests.rs`);
 //! - `-o atomic_open` on this kernel (no atomic-open extension upstream)
 //!   falls back to LOOKUP + OPEN/CREATE and behaves like a plain directory;
 //! - after dropping the kernel's caches, every lookup was forgotten and no
@@ -18,18 +19,10 @@
 mod common;
 mod posix_support;
 
-#[allow(dead_code)]
-#[path = "../examples/passthrough_ll/sys.rs"]
-mod sys;
-
-#[allow(dead_code)]
-#[path = "../examples/passthrough_ll/inodes.rs"]
-mod inodes;
-
 use posix_support::*;
 use std::collections::HashSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -266,158 +259,6 @@ fn concurrent_creates_in_private_and_shared_directories() {
     );
 }
 
-/// An `O_PATH` descriptor of `p` and its attributes, for the inode table.
-fn path_fd(p: &Path) -> (std::os::fd::OwnedFd, libc::stat) {
-    let fd = open(p, libc::O_PATH | libc::O_NOFOLLOW, 0).expect("open");
-    let st = fstat(&fd).expect("fstat");
-    // SAFETY: ownership of the descriptor passes to the OwnedFd.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd.0) };
-    std::mem::forget(fd);
-    (owned, st)
-}
-
-/// The inode table has no lock that every insert takes: while one shard's
-/// lock is held, inserts of inodes that hash to other shards complete, and
-/// an insert into the held shard waits exactly until it is released.
-#[test]
-fn inode_table_inserts_into_other_shards_proceed_while_one_is_held() {
-    let base = TempBase::new("shards");
-    let files: Vec<PathBuf> = (0..4 * inodes::SHARDS)
-        .map(|i| {
-            let p = base.path().join(format!("f{i}"));
-            fs::write(&p, b"").expect("create");
-            p
-        })
-        .collect();
-    let shard = |p: &Path| {
-        let st = fstat(&open(p, libc::O_PATH | libc::O_NOFOLLOW, 0).expect("open")).expect("fstat");
-        inodes::shard_of((st.st_dev, st.st_ino))
-    };
-    let held = shard(&files[0]);
-    let (same, others): (Vec<PathBuf>, Vec<PathBuf>) =
-        files[1..].iter().cloned().partition(|p| shard(p) == held);
-    assert!(!others.is_empty(), "every file hashed to shard {held}");
-    let (root_fd, _) = path_fd(base.path());
-    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd).expect("table"));
-
-    let guard = table.lock_shard(held);
-    let (tx, rx) = mpsc::channel();
-    let t = table.clone();
-    let n_others = others.len();
-    std::thread::spawn(move || {
-        for p in &others {
-            let (fd, st) = path_fd(p);
-            t.lookup_or_insert(fd, &st);
-        }
-        let _ = tx.send(());
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
-        "inserts into other shards blocked while shard {held} was held"
-    );
-    assert_eq!(table.live(), n_others);
-
-    let (tx, rx) = mpsc::channel();
-    let t = table.clone();
-    let first = files[0].clone();
-    std::thread::spawn(move || {
-        let (fd, st) = path_fd(&first);
-        let _ = tx.send(t.lookup_or_insert(fd, &st).id);
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_millis(500)).is_err(),
-        "an insert into the held shard {held} did not wait for its lock"
-    );
-    drop(guard);
-    let id = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the insert into the released shard finished");
-    assert!(table.get(id).is_some());
-    assert_eq!(table.live(), n_others + 1);
-    // Files in the held shard besides the first one, if any, insert normally now.
-    for p in &same {
-        let (fd, st) = path_fd(p);
-        table.lookup_or_insert(fd, &st);
-    }
-    assert_eq!(table.live(), files.len());
-}
-
-/// The inode table on its own: many threads inserting and forgetting
-/// distinct inodes at once lose nothing and get distinct node ids.
-#[test]
-fn inode_table_concurrent_inserts_and_forgets() {
-    let base = TempBase::new("inodes");
-    const THREADS: usize = 4;
-    const PER_THREAD: usize = 500;
-    for t in 0..THREADS {
-        for i in 0..PER_THREAD {
-            fs::write(base.path().join(format!("t{t}-{i}")), b"").expect("create");
-        }
-    }
-    let root = open(base.path(), libc::O_PATH | libc::O_DIRECTORY, 0).expect("open root");
-    // SAFETY: `root.0` is an open descriptor we give away to the OwnedFd.
-    let root_fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(root.0) };
-    std::mem::forget(root);
-    let table = std::sync::Arc::new(inodes::InodeTable::new(root_fd).expect("table"));
-    let dir: PathBuf = base.path().to_path_buf();
-    let ids = bounded("inode table inserts", Duration::from_secs(60), || {}, {
-        let table = table.clone();
-        move || {
-            let handles: Vec<_> = (0..THREADS)
-                .map(|t| {
-                    let table = table.clone();
-                    let dir = dir.clone();
-                    std::thread::spawn(move || {
-                        let mut ids = Vec::new();
-                        for i in 0..PER_THREAD {
-                            for _ in 0..2 {
-                                let p = dir.join(format!("t{t}-{i}"));
-                                let fd = open(&p, libc::O_PATH | libc::O_NOFOLLOW, 0).expect("open");
-                                let st = fstat(&fd).expect("fstat");
-                                // SAFETY: ownership of the descriptor passes to the OwnedFd.
-                                let owned = unsafe {
-                                    <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd.0)
-                                };
-                                std::mem::forget(fd);
-                                ids.push(table.lookup_or_insert(owned, &st).id);
-                            }
-                        }
-                        ids
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("inserter panicked"))
-                .collect::<Vec<_>>()
-        }
-    });
-    let mut all = HashSet::new();
-    for per_thread in &ids {
-        for pair in per_thread.chunks(2) {
-            assert_eq!(pair[0], pair[1], "the same inode got two node ids");
-            assert_eq!(table.nlookup(pair[0]), Some(2));
-            assert!(all.insert(pair[0]), "node id {} given to two inodes", pair[0]);
-        }
-    }
-    assert_eq!(table.live(), THREADS * PER_THREAD);
-    let forgets: Vec<_> = ids
-        .into_iter()
-        .map(|v| {
-            let table = table.clone();
-            std::thread::spawn(move || {
-                for id in v.into_iter().step_by(2) {
-                    table.forget(id, 2);
-                }
-            })
-        })
-        .collect();
-    for h in forgets {
-        h.join().expect("forgetter panicked");
-    }
-    assert_eq!(table.live(), 0, "every inode forgotten");
-}
-
 // ---------------------------------------------------------------------------
 // atomic open falls back on this kernel
 
@@ -546,23 +387,6 @@ fn open_fds(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-fn open_path_fds(pid: u32) -> usize {
-    // O_PATH descriptors show `flags: 010000000` in fdinfo.
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter(|e| {
-            fs::read_to_string(e.path()).is_ok_and(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("flags:"))
-                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-                    .is_some_and(|f| f & libc::O_PATH as u32 != 0)
-            })
-        })
-        .count()
-}
-
 #[test]
 fn lookup_counts_return_to_zero_after_dropping_caches() {
     if !common::require_mount_capability() {
@@ -570,7 +394,7 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
     }
     let d = Daemon::start(Fs::Passthrough("threads=4"));
     let pid = d.pid().expect("daemon pid");
-    let (fds_at_start, paths_at_start) = (open_fds(pid), open_path_fds(pid));
+    let (fds_at_start, paths_at_start) = (open_fds(pid), common::open_path_fds(pid));
     let mnt = d.mnt.clone();
     bounded(
         "building and walking a tree",
@@ -603,16 +427,11 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
             drop(fd);
         },
     );
-    let paths_busy = open_path_fds(pid);
-    // Evict every unused dentry and inode: the kernel sends FORGET for each.
-    for _ in 0..3 {
-        drop_dentries_and_inodes();
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // One more round trip so that the queued FORGETs were read before we unmount.
-    let _ = fs::symlink_metadata(d.mnt.join("no-such-name"));
-    std::thread::sleep(Duration::from_millis(300));
-    let (fds_after, paths_after) = (open_fds(pid), open_path_fds(pid));
+    let paths_busy = common::open_path_fds(pid);
+    // Evict every unused dentry and inode: the kernel sends FORGET for each,
+    // and the daemon closes the O_PATH descriptor of each inode forgotten.
+    common::evict_until_path_fds(pid, paths_at_start, Duration::from_secs(20));
+    let (fds_after, paths_after) = (open_fds(pid), common::open_path_fds(pid));
     let exit = d.finish();
     let inodes = exit.stats().get("inodes").and_then(Json::as_u64);
     eprintln!(
@@ -628,9 +447,11 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
     );
     // passthrough_ll counts the inodes the kernel holds lookups on, the root (node 1) not included.
     assert_eq!(inodes, Some(0), "lookups left at exit: {:?}", exit.stats());
-    assert_eq!(
-        paths_after, paths_at_start,
-        "O_PATH descriptors leaked ({fds_after} fds in all)"
+    // At start the daemon may still hold an inode the kernel looked up while
+    // mounting; after the caches are dropped, no more than at start is left.
+    assert!(
+        paths_after <= paths_at_start,
+        "O_PATH descriptors leaked: {paths_after} after, {paths_at_start} at start ({fds_after} fds in all)"
     );
     assert!(
         exit.status.is_some_and(|s| s.success()),

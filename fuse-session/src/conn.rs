@@ -1,0 +1,129 @@
+//! What the workers of one connection share, and the handle one worker's
+//! requests point back to.
+//!
+//! [`Shared`] is fixed after INIT: the negotiated parameters, the per-worker
+//! in-flight tables and statistics, the `/dev/fuse` pool, the helpers for
+//! deferred replies. [`WorkerCore`] is one worker (a `/dev/fuse` reader or
+//! an io_uring ring entry): its index in those tables and the channel its
+//! replies go to; [`RequestContext`](crate::RequestContext) and every reply
+//! handle hold one. [`Job`] is a request read while every handler slot was
+//! taken, waiting in the pool's backlog for a worker. This module sits
+//! below the worker loop, the dispatcher and the reply handles, which all
+//! use it, and above the transport, which it only names.
+
+use crate::buffer::AlignedBuf;
+use crate::credentials::CallerPolicy;
+use crate::deferred::{EntryBudget, Helpers};
+use crate::init::Negotiated;
+use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts, Slot};
+use crate::notify::Notifier;
+use crate::pool::{Pool, Queued};
+use crate::stats::StatsTable;
+use crate::transport::Channel;
+use fuse_proto::request::ParseConfig;
+use fuse_proto::{Opcode, Reply};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// State shared by all workers of a session, fixed after INIT.
+pub(crate) struct Shared {
+    pub(crate) negotiated: Negotiated,
+    pub(crate) parse: ParseConfig,
+    /// Per-worker tables; indices from `uring_base` on belong to io_uring
+    /// queues (one each), the others to `/dev/fuse` workers.
+    pub(crate) tables: Box<[InflightTable]>,
+    pub(crate) stats: StatsTable,
+    /// The `/dev/fuse` worker pool.
+    pub(crate) pool: Pool<Job>,
+    /// Helper threads for deferred replies.
+    pub(crate) helpers: Helpers,
+    /// `allow_root`: the only non-root uid served.
+    pub(crate) deny_others: Option<u32>,
+    pub(crate) pending: PendingInterrupts,
+    pub(crate) notifier: Notifier,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) destroyed: AtomicBool,
+    /// The first per-worker index that belongs to an io_uring queue.
+    pub(crate) uring_base: usize,
+    /// What can be known about callers' credentials.
+    pub(crate) callers: CallerPolicy,
+}
+
+/// One worker: its index in the per-worker tables and its channel.
+pub(crate) struct WorkerCore {
+    pub(crate) index: usize,
+    pub(crate) chan: Arc<dyn Channel>,
+    pub(crate) shared: Arc<Shared>,
+    /// io_uring: the share of the queue's entries that deferred waits may hold.
+    pub(crate) defer_budget: Option<Arc<EntryBudget>>,
+}
+
+impl WorkerCore {
+    pub(crate) fn minor(&self) -> u32 {
+        self.shared.negotiated.minor
+    }
+
+    pub(crate) fn negotiated(&self) -> &Negotiated {
+        &self.shared.negotiated
+    }
+
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.shared.notifier
+    }
+
+    pub(crate) fn channel(&self) -> &Arc<dyn Channel> {
+        &self.chan
+    }
+
+    pub(crate) fn table(&self) -> &InflightTable {
+        &self.shared.tables[self.index]
+    }
+
+    /// Writes a reply; a request the kernel no longer waits for (ENOENT) is
+    /// not an error.
+    pub(crate) fn send_reply(&self, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
+        if let Err(e) = self.chan.send(msg) {
+            match e.raw_os_error() {
+                Some(libc::ENOENT) => {
+                    log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it")
+                }
+                _ => log::error!("{opcode} reply to {unique} on {}: {e}", self.chan.describe()),
+            }
+        }
+    }
+
+    /// Counts a request as finished. Called before its reply is written, so
+    /// that statistics read once the kernel has the reply include it.
+    pub(crate) fn finished(&self, opcode: Opcode, is_error: bool) {
+        self.shared.stats.finish(self.index, opcode, is_error);
+    }
+
+    /// Frees a request's in-flight slot. Called after its reply is written,
+    /// so that an INTERRUPT racing the reply still finds its target.
+    pub(crate) fn release(&self, slot: &Slot) {
+        self.table().release(slot);
+    }
+
+    pub(crate) fn is_interrupted(&self, slot: &Slot) -> bool {
+        self.table().is_interrupted(slot)
+    }
+
+    pub(crate) fn on_interrupt(&self, slot: &Slot, cb: InterruptCallback) {
+        self.table().on_interrupt(slot, cb)
+    }
+}
+
+/// A request read while the pool was at its cap, waiting for a worker.
+pub(crate) struct Job {
+    pub(crate) buf: AlignedBuf,
+    pub(crate) len: usize,
+    pub(crate) unique: u64,
+    /// The worker that read it: its reply must go to that channel.
+    pub(crate) core: Arc<WorkerCore>,
+}
+
+impl Queued for Job {
+    fn unique(&self) -> u64 {
+        self.unique
+    }
+}
