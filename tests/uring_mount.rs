@@ -123,6 +123,19 @@ impl log::Log for Capture {
     fn flush(&self) {}
 }
 
+/// Log lines captured from index `from` on that contain `needle`.
+fn logged_since(from: usize, needle: &str) -> Vec<String> {
+    LINES.lock().unwrap_or_else(|e| e.into_inner())[from..]
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}
+
+fn log_len() -> usize {
+    LINES.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
 fn capture_logs() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
@@ -531,9 +544,15 @@ fn requests_are_served_over_the_rings() {
     assert_eq!(written, expected_bytes);
 
     // Unmount: the parked ring commands complete with ENOTCONN, the queue
-    // threads end, the session ends.
+    // threads end by themselves (not stopped after the grace), the session ends.
+    let logs = log_len();
     guard.unmount().expect("unmount");
     let report = join_with_timeout(running).expect("session result");
+    let stopped = logged_since(logs, "io_uring queues still running");
+    assert!(
+        stopped.is_empty(),
+        "the queues did not end on unmount: {stopped:?}"
+    );
     assert!(report.transport.is_uring());
     assert!(report.stats.transport.uring >= t.uring);
     let _ = std::fs::remove_dir(&mp);
@@ -808,8 +827,16 @@ fn blocked_handlers_do_not_stall_their_queue() {
     unblock.done = true;
     drop(unblock);
 
+    // Every thread of the queue ends on unmount, standbys included.
+    let logs = log_len();
     guard.unmount().expect("unmount");
     let report = join_with_timeout(running).expect("session result");
+    let stopped = logged_since(logs, "io_uring queues still running");
+    assert!(
+        stopped.is_empty(),
+        "the queues did not end on unmount: {stopped:?}"
+    );
+    assert_eq!(ring_threads(), 0, "ring threads outlived the session");
     assert!(report.transport.is_uring());
     let _ = std::fs::remove_dir(&mp);
 }

@@ -377,6 +377,9 @@ pub(crate) struct Queue {
     live: AtomicUsize,
     standby: AtomicUsize,
     next_serial: AtomicUsize,
+    /// The threads started after the first, joined when the rings end
+    /// (finished ones are dropped when another starts).
+    followers: Mutex<Vec<JoinHandle<()>>>,
     depth: usize,
 }
 
@@ -539,6 +542,30 @@ impl Queue {
             return;
         }
         self.wake_standbys();
+    }
+
+    /// The queue's state, for a log line.
+    fn describe(&self) -> String {
+        format!(
+            "queue {}: {} threads ({} standby), token {}, {} of {} entries ended, {} SQEs not submitted, \
+             completions {}",
+            self.qid,
+            self.live.load(Ordering::SeqCst),
+            self.standby.load(Ordering::SeqCst),
+            if self.driving.load(Ordering::SeqCst) {
+                "held"
+            } else {
+                "free"
+            },
+            self.dead.load(Ordering::SeqCst),
+            self.depth,
+            self.queued.load(Ordering::SeqCst),
+            if self.cq_status.0.is_empty() {
+                "none waiting"
+            } else {
+                "waiting"
+            },
+        )
     }
 
     /// Whether the kernel holds a command that thread `me` submitted.
@@ -849,8 +876,15 @@ impl Rings {
         let deadline = Instant::now() + grace;
         while !self.all_ended() {
             if Instant::now() >= deadline && !shared.shutdown.swap(true, Ordering::AcqRel) {
+                let state: Vec<String> = self
+                    .queues
+                    .iter()
+                    .filter(|q| q.live.load(Ordering::SeqCst) > 0)
+                    .map(|q| q.describe())
+                    .collect();
                 log::warn!(
-                    "io_uring queues still running {grace:?} after the /dev/fuse workers; stopping them"
+                    "io_uring queues still running {grace:?} after the /dev/fuse workers; stopping them: {}",
+                    state.join("; ")
                 );
             }
             if shared.shutdown.load(Ordering::Acquire) {
@@ -863,6 +897,20 @@ impl Rings {
                 Ok(QueueEnd::Failed(e)) => log::warn!("io_uring queue {qid} ended on an error: {e}"),
                 Ok(end) => log::debug!("io_uring queue {qid} ended: {end:?}"),
                 Err(_) => log::error!("io_uring queue {qid} thread panicked"),
+            }
+        }
+        // Every thread has left its loop (`live` is 0); wait until they are
+        // gone, so that none outlives the session.
+        join_followers(&self.queues);
+    }
+}
+
+fn join_followers(queues: &[Arc<Queue>]) {
+    for q in queues {
+        let threads = std::mem::take(&mut *q.followers.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            if t.join().is_err() {
+                log::error!("io_uring queue {} thread panicked", q.qid);
             }
         }
     }
@@ -955,6 +1003,7 @@ pub(crate) fn start<F: Filesystem>(
             live: AtomicUsize::new(0),
             standby: AtomicUsize::new(0),
             next_serial: AtomicUsize::new(1),
+            followers: Mutex::new(Vec::new()),
             depth,
         });
         let mut entries = Vec::with_capacity(depth);
@@ -1053,12 +1102,12 @@ fn stop_queues(rings: Rings) {
     }
     if !rings.all_ended() {
         log::warn!("io_uring queue threads still running after they were told to stop");
+        return;
     }
     for t in rings.threads {
-        if t.is_finished() {
-            let _ = t.join();
-        }
+        let _ = t.join();
     }
+    join_followers(&rings.queues);
 }
 
 fn pin_to_cpu(cpu: usize) {
@@ -1182,13 +1231,20 @@ impl<F: Filesystem> QueueCtx<F> {
         let t = std::thread::Builder::new()
             .name(format!("fuse-uring-{}", q.qid))
             .spawn(move || ctx.follower(serial));
-        if let Err(e) = t {
-            q.standby.fetch_sub(1, Ordering::SeqCst);
-            q.live.fetch_sub(1, Ordering::SeqCst);
-            log::warn!("io_uring queue {}: cannot start a thread: {e}", q.qid);
-            return false;
+        match t {
+            Ok(t) => {
+                let mut f = q.followers.lock().unwrap_or_else(|e| e.into_inner());
+                f.retain(|t| !t.is_finished());
+                f.push(t);
+                true
+            }
+            Err(e) => {
+                q.standby.fetch_sub(1, Ordering::SeqCst);
+                q.live.fetch_sub(1, Ordering::SeqCst);
+                log::warn!("io_uring queue {}: cannot start a thread: {e}", q.qid);
+                false
+            }
         }
-        true
     }
 
     /// Drives, or waits as a standby, until the thread ends. A thread that
@@ -1242,6 +1298,12 @@ impl<F: Filesystem> QueueCtx<F> {
             let above_floor = q.live.load(Ordering::SeqCst) > floor;
             let timeout = above_floor.then(|| self.shared.pool.cfg.idle_timeout * backoff);
             if wait_readable(&q.standby_fd, &q.nudge_fd, timeout) {
+                if self.stopping() {
+                    // Leave the eventfd readable: every other standby must
+                    // see it too (the one write that closed the queue wakes
+                    // them all, but a drained eventfd puts them back to sleep).
+                    return leave(Err(QueueEnd::Stopped));
+                }
                 // Read the counters before looking (at the top of the loop):
                 // what comes after writes them again.
                 drain(&q.standby_fd);
