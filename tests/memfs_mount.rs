@@ -699,3 +699,320 @@ fn hello_binary_unmounts_on_sigterm() {
     assert!(status.success(), "hello exited with {status}");
     assert!(!common::fuse_mounted_at(mp.path()), "still mounted after SIGTERM");
 }
+
+// ---------------------------------------------------------------------------
+// Capacity: `-o size=` and `-o nr_inodes=`
+// ---------------------------------------------------------------------------
+
+/// memfs with a byte and an inode limit (`-o size=,nr_inodes=`), mounted
+/// with `allow_other` when `shared`.
+fn memfs_capped(tag: &str, size: u64, nr_inodes: u64, shared: bool) -> Served {
+    let mut opts = format!("threads=4,fsname=memfs-test,size={size},nr_inodes={nr_inodes}");
+    if shared {
+        opts.push_str(",allow_other");
+    }
+    if common::over_uring() {
+        opts.push_str(",uring");
+    }
+    Served::start(tag, "memfs", &opts)
+}
+
+/// statvfs(2) of `p`: (blocks, bfree, bavail, files, ffree, frsize).
+fn statvfs(p: &Path) -> (u64, u64, u64, u64, u64, u64) {
+    // SAFETY: statvfs fills the struct it is given; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` outlives the call.
+    let rc = unsafe { libc::statvfs(cstr(p).as_ptr(), &mut st) };
+    assert_eq!(rc, 0, "statvfs {}: errno {}", p.display(), errno());
+    (
+        st.f_blocks as u64,
+        st.f_bfree as u64,
+        st.f_bavail as u64,
+        st.f_files as u64,
+        st.f_ffree as u64,
+        st.f_frsize as u64,
+    )
+}
+
+/// Polls `f` until it returns `want` (bounded: frees that wait on the
+/// kernel's asynchronous RELEASE or FORGET come within moments).
+fn settles<T: PartialEq + std::fmt::Debug>(what: &str, want: T, mut f: impl FnMut() -> T) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = f();
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: still {got:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Appends `chunk`-sized writes to `p` until one fails; returns the bytes
+/// written and the error of the failing write.
+fn fill(p: &Path, chunk: usize) -> (u64, std::io::Error) {
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
+    let buf = vec![0x5au8; chunk];
+    let mut total = 0u64;
+    // Bounded: the filesystem is far smaller than this.
+    for _ in 0..100_000 {
+        match f.write(&buf) {
+            Ok(0) => break,
+            Ok(n) => total += n as u64,
+            Err(e) => return (total, e),
+        }
+    }
+    panic!("{} never filled up ({total} bytes written)", p.display());
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn size_limit_enospc_statfs_and_freeing() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = memfs_capped("memfs-size", MIB, 64, false);
+    let root = fs.path("");
+    assert_eq!(
+        statvfs(&root),
+        (256, 256, 256, 64, 63, 4096),
+        "empty: all free, the root's inode used"
+    );
+
+    fs::write(fs.path("a"), vec![1u8; 600 * 1024]).unwrap();
+    assert_eq!(statvfs(&root), (256, 106, 106, 64, 62, 4096));
+    // What does not fit is written in part (a short write), then ENOSPC.
+    let (written, err) = fill(&fs.path("b"), 600 * 1024);
+    assert_eq!(written, MIB - 600 * 1024, "b got exactly the room that was left");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    assert_eq!(fs::metadata(fs.path("b")).unwrap().len(), written);
+    assert_eq!(statvfs(&root).1, 0, "full");
+
+    // Everything that needs bytes fails now; a directory needs none.
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(fs.path("c"))
+        .unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: fallocate on an fd this test owns.
+    assert_eq!(unsafe { libc::fallocate(fd, 0, 0, 4096) }, -1);
+    assert_eq!(errno(), libc::ENOSPC, "fallocate");
+    assert_eq!(
+        f.write_at(b"x", 0).unwrap_err().raw_os_error(),
+        Some(libc::ENOSPC)
+    );
+    assert_eq!(setxattr(&fs.path("c"), "user.k", b"v", 0), Err(libc::ENOSPC));
+    let e = std::os::unix::fs::symlink("target", fs.path("l")).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC),
+        "a symlink's target needs bytes"
+    );
+    fs::create_dir(fs.path("d")).unwrap();
+    // Truncating up makes a hole: no bytes, no ENOSPC (as tmpfs).
+    f.set_len(10 * MIB).unwrap();
+    assert_eq!(statvfs(&root).1, 0);
+    drop(f);
+
+    // An unlinked file keeps its space while it is open.
+    let open_b = fs::File::open(fs.path("b")).unwrap();
+    fs::remove_file(fs.path("b")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(statvfs(&root).1, 0, "b is still open: its space is not back");
+    drop(open_b);
+    settles("free blocks once b is closed", 106, || statvfs(&root).1);
+
+    // Shrinking gives back, growing takes again.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fs.path("a"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    settles("free blocks after truncating a", 255, || statvfs(&root).1);
+
+    // xattrs count: name + value.
+    let value = vec![7u8; 4096 - "user.big".len()];
+    setxattr(&fs.path("c"), "user.big", &value, 0).unwrap();
+    assert_eq!(statvfs(&root).1, 254);
+    // SAFETY: removexattr with NUL-terminated strings.
+    let rc = unsafe { libc::removexattr(cstr(&fs.path("c")).as_ptr(), c"user.big".as_ptr()) };
+    assert_eq!(rc, 0);
+    assert_eq!(statvfs(&root).1, 255);
+
+    fs::remove_file(fs.path("a")).unwrap();
+    fs::remove_file(fs.path("c")).unwrap();
+    fs::remove_dir(fs.path("d")).unwrap();
+    settles("everything back", (256, 256, 256, 64, 63, 4096), || {
+        statvfs(&root)
+    });
+}
+
+#[test]
+fn inode_limit_enospc_and_freeing() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = memfs_capped("memfs-inodes", MIB, 6, false);
+    let root = fs.path("");
+    fs::write(fs.path("f"), b"").unwrap();
+    fs::create_dir(fs.path("d")).unwrap();
+    std::os::unix::fs::symlink("f", fs.path("l")).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cstr(&fs.path("p")).as_ptr(), 0o644) }, 0);
+    // A hard link takes a slot too (as on tmpfs).
+    fs::hard_link(fs.path("f"), fs.path("f2")).unwrap();
+    assert_eq!(
+        statvfs(&root).4,
+        0,
+        "6 slots: root, f, d, l, p and f's second name"
+    );
+    let enospc = |r: std::io::Result<()>, what: &str| {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOSPC), "{what}");
+    };
+    enospc(fs::write(fs.path("g"), b""), "create");
+    enospc(fs::create_dir(fs.path("e")), "mkdir");
+    enospc(std::os::unix::fs::symlink("f", fs.path("m")), "symlink");
+    enospc(fs::hard_link(fs.path("f"), fs.path("f3")), "link");
+    let q = cstr(&fs.path("q"));
+    // SAFETY: mknod with a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::mknod(q.as_ptr(), libc::S_IFIFO | 0o644, 0) };
+    assert_eq!(rc, -1);
+    assert_eq!(errno(), libc::ENOSPC, "mknod");
+    // Removing a second name frees its slot at once; then the file.
+    fs::remove_file(fs.path("f2")).unwrap();
+    assert_eq!(statvfs(&root).4, 1);
+    fs::remove_dir(fs.path("d")).unwrap();
+    settles("the directory's slot back", 2, || statvfs(&root).4);
+    fs::create_dir(fs.path("e")).unwrap();
+    for n in ["f", "l", "p"] {
+        fs::remove_file(fs.path(n)).unwrap();
+    }
+    fs::remove_dir(fs.path("e")).unwrap();
+    settles("all slots but the root's back", 5, || statvfs(&root).4);
+}
+
+/// Runs `cmd` to completion within `limit`, killing it (and failing) after.
+fn run_bounded(mut cmd: std::process::Command, limit: Duration, what: &str) -> std::process::Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: spawn: {e}"));
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("{what}: {e}")),
+        Err(_) => {
+            // SAFETY: kill(2) of the child this function started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what}: still running after {limit:?} (killed)");
+        }
+    }
+}
+
+/// `dd` appending zeros to `path` until the filesystem is full, as `uid`
+/// (through setpriv) when given; returns its stderr.
+fn dd_until_full(path: &Path, uid: Option<u32>) -> std::process::Command {
+    let of = format!("of={}", path.display());
+    let mut cmd = match uid {
+        Some(uid) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.args([
+                "--reuid",
+                &uid.to_string(),
+                "--regid",
+                &uid.to_string(),
+                "--clear-groups",
+                "dd",
+            ]);
+            c
+        }
+        None => std::process::Command::new("dd"),
+    };
+    cmd.args(["if=/dev/zero", &of, "bs=64k", "count=100000"]);
+    cmd
+}
+
+#[test]
+fn concurrent_writers_never_exceed_the_cap() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let size = 8 * MIB;
+    let fs = memfs_capped("memfs-race", size, 1000, false);
+    let writers: Vec<_> = (0..6)
+        .map(|i| {
+            let p = fs.path(&format!("w{i}"));
+            std::thread::spawn(move || run_bounded(dd_until_full(&p, None), Duration::from_secs(60), "dd"))
+        })
+        .collect();
+    for w in writers {
+        let out = w.join().expect("writer thread");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("No space left on device"),
+            "every writer ends on ENOSPC: {err}"
+        );
+    }
+    let total: u64 = (0..6)
+        .map(|i| fs::metadata(fs.path(&format!("w{i}"))).unwrap().len())
+        .sum();
+    assert_eq!(total, size, "the writers filled exactly the cap, not a byte more");
+    assert_eq!(statvfs(&fs.path("")).1, 0);
+    for i in 0..6 {
+        fs::remove_file(fs.path(&format!("w{i}"))).unwrap();
+    }
+    settles("all space back", 2048, || statvfs(&fs.path("")).1);
+}
+
+#[test]
+fn another_user_cannot_exceed_the_cap() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let size = 2 * MIB;
+    let fs = memfs_capped("memfs-user", size, 100, true);
+    fs::write(fs.path("root-file"), vec![0u8; 512 * 1024]).unwrap();
+    fs::create_dir(fs.path("pub")).unwrap();
+    fs::set_permissions(fs.path("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+    let users: Vec<_> = (0..3)
+        .map(|i| {
+            let p = fs.path(&format!("pub/u{i}"));
+            std::thread::spawn(move || {
+                run_bounded(
+                    dd_until_full(&p, Some(65534)),
+                    Duration::from_secs(60),
+                    "setpriv dd",
+                )
+            })
+        })
+        .collect();
+    for u in users {
+        let out = u.join().expect("user thread");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("No space left on device"),
+            "uid 65534 ends on ENOSPC: {err}"
+        );
+    }
+    let theirs: u64 = (0..3)
+        .map(|i| {
+            let m = fs::metadata(fs.path(&format!("pub/u{i}"))).unwrap();
+            assert_eq!(m.uid(), 65534);
+            m.len()
+        })
+        .sum();
+    assert_eq!(
+        theirs,
+        size - 512 * 1024,
+        "the other user got exactly what was left"
+    );
+    assert_eq!(statvfs(&fs.path("")).1, 0);
+}

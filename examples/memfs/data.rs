@@ -32,7 +32,9 @@ impl FileData {
     /// Copies the bytes at `offset` into `out`, up to the end of the file;
     /// returns how many were copied. Holes read as zeros.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> usize {
-        if offset >= self.size {
+        // Nothing to copy: also keeps the chunk range below from ending
+        // before it starts.
+        if offset >= self.size || out.is_empty() {
             return 0;
         }
         let n = (self.size - offset).min(out.len() as u64) as usize;
@@ -71,6 +73,35 @@ impl FileData {
             pos = to;
         }
         self.size = self.size.max(end);
+    }
+
+    /// How much of a write of `len` bytes at `offset` fits in `budget` new
+    /// bytes of memory, and what that part costs: `(bytes, cost)`. Writing
+    /// into a chunk first backs it up to the written end, so the cost of a
+    /// prefix only grows with its length; the answer is the longest prefix
+    /// whose cost is at most `budget` (the whole write when it fits).
+    pub fn fit(&self, offset: u64, len: u64, budget: u64) -> (u64, u64) {
+        let end = offset.saturating_add(len);
+        let (mut pos, mut cost) = (offset, 0u64);
+        while pos < end {
+            let idx = pos / CHUNK;
+            let base = idx * CHUNK;
+            let to = end.min(base + CHUNK);
+            let have = self.chunks.get(&idx).map_or(0, |c| c.len() as u64);
+            let extra = (to - base).saturating_sub(have);
+            if cost + extra > budget {
+                // The chunk can grow to `base + have + what is left`.
+                let reach = base + have + (budget - cost);
+                if reach > pos {
+                    cost = budget;
+                    pos = reach;
+                }
+                break;
+            }
+            cost += extra;
+            pos = to;
+        }
+        (pos - offset, cost)
     }
 
     /// Sets the size; shrinking drops the bytes past the new end.
@@ -248,5 +279,35 @@ impl DirData {
         self.by_cookie
             .range(after.saturating_add(1)..)
             .map(|(&c, e)| (c, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read of 0 bytes inside the file (READ of size 0, COPY_FILE_RANGE
+    /// of length 0) used to ask the chunk map for a backwards range.
+    #[test]
+    fn empty_reads_inside_the_file() {
+        let mut f = FileData::default();
+        f.write(0, &vec![1u8; 3 * CHUNK as usize]);
+        for off in [0, 1, CHUNK, 2 * CHUNK] {
+            assert_eq!(f.read(off, &mut []), 0);
+        }
+    }
+
+    #[test]
+    fn fit_is_the_longest_prefix_within_budget() {
+        let mut f = FileData::default();
+        f.write(0, &[1u8; 100]);
+        // Overwriting costs nothing; growing chunk 0 to 150 costs 50.
+        assert_eq!(f.fit(0, 150, u64::MAX), (150, 50));
+        assert_eq!(f.fit(0, 150, 20), (120, 20));
+        // A write at 200 must first fill 100..200 of its chunk.
+        assert_eq!(f.fit(200, 10, 100), (0, 0));
+        assert_eq!(f.fit(200, 10, 105), (5, 105));
+        // Across chunks: the second chunk starts empty.
+        assert_eq!(f.fit(CHUNK - 10, 20, u64::MAX), (20, CHUNK - 100 + 10));
     }
 }

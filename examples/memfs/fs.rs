@@ -32,6 +32,19 @@
 //! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
 //!   so zeros inside a written chunk count as data.
 //! - atime changes only through SETATTR (as if mounted `noatime`).
+//!
+//! # Capacity
+//!
+//! `-o size=` and `-o nr_inodes=` bound what memfs holds (see
+//! `capacity.rs` for what counts); the defaults are tmpfs's, half of the
+//! RAM and one inode per page of that. Each inode records the bytes it is
+//! charged for (`Data::charged`), and gives them back, with its inode slot,
+//! when it is dropped: after its last name, kernel reference and open file
+//! are gone, so an unlinked file that is still open keeps its space until
+//! the last RELEASE. A write that does not fit entirely writes what fits
+//! and answers with that count, as tmpfs does (the caller sees a short
+//! write, then ENOSPC on the next one); fallocate and xattrs are all or
+//! nothing; truncating up makes a hole and costs nothing, as on tmpfs.
 
 use fuse_wire::proto::abi::{Attr, Kstatfs, SetattrIn};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -50,10 +63,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[path = "capacity.rs"]
+pub mod capacity;
 #[path = "data.rs"]
 mod data;
 #[path = "locks.rs"]
 mod locks;
+use capacity::Capacity;
 use data::{DOTDOT_COOKIE, DirData, FileData};
 use locks::Locks;
 
@@ -113,9 +129,27 @@ struct Data {
     ctime: Time,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     content: Content,
+    /// Bytes of the capacity this inode holds (what `usage` says, plus
+    /// what a change in progress has reserved).
+    charged: u64,
 }
 
 impl Data {
+    /// Bytes this inode should be charged for: see `capacity.rs`.
+    fn usage(&self) -> u64 {
+        let content = match &self.content {
+            Content::File(f) => f.allocated(),
+            Content::Symlink(t) => t.len() as u64,
+            Content::Dir(_) | Content::Special => 0,
+        };
+        content
+            + self
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum::<u64>()
+    }
+
     fn dir(&self) -> Result<&DirData, Errno> {
         match &self.content {
             Content::Dir(d) => Ok(d),
@@ -180,6 +214,16 @@ struct Node {
     /// rename, under `rename_lock`).
     parent: AtomicU64,
     data: RwLock<Data>,
+    /// Where the inode's bytes and slot go back when it is dropped.
+    cap: Arc<Capacity>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let d = self.data.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.cap.release_bytes(d.charged);
+        self.cap.release_inode();
+    }
 }
 
 impl Node {
@@ -233,6 +277,10 @@ pub struct MemFsConfig {
     pub posix_lock: bool,
     /// Serve `flock` locks here (`-o flock`).
     pub flock: bool,
+    /// Most bytes held (`-o size=`; 0: no limit).
+    pub size: u64,
+    /// Most inodes and extra hard links (`-o nr_inodes=`; 0: no limit).
+    pub nr_inodes: u64,
 }
 
 impl Default for MemFsConfig {
@@ -242,6 +290,8 @@ impl Default for MemFsConfig {
             default_permissions: false,
             posix_lock: false,
             flock: false,
+            size: capacity::default_size(),
+            nr_inodes: capacity::default_inodes(),
         }
     }
 }
@@ -253,6 +303,7 @@ pub struct MemFs {
     rename_lock: Mutex<()>,
     config: MemFsConfig,
     locks: Arc<Locks>,
+    cap: Arc<Capacity>,
 }
 
 /// A caller's identity, as permission checks need it: the library's
@@ -337,12 +388,16 @@ impl MemFs {
         let (uid, gid) = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((0, 0));
+        let cap = Arc::new(Capacity::new(config.size, config.nr_inodes));
+        // The root takes the first inode slot (any limit has room for it).
+        let _ = cap.reserve_inode();
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
             rename_lock: Mutex::new(()),
             config,
             locks: Arc::new(Locks::default()),
+            cap: cap.clone(),
         };
         let now = Time::now();
         let root = Node {
@@ -362,7 +417,9 @@ impl MemFs {
                 ctime: now,
                 xattrs: BTreeMap::new(),
                 content: Content::Dir(DirData::default()),
+                charged: 0,
             }),
+            cap,
         };
         fs.insert(Arc::new(root));
         fs
@@ -374,6 +431,40 @@ impl MemFs {
             .iter()
             .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len())
             .sum()
+    }
+
+    /// Bytes and inodes in use, as statfs counts them.
+    pub fn usage(&self) -> (u64, u64) {
+        (self.cap.bytes_used(), self.cap.inodes_used())
+    }
+
+    /// Brings the capacity's count in line with what `d` (an inode's data,
+    /// write locked) now holds: gives back what a shrink freed and what a
+    /// reservation did not use.
+    fn settle(&self, d: &mut Data) {
+        let now = d.usage();
+        match now.cmp(&d.charged) {
+            std::cmp::Ordering::Less => self.cap.release_bytes(d.charged - now),
+            // Growth is reserved before it happens; this is a safety net.
+            std::cmp::Ordering::Greater => self.cap.force_bytes(now - d.charged),
+            std::cmp::Ordering::Equal => {}
+        }
+        d.charged = now;
+    }
+
+    /// Reserves `n` more bytes for `d` (ENOSPC when they do not fit).
+    fn charge(&self, d: &mut Data, n: u64) -> Result<(), Errno> {
+        self.cap.reserve_bytes(n)?;
+        d.charged += n;
+        Ok(())
+    }
+
+    /// A name of a non-directory went away and `before` was its link count
+    /// before: a link beyond the first held an inode slot.
+    fn unlinked(&self, before: u32) {
+        if before > 1 {
+            self.cap.release_inode();
+        }
     }
 
     fn shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Node>>> {
@@ -529,6 +620,18 @@ impl MemFs {
         if !is_dir && perm & libc::S_ISGID != 0 && !caller.is_root() && !caller.in_group(gid) {
             perm &= !libc::S_ISGID;
         }
+        // Last, so that a refused request reserves nothing: the inode slot,
+        // then the bytes of a symlink's target (the new node gives both
+        // back when it is dropped).
+        let bytes = match &content {
+            Content::Symlink(t) => t.len() as u64,
+            _ => 0,
+        };
+        self.cap.reserve_inode()?;
+        if let Err(e) = self.cap.reserve_bytes(bytes) {
+            self.cap.release_inode();
+            return Err(e);
+        }
         let now = Time::now();
         let ino = self.next_ino.fetch_add(1, Relaxed);
         let node = Arc::new(Node {
@@ -547,7 +650,9 @@ impl MemFs {
                 ctime: now,
                 xattrs: BTreeMap::new(),
                 content,
+                charged: bytes,
             }),
+            cap: self.cap.clone(),
         });
         let entry = self.entry(&node, &node.read());
         self.insert(node.clone());
@@ -645,6 +750,7 @@ impl MemFs {
             // even when root calls it and even to the same owner.
             if d.mode & libc::S_IFMT != libc::S_IFDIR {
                 d.kill_suid_sgid(Some(&caller));
+                self.settle(&mut d);
             }
             d.uid = uid;
             d.gid = gid;
@@ -659,6 +765,7 @@ impl MemFs {
         if valid.contains(SetattrValid::KILL_SUIDGID) {
             d.kill_suid_sgid(None);
         }
+        self.settle(&mut d);
         if valid.contains(SetattrValid::ATIME) {
             d.atime = if valid.contains(SetattrValid::ATIME_NOW) {
                 now
@@ -722,7 +829,7 @@ impl MemFs {
                 child.nlink.store(0, Release);
                 p.nlink.fetch_sub(1, AcqRel);
             } else {
-                child.nlink.fetch_sub(1, AcqRel);
+                self.unlinked(child.nlink.fetch_sub(1, AcqRel));
             }
             cd.ctime = Time::now();
         }
@@ -864,7 +971,7 @@ impl MemFs {
                         dst_node.nlink.store(0, Release);
                         np.nlink.fetch_sub(1, AcqRel);
                     } else {
-                        dst_node.nlink.fetch_sub(1, AcqRel);
+                        self.unlinked(dst_node.nlink.fetch_sub(1, AcqRel));
                     }
                     dd.ctime = now;
                 }
@@ -912,6 +1019,8 @@ impl MemFs {
         if node.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
+        // Each extra name takes an inode slot (as on tmpfs).
+        self.cap.reserve_inode()?;
         node.nlink.fetch_add(1, AcqRel);
         d.ctime = Time::now();
         pd.dir_mut()?.insert(newname, node.ino, d.mode & libc::S_IFMT);
@@ -977,6 +1086,7 @@ impl MemFs {
             if !caller.is_root() {
                 d.kill_suid_sgid(Some(caller));
             }
+            self.settle(&mut d);
         }
         node.opens.fetch_add(1, AcqRel);
         Ok(self.entry(node, &d))
@@ -989,12 +1099,41 @@ impl MemFs {
             .ok_or(EFBIG)?;
         let node = self.get(ino)?;
         let mut d = node.write();
-        d.file_mut()?.write(offset, data);
-        d.touch_modified();
+        let n = self.write_locked(&mut d, offset, data)?;
         if kill_priv {
             d.kill_suid_sgid(None);
         }
-        Ok(data.len() as u32)
+        self.settle(&mut d);
+        Ok(n as u32)
+    }
+
+    /// Writes `data` at `offset` into the file `d` (write locked), or the
+    /// longest part of it that the capacity has room for (a short write, as
+    /// on tmpfs); ENOSPC when not one byte fits. The caller settles.
+    fn write_locked(&self, d: &mut Data, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        let len = data.len() as u64;
+        let (_, cost) = d.file()?.fit(offset, len, u64::MAX);
+        let n = if self.charge(d, cost).is_ok() {
+            data.len()
+        } else {
+            // Other writers move the free space meanwhile: try what fits
+            // now a few times, then give up.
+            let mut fitted = None;
+            for _ in 0..16 {
+                let (n, cost) = d.file()?.fit(offset, len, self.cap.bytes_free());
+                if n == 0 {
+                    break;
+                }
+                if self.charge(d, cost).is_ok() {
+                    fitted = Some(n as usize);
+                    break;
+                }
+            }
+            fitted.ok_or(ENOSPC)?
+        };
+        d.file_mut()?.write(offset, &data[..n]);
+        d.touch_modified();
+        Ok(n)
     }
 
     fn do_fallocate(
@@ -1019,13 +1158,18 @@ impl MemFs {
         };
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
-                // Memory is the backing store: refuse what cannot fit now
-                // rather than let a later write abort the process.
                 let new = end.min(if keep_size { f.size() } else { end });
-                if new.saturating_sub(f.allocated()) > available_memory() {
+                let len = new.saturating_sub(offset);
+                let (_, cost) = f.fit(offset, len, u64::MAX);
+                // Memory is the backing store: without a size limit, refuse
+                // what cannot fit now rather than let a later write abort
+                // the process.
+                if self.cap.max_bytes() == capacity::UNLIMITED && cost > available_memory() {
                     return Err(ENOSPC);
                 }
-                f.allocate(offset, new.saturating_sub(offset), !keep_size);
+                // All or nothing, as on tmpfs.
+                self.charge(&mut d, cost)?;
+                d.file_mut()?.allocate(offset, len, !keep_size);
             }
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
             _ => return Err(Errno::EOPNOTSUPP),
@@ -1034,6 +1178,7 @@ impl MemFs {
             d.kill_suid_sgid(Some(caller));
         }
         d.touch_modified();
+        self.settle(&mut d);
         Ok(())
     }
 
@@ -1066,9 +1211,9 @@ impl MemFs {
             .filter(|&e| e <= MAX_SIZE)
             .ok_or(EFBIG)?;
         let mut d = dst.write();
-        d.file_mut()?.write(off_out, &buf);
-        d.touch_modified();
-        Ok(buf.len() as u64)
+        let n = self.write_locked(&mut d, off_out, &buf);
+        self.settle(&mut d);
+        Ok(n? as u64)
     }
 
     fn do_setxattr(
@@ -1096,39 +1241,39 @@ impl MemFs {
         if flags & libc::XATTR_REPLACE != 0 && !exists {
             return Err(Errno::ENODATA);
         }
+        let old = d.xattrs.get(name).map_or(0, |v| (name.len() + v.len()) as u64);
+        let new = (name.len() + value.len()) as u64;
+        self.charge(&mut d, new.saturating_sub(old))?;
         d.xattrs.insert(name.to_vec(), value.to_vec());
         d.ctime = Time::now();
+        self.settle(&mut d);
         Ok(())
     }
 
+    /// What statfs reports: the limits and the usage in 4 KiB blocks (free
+    /// blocks rounded down, so that what df shows free can be written), and
+    /// inode slots. Without a limit, the free part is the host's available
+    /// memory (blocks) or a large number (inodes).
     fn statfs_now(&self) -> Kstatfs {
         const BSIZE: u64 = 4096;
-        let nodes: Vec<Arc<Node>> = self
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let used: u64 = nodes
-            .iter()
-            .map(|n| match &n.read().content {
-                Content::File(f) => f.allocated().div_ceil(BSIZE),
-                _ => 0,
-            })
-            .sum();
-        let free = available_memory() / BSIZE;
-        let files_free = free.max(1 << 20);
+        let (used, inodes) = self.usage();
+        let (blocks, free) = match self.cap.max_bytes() {
+            capacity::UNLIMITED => {
+                let free = available_memory() / BSIZE;
+                (used.div_ceil(BSIZE) + free, free)
+            }
+            max => (max / BSIZE, max.saturating_sub(used) / BSIZE),
+        };
+        let (files, ffree) = match self.cap.max_inodes() {
+            capacity::UNLIMITED => (inodes + (1 << 20), 1 << 20),
+            max => (max, max.saturating_sub(inodes)),
+        };
         Kstatfs {
-            blocks: used + free,
+            blocks,
             bfree: free,
             bavail: free,
-            files: nodes.len() as u64 + files_free,
-            ffree: files_free,
+            files,
+            ffree,
             bsize: BSIZE as u32,
             namelen: MAX_NAME as u32,
             frsize: BSIZE as u32,
@@ -1139,15 +1284,7 @@ impl MemFs {
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes (1 GiB if unknown).
 fn available_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemAvailable:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(1 << 30)
+    capacity::meminfo("MemAvailable:").unwrap_or(1 << 30)
 }
 
 /// Whether `caller` may access an inode of `mode`/`uid`/`gid` for `mask`.
@@ -1623,6 +1760,7 @@ impl Filesystem for MemFs {
         }
         if d.xattrs.remove(name.to_bytes()).is_some() {
             d.ctime = Time::now();
+            self.settle(&mut d);
             reply.ok()
         } else {
             reply.error(Errno::ENODATA)

@@ -13,6 +13,12 @@
 //! ends; `uring` serves requests over FUSE-over-io_uring when the kernel
 //! allows it.
 //!
+//! `size=BYTES` (with a `k`, `m`, `g` or `t` suffix, or `N%` of the RAM)
+//! and `nr_inodes=N` bound what memfs holds, as on tmpfs: half of the RAM
+//! and one inode per page of that by default, 0 for no limit. Past them,
+//! writes, creations, links and xattrs fail with `ENOSPC` (a write that
+//! partly fits writes that part), and statfs reports the limits and usage.
+//!
 //! Runs until the filesystem is unmounted or SIGINT/SIGTERM arrives (then
 //! it unmounts), and prints the session's per-opcode statistics as JSON on
 //! stderr at the end. Other `-o` options are mount options (see
@@ -29,7 +35,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: memfs [-o threads=N,ttl=SECONDS,posix_lock,flock,idle_timeout=SECONDS,\
-max_waits_per_uid=N,uring,MOUNT_OPTIONS] MOUNTPOINT";
+max_waits_per_uid=N,size=BYTES[kmgt%],nr_inodes=N[kmg],uring,MOUNT_OPTIONS] MOUNTPOINT";
 
 /// Splits the `-o` lists into mount options and memfs's own.
 fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConfig), String> {
@@ -71,6 +77,14 @@ fn configure(lists: &[String]) -> Result<(MountOptions, MemFsConfig, SessionConf
                     .ok()
                     .filter(|&n| n > 0)
                     .ok_or_else(|| format!("max_waits_per_uid={n}: expected a positive number"))?;
+            }
+            Some(("size", v)) => {
+                fs.size = fs::capacity::parse_size(v)
+                    .ok_or_else(|| format!("size={v}: expected bytes, k/m/g/t or %"))?;
+            }
+            Some(("nr_inodes", v)) => {
+                fs.nr_inodes = fs::capacity::parse_count(v)
+                    .ok_or_else(|| format!("nr_inodes={v}: expected a number, k/m/g"))?;
             }
             None if opt == "uring" => session.transport = Transport::Uring,
             None if opt == "posix_lock" => fs.posix_lock = true,

@@ -54,7 +54,10 @@ pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Aligned
             pool.enter_idle();
             continue;
         }
-        let got = if pool.above_floor() {
+        // Only threads beyond the floor's indices ever retire, so only they
+        // pay for the idle timer (two timer_settime calls per receive): the
+        // floor's threads read with a plain read(2), as they would at the floor.
+        let got = if core.index >= pool.cfg.floor && pool.above_floor() {
             core.chan
                 .receive_timeout(buf.as_mut_slice(), pool.cfg.idle_timeout)
         } else {
