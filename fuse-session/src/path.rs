@@ -574,7 +574,9 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     /// The current path of node id `ino` (`None`: unknown or without a
-    /// name). Takes a tree read lock.
+    /// name). Takes a tree read lock: do not call it from inside a
+    /// [`PathFilesystem`] method (the method's request holds one already,
+    /// and a rename waiting in between would deadlock the two).
     pub fn path_of(&self, ino: Inode) -> Option<PathBuf> {
         let _tree = self.shared.tree.read();
         self.path(ino).ok()
