@@ -133,11 +133,18 @@ impl Mirror {
         mode: u32,
     ) -> Result<PathOpened<File>, Errno> {
         let c = cpath(real)?;
+        // Never blocks in open(2): the kernel opens fifos and devices
+        // itself, so only a misbehaving request names one; O_NONBLOCK is
+        // cleared again unless asked for.
         // SAFETY: a valid C string; the fd returned is owned by the File below.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC, mode) };
         check(fd)?;
         // SAFETY: `fd` was just opened and is owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
+        if flags & libc::O_NONBLOCK == 0 {
+            // SAFETY: plain fcntl on an fd we hold.
+            check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
+        }
         if !self.passthrough {
             return Ok(PathOpened::new(file));
         }
