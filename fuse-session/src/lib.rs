@@ -101,6 +101,7 @@ pub mod notify;
 pub mod ops;
 mod pool;
 pub mod reply;
+mod ring_worker;
 mod serve;
 pub mod session;
 mod signal;
