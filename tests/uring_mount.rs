@@ -280,6 +280,13 @@ impl TinyFs {
 }
 
 impl Filesystem for TinyFs {
+    fn init(&self, config: &mut fuse_wire::session::init::InitConfig) -> Result<(), Errno> {
+        // `open` truncates on O_TRUNC itself; without this the kernel would
+        // send a SETATTR, which this filesystem does not implement.
+        config.want(fuse_wire::proto::flags::InitFlags::ATOMIC_O_TRUNC);
+        Ok(())
+    }
+
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.note("lookup");
         if parent == Inode::ROOT && name.to_bytes().starts_with(GATE.as_bytes()) {
