@@ -763,13 +763,13 @@ impl<F: Filesystem> Spawner<F> {
                 };
                 let core = Arc::new(WorkerCore {
                     index,
-                    chan,
+                    chan: chan.clone(),
                     shared: shared.clone(),
                     defer_budget: None,
                 });
                 let buf = buf.unwrap_or_else(|| AlignedBuf::receive(shared.negotiated.buffer_size()));
                 log::debug!("worker {index} serving on {}", core.chan.describe());
-                let end = crate::worker::run(&*fs, core, buf);
+                let end = crate::worker::run(&*fs, core, &*chan, buf);
                 drop(fs);
                 match end {
                     WorkerEnd::Retired => {

@@ -25,7 +25,7 @@
 //! thread's commands when it exits). `docs/uring.md` tells the whole story.
 
 use super::{Ring, Unavailable};
-use crate::transport::Channel;
+use crate::transport::ReplySink;
 use fuse_proto::abi::{OutHeader, UringCmdReq, UringEntInOut, UringReqHeader};
 use fuse_proto::consts::{URING_IN_OUT_HEADER_SZ, uring_cmd};
 use fuse_proto::{Errno, Opcode, Reply};
@@ -510,7 +510,7 @@ fn set_sqe_len(sqe: &mut squeue::Entry128, len: u32) {
     };
 }
 
-/// One ring entry: a reply [`Channel`] for the request in its buffers.
+/// One ring entry: the [`ReplySink`] for the request in its buffers.
 pub(crate) struct RingEntry {
     queue: Arc<Queue>,
     pub(crate) index: u32,
@@ -675,12 +675,7 @@ impl RingEntry {
     }
 }
 
-impl Channel for RingEntry {
-    fn receive(&self, _buf: &mut [u8]) -> io::Result<usize> {
-        // Requests reach ring entries through their queue thread.
-        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
-    }
-
+impl ReplySink for RingEntry {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         if self.queue.closed.load(Ordering::Acquire) {
             // The queue is closed (session stopped or connection ended).
@@ -727,10 +722,6 @@ impl Channel for RingEntry {
                 self.commit(&err.head()[..size_of::<OutHeader>()], 0)
             }
         }
-    }
-
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {
