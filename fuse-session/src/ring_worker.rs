@@ -31,7 +31,7 @@ use crate::conn::{Shared, WorkerCore};
 use crate::deferred::EntryBudget;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
-use crate::transport::uring::ring::{self, DEAD, KIND_COMMIT, Queue, RingEntry, SERVING, WAKE};
+use crate::transport::uring::ring::{self, KIND_COMMIT, Queue, RingEntry, WAKE};
 use crate::transport::uring::{MIN_MINOR, Unavailable, knob};
 use fuse_proto::Request;
 use fuse_proto::flags::InitFlags;
@@ -539,7 +539,7 @@ impl<F: Filesystem> QueueCtx<F> {
             };
             let res = cqe.result();
             if res == 0 {
-                entry.state.store(SERVING, Ordering::Release);
+                entry.took_request();
                 q.served.fetch_add(1, Ordering::Relaxed);
                 if let Some(s) = setup.take() {
                     let _ = s.send((qid, Ok(())));
@@ -566,7 +566,7 @@ impl<F: Filesystem> QueueCtx<F> {
             let errno = -res;
             match errno {
                 libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => {
-                    entry.state.store(DEAD, Ordering::Release);
+                    entry.mark_dead();
                     q.dead.fetch_add(1, Ordering::SeqCst);
                 }
                 _ if ud & KIND_COMMIT != 0 => {
@@ -579,14 +579,14 @@ impl<F: Filesystem> QueueCtx<F> {
                     );
                     if let Err(e) = entry.register() {
                         log::error!("io_uring queue {qid}: {e}");
-                        entry.state.store(DEAD, Ordering::Release);
+                        entry.mark_dead();
                         q.dead.fetch_add(1, Ordering::SeqCst);
                     }
                 }
                 _ => {
                     let e = io::Error::from_raw_os_error(errno);
                     log::error!("io_uring queue {qid} entry {}: REGISTER failed: {e}", entry.index);
-                    entry.state.store(DEAD, Ordering::Release);
+                    entry.mark_dead();
                     q.dead.fetch_add(1, Ordering::SeqCst);
                     if let Some(s) = setup.take() {
                         let _ = s.send((qid, Err(fail("REGISTER", &e))));

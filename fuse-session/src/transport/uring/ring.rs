@@ -101,12 +101,67 @@ impl Drop for Buf {
 /// The most a reply head (out header + fixed structs) can be.
 const STASH: usize = 320;
 
-// Entry states.
-pub(crate) const IDLE: u8 = 0; // not registered yet
-pub(crate) const ARMED: u8 = 1; // the kernel holds the entry (REGISTER or COMMIT_AND_FETCH pending)
-pub(crate) const SERVING: u8 = 2; // a request is in the buffers, no reply yet
-pub(crate) const STASHED: u8 = 3; // a fixed-size reply waits in `stash` for the handler to return
-pub(crate) const DEAD: u8 = 4; // the kernel will not complete anything for it again
+/// Where a ring entry is in its cycle. Who may touch its buffers follows
+/// from it: the kernel while `Armed`, the thread that serves its request
+/// while `Serving` or `Stashed`, nobody while `Idle` or `Dead`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum EntryState {
+    /// Not registered yet.
+    Idle = 0,
+    /// The kernel holds the entry (REGISTER or COMMIT_AND_FETCH pending).
+    Armed = 1,
+    /// A request is in the buffers, no reply yet.
+    Serving = 2,
+    /// A fixed-size reply waits in `stash` for the handler to return.
+    Stashed = 3,
+    /// The kernel will not complete anything for it again.
+    Dead = 4,
+}
+
+impl EntryState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => EntryState::Idle,
+            1 => EntryState::Armed,
+            2 => EntryState::Serving,
+            3 => EntryState::Stashed,
+            // Only values of this type are ever stored.
+            _ => EntryState::Dead,
+        }
+    }
+}
+
+/// An [`EntryState`] changed atomically (one byte).
+struct AtomicEntryState(AtomicU8);
+
+impl AtomicEntryState {
+    fn new(s: EntryState) -> Self {
+        Self(AtomicU8::new(s as u8))
+    }
+
+    fn load(&self, order: Ordering) -> EntryState {
+        EntryState::from_u8(self.0.load(order))
+    }
+
+    fn store(&self, s: EntryState, order: Ordering) {
+        self.0.store(s as u8, order)
+    }
+
+    /// Moves from `from` to `to`; the state found otherwise.
+    fn compare_exchange(
+        &self,
+        from: EntryState,
+        to: EntryState,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<EntryState, EntryState> {
+        self.0
+            .compare_exchange(from as u8, to as u8, success, failure)
+            .map(EntryState::from_u8)
+            .map_err(EntryState::from_u8)
+    }
+}
 
 // user_data: entry index in the low 32 bits, the command in the high ones.
 pub(crate) const WAKE: u64 = u64::MAX;
@@ -488,7 +543,7 @@ impl Queue {
     /// Whether the kernel holds a command that thread `me` submitted.
     pub(crate) fn owns_armed<'a>(&self, me: usize, mut entries: impl Iterator<Item = &'a RingEntry>) -> bool {
         entries.any(|e| {
-            e.state.load(Ordering::Acquire) == ARMED
+            e.state.load(Ordering::Acquire) == EntryState::Armed
                 && self.owners[e.index as usize].load(Ordering::Acquire) == me
         })
     }
@@ -519,7 +574,7 @@ pub(crate) struct RingEntry {
     payload_len: usize,
     /// `struct iovec[2]` for REGISTER, kept at a stable address.
     iov: [libc::iovec; 2],
-    pub(crate) state: AtomicU8,
+    state: AtomicEntryState,
     /// A fixed-size reply sent while its request was still being
     /// dispatched: written to the buffers once the handler has returned, so
     /// that the request bytes it borrows are not overwritten under it.
@@ -529,7 +584,7 @@ pub(crate) struct RingEntry {
 
 // SAFETY: the raw pointers in `iov` point into this entry's own buffers;
 // `stash`/`stash_len` are only touched by the thread that holds the entry
-// in state SERVING/STASHED (the queue thread that dispatches its request,
+// in state Serving/Stashed (the queue thread that dispatches its request,
 // during and right after the dispatch).
 unsafe impl Send for RingEntry {}
 // SAFETY: as above.
@@ -556,7 +611,7 @@ impl RingEntry {
             payload,
             payload_len,
             iov,
-            state: AtomicU8::new(IDLE),
+            state: AtomicEntryState::new(EntryState::Idle),
             stash: UnsafeCell::new([0; STASH]),
             stash_len: Cell::new(0),
         })
@@ -583,8 +638,19 @@ impl RingEntry {
         sqe
     }
 
+    /// Its command completed with a request: the buffers are the serving
+    /// thread's until it replies.
+    pub(crate) fn took_request(&self) {
+        self.state.store(EntryState::Serving, Ordering::Release);
+    }
+
+    /// The kernel will not complete anything for this entry again.
+    pub(crate) fn mark_dead(&self) {
+        self.state.store(EntryState::Dead, Ordering::Release);
+    }
+
     pub(crate) fn register(&self) -> io::Result<()> {
-        self.state.store(ARMED, Ordering::Release);
+        self.state.store(EntryState::Armed, Ordering::Release);
         self.queue
             .push(&self.command(uring_cmd::REGISTER, 0, KIND_REGISTER), self.index)
     }
@@ -592,7 +658,7 @@ impl RingEntry {
     pub(crate) fn ent_in_out(&self) -> UringEntInOut {
         let off = offset_of!(UringReqHeader, ring_ent_in_out);
         // SAFETY: the header buffer holds at least a `fuse_uring_req_header`;
-        // called only in state SERVING/STASHED, when the kernel is not writing it.
+        // called only in state Serving/Stashed, when the kernel is not writing it.
         let bytes = unsafe {
             std::slice::from_raw_parts(self.header.ptr.as_ptr().add(off), size_of::<UringEntInOut>())
         };
@@ -603,7 +669,7 @@ impl RingEntry {
     pub(crate) fn commit(&self, out_header: &[u8], payload_sz: usize) -> io::Result<()> {
         let ent = self.ent_in_out();
         let h = self.header.ptr.as_ptr();
-        // SAFETY: the caller moved the entry out of SERVING/STASHED, so this
+        // SAFETY: the caller moved the entry out of Serving/Stashed, so this
         // thread alone may write its buffers until the command is queued; the
         // offsets are those of `fuse_uring_req_header` inside the buffer.
         unsafe {
@@ -616,7 +682,7 @@ impl RingEntry {
                 h.add(offset_of!(UringReqHeader, ring_ent_in_out) + offset_of!(UringEntInOut, payload_sz));
             sz.cast::<u32>().write_unaligned(payload_sz as u32);
         }
-        self.state.store(ARMED, Ordering::Release);
+        self.state.store(EntryState::Armed, Ordering::Release);
         self.queue.push(
             &self.command(uring_cmd::COMMIT_AND_FETCH, ent.commit_id, KIND_COMMIT),
             self.index,
@@ -658,15 +724,15 @@ impl RingEntry {
     /// After the dispatch of this entry's request returned: commits a reply
     /// that was stashed during it.
     pub(crate) fn flush_stash(&self) {
-        if self.state.load(Ordering::Acquire) != STASHED {
+        if self.state.load(Ordering::Acquire) != EntryState::Stashed {
             return;
         }
-        // SAFETY: state STASHED: the stash was written by this (queue) thread
+        // SAFETY: state Stashed: the stash was written by this (queue) thread
         // during the dispatch that just returned; nobody else touches it.
         let stash = unsafe { &*self.stash.get() };
         let len = self.stash_len.get();
         let (out, fixed) = stash[..len].split_at(size_of::<OutHeader>());
-        // SAFETY: exclusive access (state STASHED); `fixed` is at most
+        // SAFETY: exclusive access (state Stashed); `fixed` is at most
         // STASH bytes, and the payload buffer is at least 8 KiB.
         unsafe { std::ptr::copy_nonoverlapping(fixed.as_ptr(), self.payload.ptr.as_ptr(), fixed.len()) };
         if let Err(e) = self.commit(out, fixed.len()) {
@@ -685,13 +751,18 @@ impl ReplySink for RingEntry {
         if inline && std::ptr::eq(DISPATCHING.with(|d| d.get()), self) {
             if self
                 .state
-                .compare_exchange(SERVING, STASHED, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(
+                    EntryState::Serving,
+                    EntryState::Stashed,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
                 .is_err()
             {
                 return Err(io::Error::from_raw_os_error(libc::EINVAL));
             }
             // SAFETY: we are the queue thread inside this entry's dispatch and
-            // just moved it to STASHED; only `flush_stash`, on this thread
+            // just moved it to Stashed; only `flush_stash`, on this thread
             // after the dispatch, reads the stash.
             let stash = unsafe { &mut *self.stash.get() };
             stash[..msg.head().len()].copy_from_slice(msg.head());
@@ -700,7 +771,12 @@ impl ReplySink for RingEntry {
         }
         if self
             .state
-            .compare_exchange(SERVING, ARMED, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                EntryState::Serving,
+                EntryState::Armed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err()
         {
             return Err(io::Error::new(
@@ -787,12 +863,12 @@ impl RingEntry {
     /// entry's dispatch meanwhile: a fixed-size reply sent from inside
     /// `serve` is kept aside and written when it returns (the caller then
     /// commits it with [`RingEntry::flush_stash`]). The entry must be
-    /// SERVING (its completion was just taken).
+    /// `Serving` (its completion was just taken).
     pub(crate) fn with_request(&self, serve: impl FnOnce(&[u8], &[u8], &[u8])) {
         let ent = self.ent_in_out();
         let payload_sz = (ent.payload_sz as usize).min(self.payload_len);
         let hdr = self.header.ptr.as_ptr();
-        // SAFETY: the entry is SERVING: the kernel wrote these buffers before it
+        // SAFETY: the entry is `Serving`: the kernel wrote these buffers before it
         // posted the completion and does not touch them until we commit. The
         // slices live for this dispatch; a reply sent during it that would
         // overwrite them is stashed (fixed-size replies) until it returns, and
