@@ -81,17 +81,10 @@ impl WorkerCore {
         &self.shared.tables[self.index]
     }
 
-    /// Writes a reply; a request the kernel no longer waits for (ENOENT) is
-    /// not an error.
+    /// Writes a reply to this worker's sink ([`crate::transport::send_reply`]:
+    /// a request the kernel no longer waits for is not an error).
     pub(crate) fn send_reply(&self, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
-        if let Err(e) = self.chan.send(msg) {
-            match e.raw_os_error() {
-                Some(libc::ENOENT) => {
-                    log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it")
-                }
-                _ => log::error!("{opcode} reply to {unique} on {}: {e}", self.chan.describe()),
-            }
-        }
+        crate::transport::send_reply(&*self.chan, opcode, unique, msg);
     }
 
     /// Counts a request as finished. Called before its reply is written, so

@@ -665,9 +665,7 @@ impl<F: Filesystem> Session<F> {
     }
 
     fn send(&self, op: Opcode, msg: &Reply<'_>) {
-        if let Err(e) = self.chan.send(msg) {
-            log::error!("{op} reply: {e}");
-        }
+        crate::transport::send_reply(&*self.chan, op, msg.header().unique, msg);
     }
 
     fn init(&mut self, unique: u64, arg: &InitIn) -> Result<Option<Negotiated>, SessionError> {

@@ -8,7 +8,7 @@
 //! came from. An io_uring ring entry ([`uring`]) is a reply sink only: its
 //! requests come through its queue's threads.
 
-use fuse_proto::Reply;
+use fuse_proto::{Opcode, Reply};
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
@@ -146,6 +146,26 @@ pub trait ReplySink: Send + Sync + 'static {
 
     /// A short description for logs, e.g. `/dev/fuse fd 7 (clone)`.
     fn describe(&self) -> String;
+}
+
+/// Sends the reply to request `unique` (`opcode`) on `sink`, with the one
+/// error policy every reply of the session follows ([`send_failed`]).
+pub(crate) fn send_reply(sink: &dyn ReplySink, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
+    if let Err(e) = sink.send(msg) {
+        send_failed(sink, opcode, unique, &e);
+    }
+}
+
+/// What happens when a reply could not be delivered: `ENOENT` means the
+/// kernel no longer waits for that request (it was interrupted or the
+/// connection aborted), which is no error; anything else is logged as one,
+/// naming the sink. Nothing is retried and the caller goes on: the kernel
+/// has its own way to end a request it waits for (the connection ending).
+pub(crate) fn send_failed(sink: &dyn ReplySink, opcode: Opcode, unique: u64, e: &io::Error) {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it"),
+        _ => log::error!("{opcode} reply to {unique} on {}: {e}", sink.describe()),
+    }
 }
 
 /// One receive/send queue of a FUSE connection: a [`RequestSource`] that
