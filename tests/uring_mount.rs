@@ -280,9 +280,9 @@ impl TinyFs {
 }
 
 impl Filesystem for TinyFs {
-    fn init(&self, config: &mut fuse_wire::session::init::InitConfig) -> Result<(), Errno> {
-        // `open` truncates on O_TRUNC itself; without this the kernel would
-        // send a SETATTR, which this filesystem does not implement.
+    /// `open` truncates on `O_TRUNC` itself, so the kernel is to send
+    /// O_TRUNC there instead of a SETATTR (which this filesystem lacks).
+    fn init(&self, config: &mut fuse_wire::session::InitConfig) -> Result<(), Errno> {
         config.want(fuse_wire::proto::flags::InitFlags::ATOMIC_O_TRUNC);
         Ok(())
     }
