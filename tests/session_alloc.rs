@@ -16,7 +16,7 @@ use fuse_wire::proto::flags::FopenFlags;
 use fuse_wire::session::context::RequestContext;
 use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyWrite};
-use fuse_wire::session::transport::Channel;
+use fuse_wire::session::transport::{Channel, ReplySink, RequestSource};
 use fuse_wire::session::types::FileHandle;
 use fuse_wire::session::{Filesystem, Inode, Session, SessionConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -171,7 +171,7 @@ impl Drop for CloseOnDrop {
 
 struct Shared(Arc<TestChannel>);
 
-impl Channel for Shared {
+impl RequestSource for Shared {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut q = self.0.queue.lock().unwrap();
         loop {
@@ -190,6 +190,12 @@ impl Channel for Shared {
         }
     }
 
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+impl ReplySink for Shared {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         let mut r = self.0.replies.lock().unwrap();
         let n = msg
@@ -202,10 +208,6 @@ impl Channel for Shared {
         }
         self.0.replied.notify_all();
         Ok(())
-    }
-
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

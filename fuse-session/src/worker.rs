@@ -9,6 +9,7 @@
 use crate::buffer::AlignedBuf;
 use crate::conn::{Job, WorkerCore};
 use crate::filesystem::Filesystem;
+use crate::transport::RequestSource;
 use fuse_proto::{Errno, Opcode as Op, Reply};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -35,10 +36,16 @@ fn never_waits(op: Option<u32>) -> bool {
     )
 }
 
-/// Runs one pool thread until the connection ends, the session stops, or
-/// it retires. It starts counted as idle ([`crate::pool::Pool::begin_start`]) and leaves
+/// Runs one pool thread, reading requests from `source` (whose replies go
+/// to `core`'s sink, the same channel), until the connection ends, the
+/// session stops, or it retires. It starts counted as idle ([`crate::pool::Pool::begin_start`]) and leaves
 /// the idle count whenever it returns.
-pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: AlignedBuf) -> WorkerEnd {
+pub(crate) fn run<F: Filesystem>(
+    fs: &F,
+    core: Arc<WorkerCore>,
+    source: &dyn RequestSource,
+    mut buf: AlignedBuf,
+) -> WorkerEnd {
     let shared = &core.shared;
     let pool = &shared.pool;
     loop {
@@ -58,10 +65,9 @@ pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Aligned
         // pay for the idle timer (two timer_settime calls per receive): the
         // floor's threads read with a plain read(2), as they would at the floor.
         let got = if core.index >= pool.cfg.floor && pool.above_floor() {
-            core.chan
-                .receive_timeout(buf.as_mut_slice(), pool.cfg.idle_timeout)
+            source.receive_timeout(buf.as_mut_slice(), pool.cfg.idle_timeout)
         } else {
-            core.chan.receive(buf.as_mut_slice())
+            source.receive(buf.as_mut_slice())
         };
         let n = match got {
             Ok(n) => n,

@@ -2,7 +2,7 @@
 //! reply (or one `splice(2)` from a pipe, for READ data that should not
 //! pass through user memory), and `FUSE_DEV_IOC_CLONE` for a queue per worker.
 
-use super::Channel;
+use super::{Channel, ReplySink, RequestSource};
 use fuse_proto::Reply;
 use fuse_proto::consts::dev_ioc;
 use std::io::{self, IoSlice};
@@ -142,7 +142,7 @@ impl AsRawFd for DevFuse {
     }
 }
 
-impl Channel for DevFuse {
+impl RequestSource for DevFuse {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read(buf)
     }
@@ -183,6 +183,12 @@ impl Channel for DevFuse {
         })
     }
 
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Ok(Arc::new(self.clone_fd()?))
+    }
+}
+
+impl ReplySink for DevFuse {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         self.write(msg)
     }
@@ -193,10 +199,6 @@ impl Channel for DevFuse {
 
     fn send_spliced(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<()> {
         self.splice_in(pipe, len)
-    }
-
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Ok(Arc::new(self.clone_fd()?))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {
