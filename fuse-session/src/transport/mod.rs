@@ -102,6 +102,22 @@ pub trait Channel: Send + Sync + 'static {
         self.receive(buf)
     }
 
+    /// Like [`Channel::receive`] (and [`Channel::receive_timeout`] when
+    /// `timeout` is given), but moves the request into the pipe whose write
+    /// end is `pipe` with `splice(2)`, taking at most `len` bytes; returns
+    /// its length. The pipe must be empty and have room for `len` bytes
+    /// plus a page. Transports that cannot do this answer `EOPNOTSUPP`
+    /// without taking a request.
+    fn receive_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let _ = (pipe, len, timeout);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+
     /// Sends one complete message (reply or notification) in one write.
     ///
     /// `ENOENT` means the kernel no longer waits for that request (it was
