@@ -17,8 +17,10 @@ import json
 import os
 import platform
 import resource
+import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
 LIBFUSE_EXAMPLES = Path("/usr/share/doc/libfuse3-dev/examples")
-APT_PACKAGES = ["libfuse3-dev", "fuse3", "fio", "pkg-config"]
+APT_PACKAGES = ["libfuse3-dev", "fuse3", "fio", "pkg-config", "bonnie++"]
 
 MiB = 1 << 20
 
@@ -50,6 +52,10 @@ MODES = {
         big_entries=15_000,
         tree_dirs=50,
         tmpfs_mib=4096,
+        idle_settle=0.5,
+        idle_seconds=0.5,
+        bonnie_runs=1,
+        bonnie_files=1,
     ),
     "full": dict(
         rounds=4,
@@ -65,6 +71,10 @@ MODES = {
         big_entries=30_000,
         tree_dirs=1000,
         tmpfs_mib=8192,
+        idle_settle=1.0,
+        idle_seconds=5.0,
+        bonnie_runs=4,
+        bonnie_files=10,
     ),
 }
 
@@ -93,6 +103,11 @@ TARGETS = [
 SHARED_BS = 64 * 1024
 JOB_COUNTS = [1, 2, 4]
 MD_THREADS = [1, 4]
+# bonnie++'s file tests, in the order of its CSV line; it runs only against
+# the targets in BONNIE_TARGETS (the daemons with cache=never, as in the
+# measurement the issue quotes, and native).
+BONNIE_OPS = ["create", "stat", "delete"]
+BONNIE_TARGETS = {"native", "libfuse_never", "ours_never"}
 MD_PHASES = ["create_private", "stat_private", "unlink_private", "create_shared", "stat_shared",
              "unlink_shared", "write_small", "read_small"]
 
@@ -123,6 +138,10 @@ def workloads(cfg: dict) -> list[dict]:
                   entries=big))
     w.append(dict(id="tree_walk", label=f"tree walk {tree / 1000:g}k entries", unit="kentries/s",
                   group="inodes", entries=tree))
+    for order in ("seq", "rand"):
+        for op in BONNIE_OPS:
+            w.append(dict(id=f"bonnie_{order}_{op}", label=f"bonnie++ {order} {op}", unit="kops/s",
+                          group="bonnie"))
     return w
 
 
@@ -146,7 +165,8 @@ def ensure_tools(allow_install: bool) -> None:
     """Installs Debian's packages the suite needs when one is missing."""
     def have_all() -> list[str]:
         missing = []
-        for tool, pkg in (("fio", "fio"), ("pkg-config", "pkg-config"), ("fusermount3", "fuse3")):
+        for tool, pkg in (("fio", "fio"), ("pkg-config", "pkg-config"), ("fusermount3", "fuse3"),
+                          ("bonnie++", "bonnie++")):
             if shutil.which(tool) is None:
                 missing.append(pkg)
         if shutil.which("pkg-config") and subprocess.run(
@@ -344,6 +364,188 @@ def read_hwm_kib(pid: int) -> int | None:
     return None
 
 
+# ---------------------------------------------------------------- cost
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TRACEFS = Path("/sys/kernel/tracing")
+REQUEST_EVENT = "fuse:fuse_request_send"
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of a whole process: /proc/PID/stat's utime
+    and stime, which cover all its threads, those that ended included."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces) start at state (3).
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def context_switches(pid: int) -> dict[int, int]:
+    """{thread id: voluntary + involuntary context switches so far}."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        n = 0
+        for line in text.splitlines():
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                n += int(line.split()[1])
+        out[int(tid)] = n
+    return out
+
+
+def switches_between(before: dict[int, int], after: dict[int, int]) -> int:
+    """Context switches from one snapshot to the next. A thread that ended in
+    between counts 1 (it woke at least to end); one that started counts all."""
+    n = sum(v - before.get(tid, 0) for tid, v in after.items())
+    return n + sum(1 for tid in before if tid not in after)
+
+
+def request_counting() -> str | None:
+    """Why FUSE requests cannot be counted here, or None when they can: with
+    `perf stat` on the kernel's fuse_request_send tracepoint (Linux 6.15+),
+    filtered to one connection, counted in the kernel."""
+    if shutil.which("perf") is None:
+        return "no perf"
+    if not (TRACEFS / "events").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True)
+    if not (TRACEFS / "events" / "fuse" / "fuse_request_send").exists():
+        return "this kernel has no fuse_request_send tracepoint"
+    return None
+
+
+class RequestCounter:
+    """Counts the requests the kernel sends on one FUSE connection between
+    start() and stop(): a `perf stat -a` started disabled, switched on and
+    off through its control FIFO (each switch acknowledged, so nothing is
+    missed at the edges). Every call is bounded in time."""
+
+    def __init__(self, minor: str, tmp: Path):
+        self.minor, self.tmp = minor, tmp
+        self.proc: subprocess.Popen | None = None
+
+    def _command(self, cmd: str) -> None:
+        os.write(self.ctl, (cmd + "\n").encode())
+        deadline = time.monotonic() + 10
+        got = b""
+        while b"ack" not in got:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.ack], [], [], left)[0]:
+                raise RuntimeError(f"perf stat did not acknowledge {cmd!r}")
+            chunk = os.read(self.ack, 64)
+            if not chunk:
+                # No writer (yet, or any more): perf opens its end after ours.
+                if self.proc.poll() is not None:
+                    raise RuntimeError("perf stat ended")
+                time.sleep(0.01)
+            got += chunk
+
+    def start(self) -> None:
+        for name in ("ctl", "ack"):
+            f = self.tmp / f"perf-{name}"
+            f.unlink(missing_ok=True)
+            os.mkfifo(f)
+        self.out = self.tmp / "perf-stat.out"
+        self.proc = subprocess.Popen(
+            ["perf", "stat", "-x,", "-o", str(self.out), "-a", "-D", "-1",
+             "--control", f"fifo:{self.tmp / 'perf-ctl'},{self.tmp / 'perf-ack'}",
+             "-e", REQUEST_EVENT, "--filter", f"connection == {self.minor}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # perf opens ctl for reading, then ack for writing: open ours to match,
+        # without blocking on a perf that died.
+        deadline = time.monotonic() + 10
+        self.ctl = None
+        while self.ctl is None:
+            try:
+                self.ctl = os.open(self.tmp / "perf-ctl", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError("perf stat did not start")
+                time.sleep(0.01)
+        self.ack = os.open(self.tmp / "perf-ack", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            self._command("enable")
+        except (RuntimeError, OSError):
+            self.close()
+            raise
+
+    def stop(self) -> int:
+        """The requests counted since start()."""
+        try:
+            self._command("disable")
+        finally:
+            self.close()
+        for line in self.out.read_text().splitlines():
+            parts = line.split(",")
+            if len(parts) > 2 and parts[2] == REQUEST_EVENT and parts[0].isdigit():
+                return int(parts[0])
+        raise RuntimeError(f"perf stat printed no count: {self.out.read_text()[-200:]}")
+
+    def close(self) -> None:
+        for fd in (getattr(self, "ctl", None), getattr(self, "ack", None)):
+            if fd is not None:
+                os.close(fd)
+        self.ctl = self.ack = None
+        if self.proc:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+class Meter:
+    """What a daemon spends over one workload: CPU seconds, context switches
+    of all its threads and, when they can be counted, the requests it got."""
+
+    def __init__(self, daemon: "Daemon", tmp: Path, count_requests: bool):
+        self.pid = daemon.pid()
+        self.counter = RequestCounter(daemon.devnum.split(":")[1], tmp) if count_requests else None
+
+    def start(self) -> None:
+        self.cpu0, self.cs0 = cpu_seconds(self.pid), context_switches(self.pid)
+        self.counting = False
+        if self.counter:
+            try:
+                self.counter.start()
+                self.counting = True
+            except (RuntimeError, OSError) as e:
+                log(f"  could not count requests: {e}")
+
+    def stop(self) -> dict:
+        cpu, cs = cpu_seconds(self.pid), context_switches(self.pid)
+        requests = None
+        if self.counting:
+            try:
+                requests = self.counter.stop()
+            except (RuntimeError, OSError) as e:
+                log(f"  could not count requests: {e}")
+        return dict(cpu_s=None if cpu is None or self.cpu0 is None else cpu - self.cpu0,
+                    ctxsw=switches_between(self.cs0, cs), requests=requests)
+
+
+def idle_wakeups(pid: int, settle: float, seconds: float) -> float:
+    """Context switches per second of all the daemon's threads while nothing
+    uses the mount, after `settle` seconds of quiet."""
+    time.sleep(settle)
+    before = context_switches(pid)
+    time.sleep(seconds)
+    return switches_between(before, context_switches(pid)) / seconds
+
+
 # ---------------------------------------------------------------- workloads
 
 
@@ -352,6 +554,7 @@ class Suite:
         self.cfg, self.work, self.mdtest, self.nofile = cfg, work, mdtest, nofile
         self.src = work / "src"
         self.mnt = work / "mnt"
+        self.count_requests = False
 
     def prepare_source(self) -> None:
         """Mounts the tmpfs and writes the files the read and overwrite workloads use."""
@@ -410,20 +613,30 @@ class Suite:
             raise RuntimeError(f"fio {name}: no runtime")
         return dict(mbps=io_bytes / secs / 1e6, kiops=ios / secs / 1e3)
 
-    def run_target(self, root: Path, daemon: Daemon | None) -> tuple[dict, dict, int | None]:
-        """All workloads once against root. Returns (values, errors, peak RSS KiB under 4-way load)."""
+    def run_target(self, root: Path, daemon: Daemon | None, tid: str) -> dict:
+        """All workloads once against root. Returns values, errors, peak RSS KiB
+        under 4-way load, the daemon's cost per workload and its idle wake-ups."""
         c = self.cfg
         rt = f"{int(c['runtime'] * 1000)}ms"
         timeout = c["runtime"] * 4 + 60
         timed = {"time_based": True, "runtime": rt}
         vals: dict[str, float] = {}
         errs: dict[str, str] = {}
+        costs: dict[str, dict] = {}
         hwm: list[int] = []
+        meter = Meter(daemon, self.work, self.count_requests) if daemon else None
 
         def attempt(wid: str, fn) -> None:
             try:
-                vals[wid] = fn()
+                if meter:
+                    meter.start()
+                try:
+                    vals[wid] = fn()
+                finally:
+                    if meter:
+                        costs[wid] = meter.stop()
             except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+                costs.pop(wid, None)
                 errs[wid] = str(e)[:400]
                 log(f"  {wid}: FAILED {errs[wid]}")
 
@@ -464,13 +677,94 @@ class Suite:
             reset_hwm(daemon.pid())
         for kind, n in four_way:
             attempt(f"shared_{kind}_j{n}", lambda kind=kind, n=n: shared(kind, n))
-        self.mdtest_run(root, 4, vals, errs, timeout)
+        self.mdtest_run(root, 4, vals, errs, costs, meter, timeout)
         if daemon:
             v = read_hwm_kib(daemon.pid())
             if v is not None:
                 hwm.append(v)
-        self.mdtest_run(root, 1, vals, errs, timeout)
-        return vals, errs, (max(hwm) if hwm else None)
+        self.mdtest_run(root, 1, vals, errs, costs, meter, timeout)
+        if tid in BONNIE_TARGETS:
+            self.bonnie_run(root, vals, errs, costs, meter)
+        idle = idle_wakeups(daemon.pid(), c["idle_settle"], c["idle_seconds"]) if daemon else None
+        return dict(vals=vals, errs=errs, hwm=(max(hwm) if hwm else None), costs=costs, idle=idle)
+
+    def stepped(self, cmd: list[str], threads: int, costs: dict, meter: Meter | None, timeout: float) -> str:
+        """Runs mdtest; with a meter, measures the daemon over each phase (mdtest's
+        `--step` handshake on stderr/stdin). Returns mdtest's stdout."""
+        if not meter:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+        deadline = time.monotonic() + timeout * 4
+        # mdtest prints its JSON (a few KiB, well within a pipe) only at the end:
+        # follow stderr until it closes, then read stdout.
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            pending = b""
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([p.stderr], [], [], left)[0]:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                chunk = os.read(p.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    words = line.decode(errors="replace").split()
+                    if len(words) != 3 or words[0] != "mdtest-step":
+                        continue
+                    name = words[2]
+                    wid = name if name.startswith("ls_") else f"md_{name}_t{threads}"
+                    if words[1] == "before":
+                        meter.start()
+                    else:
+                        costs[wid] = meter.stop()
+                    p.stdin.write(b"\n")
+                    p.stdin.flush()
+            out = p.stdout.read()
+            p.wait(timeout=max(deadline - time.monotonic(), 1))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if meter.counter:
+                meter.counter.close()
+        return out.decode(errors="replace")
+
+    def bonnie_run(self, root: Path, vals: dict, errs: dict, costs: dict, meter: Meter | None) -> None:
+        """bonnie++'s file tests (no data tests: -s0): create, stat and delete
+        `bonnie_files` x 1024 empty files in 10 directories, in order then at
+        random; `bonnie_runs` runs, the median of each rate kept. The daemon's
+        cost is measured over all of it ("bonnie" in costs)."""
+        c = self.cfg
+        d = root / "work" / "bonnie"
+        d.mkdir()
+        n = c["bonnie_files"]
+        cmd = ["bonnie++", "-x", str(c["bonnie_runs"]), "-q", "-s0", "-d", str(d), "-n", f"{n}:0:0:10",
+               "-r", "0", "-u", "0"]
+        ids = [f"bonnie_{o}_{op}" for o in ("seq", "rand") for op in BONNIE_OPS]
+        try:
+            if meter:
+                meter.start()
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            finally:
+                if meter:
+                    costs["bonnie"] = meter.stop()
+            rows = [l.split(",") for l in r.stdout.splitlines() if l.startswith("1.98,")]
+            if r.returncode != 0 or not rows:
+                raise RuntimeError(f"bonnie++ exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            costs.pop("bonnie", None)
+            for wid in ids:
+                errs[wid] = str(e)[:400]
+            log(f"  bonnie++: FAILED {e}")
+            return
+        # CSV format 1.98: the six file-test rates (files/s) are fields 26, 28, ..., 36;
+        # "+++++" means a test ended too fast to time (native tmpfs).
+        for k, wid in enumerate(ids):
+            rates = [float(row[26 + 2 * k]) for row in rows if row[26 + 2 * k].replace(".", "").isdigit()]
+            if rates:
+                vals[wid] = statistics.median(rates) / 1e3
 
     def run_inode_workloads(self, t: dict, samples: dict, errors: list, skipped: list, rnd: int) -> None:
         """The many-inodes rows, each on a fresh mount (nothing cached, no inode
@@ -517,16 +811,19 @@ class Suite:
         room = self.nofile - self.cfg["ls_entries"] - 2000
         return max(100, min(self.cfg["md_max_files"], room // threads))
 
-    def mdtest_run(self, root: Path, threads: int, vals: dict, errs: dict, timeout: float) -> None:
+    def mdtest_run(self, root: Path, threads: int, vals: dict, errs: dict, costs: dict,
+                   meter: Meter | None, timeout: float) -> None:
         c = self.cfg
         cmd = [self.mdtest, "--dir", str(root / "work"), "--threads", str(threads), "--seconds",
                str(c["md_seconds"]), "--max-files", str(self.md_files_per_thread(threads))]
         if threads == 1:
             cmd += ["--ls", str(root / "ls10k"), "--ls-runs", str(c["ls_runs"])]
+        if meter:
+            cmd.append("--step")
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            doc = json.loads(r.stdout)
-        except (subprocess.TimeoutExpired, ValueError) as e:
+            out = self.stepped(cmd, threads, costs, meter, timeout)
+            doc = json.loads(out)
+        except (subprocess.TimeoutExpired, ValueError, RuntimeError) as e:
             for p in MD_PHASES:
                 errs[f"md_{p}_t{threads}"] = f"mdtest: {e}"
             log(f"  mdtest t{threads}: FAILED {e}")
@@ -620,8 +917,14 @@ def main() -> int:
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="fuse-wire-bench."))
     work.mkdir(parents=True, exist_ok=True)
     suite = Suite(cfg, work, mdtest, nofile)
+    why_not = request_counting()
+    suite.count_requests = why_not is None
+    if why_not:
+        log(f"requests per workload will not be counted: {why_not}")
     samples = {t["id"]: {} for t in targets}
     rss = {t["id"]: [] for t in targets}
+    costs: dict[str, dict] = {t["id"]: {} for t in targets}
+    idle: dict[str, list] = {t["id"]: [] for t in targets}
     daemon_stats: dict[str, list] = {t["id"]: [] for t in targets if t["kind"] == "ours"}
     errors: list[dict] = []
     skipped: list[dict] = []
@@ -657,7 +960,12 @@ def main() -> int:
                         daemon = Daemon([*t["cmd"], *extra, "-o", opts, str(suite.mnt)], suite.mnt,
                                         work / f"{t['id']}.log")
                         root = suite.mnt
-                    vals, errs, hwm = suite.run_target(root, daemon)
+                    got = suite.run_target(root, daemon, t["id"])
+                    vals, errs, hwm = got["vals"], got["errs"], got["hwm"]
+                    for wid, cost in got["costs"].items():
+                        costs[t["id"]].setdefault(wid, []).append(cost)
+                    if got["idle"] is not None:
+                        idle[t["id"]].append(got["idle"])
                 except RuntimeError as e:
                     vals, errs, hwm = {}, {"mount": str(e)[:400]}, None
                     log(f"  {t['id']}: {e}")
@@ -693,10 +1001,11 @@ def main() -> int:
             libfuse=dict((k, v) for k, v in libfuse.items() if k != "binary"),
             ours_error=ours["error"], shared_bs=SHARED_BS, daemon_nofile=nofile,
             md_files_per_thread={t: suite.md_files_per_thread(t) for t in MD_THREADS},
+            request_counting=why_not or f"perf stat -e {REQUEST_EVENT}", clk_tck=CLK_TCK,
         ),
         targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
         workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, skipped=skipped,
-        daemon_stats=daemon_stats,
+        daemon_stats=daemon_stats, costs=costs, idle_wakeups=idle,
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,62 @@ def requests_table(result: dict) -> str | None:
     return md_table(["daemon"] + STAT_OPS, rows) if rows else None
 
 
+def per_request(result: dict, tid: str, key: str, scale: float) -> dict[str, float]:
+    """{workload: median over rounds of the daemon's `key` (cpu_s or ctxsw) per
+    request, times scale}, for the workloads where requests were counted."""
+    out = {}
+    for wid, rounds in result.get("costs", {}).get(tid, {}).items():
+        vals = [r[key] / r["requests"] * scale for r in rounds
+                if r.get("requests") and r.get(key) is not None]
+        if vals:
+            out[wid] = statistics.median(vals)
+    return out
+
+
+def cost_rows(result: dict) -> list[tuple[str, str]]:
+    """(id, label) of the rows of the cost tables: the workloads, then bonnie++ as a whole."""
+    rows = [(w["id"], w["label"]) for w in result["workloads"] if not w["id"].startswith("bonnie_")]
+    return rows + [("bonnie", "bonnie++, whole run (all six tests)")]
+
+
+def cost_table(result: dict, key: str, scale: float, idle_row: bool) -> str | None:
+    """Daemon cost per request (median over rounds) per workload and daemon,
+    then ours ÷ libfuse with the same cache mode (< 1: ours spends less)."""
+    daemons = [t for t in result["targets"] if t["kind"] != "native" and not unavailable(t)
+               and result.get("costs", {}).get(t["id"])]
+    per = {t["id"]: per_request(result, t["id"], key, scale) for t in daemons}
+    if not any(per.values()):
+        return None
+    # Not passthrough: the kernel serves its READs and WRITEs, so what is left
+    # per request is another mix of requests, not a cheaper way to serve them.
+    pairs = [t for t in daemons if t.get("base") and per.get(t["base"]) and "passthrough" not in t.get("opts", [])]
+    header = ["workload"] + [t["label"] for t in daemons] + [f"{t['label']} ÷ {t['base'].replace('_', ' ')}"
+                                                             for t in pairs]
+    rows = []
+    ratios: dict[str, list[float]] = {t["id"]: [] for t in pairs}
+    for wid, label in cost_rows(result):
+        if not any(wid in per[t["id"]] for t in daemons):
+            continue
+        row = [label] + [fmt(per[t["id"]].get(wid)) for t in daemons]
+        for t in pairs:
+            a, b = per[t["id"]].get(wid), per[t["base"]].get(wid)
+            r = a / b if a is not None and b else None
+            if r:
+                ratios[t["id"]].append(r)
+            row.append(fmt_ratio(r))
+        rows.append(row)
+    rows.append(["**geometric mean**"] + [""] * len(daemons) +
+                [f"**{fmt_ratio(geomean(ratios[t['id']]))}**" for t in pairs])
+    if idle_row:
+        idle = result.get("idle_wakeups", {})
+        med = {t["id"]: statistics.median(idle[t["id"]]) for t in daemons if idle.get(t["id"])}
+        row = ["_idle: wake-ups per second_"] + [fmt(med.get(t["id"])) for t in daemons]
+        row += [fmt_ratio(med[t["id"]] / med[t["base"]]) if med.get(t["id"]) is not None and med.get(t["base"])
+                else "–" for t in pairs]
+        rows.append(row)
+    return md_table(header, rows)
+
+
 def console_tables(result: dict) -> str:
     s = summary(result)
     parts = ["", "Targets (geometric means of the per-workload ratios):", overview_table(result, s), "",
@@ -211,6 +267,11 @@ def console_tables(result: dict) -> str:
                          ("Ratio to native tmpfs:", ratio_table(result, s, True))):
         parts += [title, table or "(no pair measured in this run)", ""]
     parts += ["FUSE daemon memory:", rss_table(result), ""]
+    for title, table in (("Daemon CPU per request, µs (< 1 in the ÷ columns: ours spends less):",
+                          cost_table(result, "cpu_s", 1e6, True)),
+                         ("Daemon context switches per request:", cost_table(result, "ctxsw", 1.0, False))):
+        if table:
+            parts += [title, table, ""]
     if result["errors"]:
         parts.append(f"{len(result['errors'])} errors, first: {result['errors'][0]}")
     return "\n".join(parts)
@@ -382,6 +443,32 @@ def doc(result: dict, images: list[str]) -> str:
             "each round (4-job shared-file writes, then mdtest with 4 threads). The peak is reset just before "
             "that part by writing `5` to `/proc/PID/clear_refs`, so start-up and earlier workloads don't count.",
             "", rss_table(result), ""]
+    cpu = cost_table(result, "cpu_s", 1e6, True)
+    if cpu:
+        out += ["## Cost per request", "",
+                "What each daemon spends per FUSE request, a figure that depends much less on the machine's "
+                "load than throughput: the CPU time of the whole daemon (user + system, `utime` + `stime` of "
+                "`/proc/PID/stat`, all its threads, those that ended included) over the workload, divided by "
+                "the requests the kernel sent it meanwhile. Requests are counted by the kernel: "
+                f"`{m.get('request_counting')}` (a tracepoint, Linux 6.15+) filtered to the mount's connection, "
+                "counted in the kernel by `perf stat -a` switched on and off around each workload; FORGETs are "
+                "not requests there and are not counted. mdtest phases are measured one by one (its `--step` "
+                "handshake); bonnie++ as a whole. The CPU clock ticks "
+                f"{m.get('clk_tck', 100)} times a second, so a workload that keeps a daemon busy for less than "
+                "a second or so carries a few percent of quantisation (quick runs: much more). Median over rounds, in "
+                "microseconds. ours passthrough has no ratio: the kernel serves its reads and writes, so its "
+                "remaining requests are a different mix.", "",
+                "The last row is not per request: the context switches per second of all the daemon's threads "
+                f"(`voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of `/proc/PID/task/*/status`) over "
+                f"{cfg.get('idle_seconds', '?')} s with the mount unused, after the round's workloads and "
+                f"{cfg.get('idle_settle', 1.0)} s of quiet.", "", cpu, ""]
+        cs = cost_table(result, "ctxsw", 1.0, False)
+        if cs:
+            out += ["Context switches of the daemon's threads per request, counted the same way (a thread that "
+                    "ended during a workload counts one):", "", cs, ""]
+    elif "costs" in result:
+        out += ["## Cost per request", "",
+                f"Not measured in this run: requests could not be counted ({m.get('request_counting')}).", ""]
     req = requests_table(result)
     if req:
         out += ["## Requests our daemon served", "",
@@ -447,6 +534,11 @@ def method(result: dict) -> list[str]:
         "daemons, which hold a descriptor per known inode, stay below their open-file limit "
         f"({m.get('daemon_nofile', '?')} here; caps per thread: "
         f"{', '.join(f'{v} at T={k}' for k, v in m.get('md_files_per_thread', {}).items()) or '?'}).",
+        f"- **bonnie++** (native, libfuse never and ours never only): `bonnie++ -x {cfg.get('bonnie_runs', '?')} "
+        f"-q -s0 -d DIR -n {cfg.get('bonnie_files', '?')}:0:0:10 -r 0 -u 0`, its file tests only: create, stat "
+        "and delete that many thousand (×1024) empty files spread over 10 directories, first in name order, "
+        "then in random order; the median of its runs, in thousands of files per second. bonnie++ prints "
+        "`+++++` for a test that ended too quickly to time (native tmpfs does), shown as –.",
         f"- **ls -l 10k**: `ls -l` of a directory of {cfg['ls_entries']} empty files made on the tmpfs before the "
         "mount: *cold* is the first listing through this mount, *warm* (full runs only) the one right after "
         "(attributes may come from the kernel's cache, depending on the cache mode); entries per second.", "",
@@ -454,7 +546,7 @@ def method(result: dict) -> list[str]:
         "spread of the rounds. A ratio divides medians. The geometric means weigh every workload the same, "
         "which is a choice, not a law: read the rows that matter to you.", "",
         "What this does not show: disks (tmpfs takes the device out so the FUSE overhead stands out), "
-        "writeback caching (neither daemon enables it here), CPU use per operation, latency percentiles (fio "
+        "writeback caching (neither daemon enables it here), latency percentiles (fio "
         "records them; see `bench/results/latest.json` after a run for the raw per-round samples).", "",
     ]
     # Our reading of the numbers, written by hand after a full run and kept
@@ -462,11 +554,18 @@ def method(result: dict) -> list[str]:
     analysis = Path(__file__).with_name("analysis.md")
     if analysis.exists():
         lines += ["## Reading the results", ""] + analysis.read_text().rstrip("\n").split("\n") + [""]
+    # Counts per request, measured with bench/syscalls.py and written by hand
+    # (they barely depend on the machine's load, unlike the tables above).
+    per_request = Path(__file__).with_name("per-request.md")
+    if per_request.exists():
+        lines += ["## Per request: system calls and wake-ups, ours against libfuse", ""] + \
+            per_request.read_text().rstrip("\n").split("\n") + [""]
     lines += [
         "## Reproduce", "",
         "```sh",
         "bench/run           # full run, under 20 minutes",
         "bench/run --quick   # under 3 minutes, noisy",
+        "bench/syscalls.py   # counts per request (after a bench/run built both daemons)",
         "```", "",
     ]
     return lines
@@ -483,7 +582,8 @@ def write_docs(result: dict, docs: Path) -> None:
     (docs / "performance.json").write_text(json.dumps(dict(
         meta=result["meta"], targets=result["targets"], workloads=result["workloads"],
         samples=result["samples"], rss_mib=result["rss_mib"], errors=result["errors"],
-        daemon_stats=result.get("daemon_stats", {})), indent=1) + "\n")
+        daemon_stats=result.get("daemon_stats", {}), costs=result.get("costs", {}),
+        idle_wakeups=result.get("idle_wakeups", {})), indent=1) + "\n")
 
 
 def main() -> int:

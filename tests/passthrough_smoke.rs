@@ -650,3 +650,59 @@ fn bad_options_fail_before_mounting() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `f_type` of the filesystem holding `p`.
+fn fs_type(p: &Path) -> i64 {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a live C string and `st` is writable.
+    let r = unsafe { libc::statfs(cstr(p).as_ptr(), &mut st) };
+    assert_eq!(
+        r,
+        0,
+        "statfs {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+    st.f_type as i64
+}
+
+#[test]
+fn close_sends_flush_only_when_something_needs_it() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // Creates, opens for reading and writing, and closes, through `d`.
+    fn closes(d: &Daemon) {
+        for i in 0..3 {
+            fs::write(d.p(&format!("f{i}")), b"data").unwrap();
+        }
+        assert_eq!(fs::read(d.p("f0")).unwrap(), b"data");
+        let f = fs::OpenOptions::new().append(true).open(d.p("f1")).unwrap();
+        let dup = f.try_clone().unwrap();
+        drop((f, dup));
+    }
+    // Closing a duplicate of a source descriptor does nothing on tmpfs and
+    // ext2/3/4 and XFS: there the daemon opens files with FOPEN_NOFLUSH.
+    let tm = TempMountpoint::new("pt-noflush");
+    let d = Daemon::start(&tm, "cache=auto");
+    let quiet = matches!(
+        fs_type(&tm.root().join("src")),
+        0x0102_1994 | 0xEF53 | 0x5846_5342
+    );
+    closes(&d);
+    let json = d.stop();
+    if quiet {
+        assert_eq!(op_count(&json, "FLUSH"), 0, "FLUSH reached the daemon: {json}");
+    } else {
+        assert!(op_count(&json, "FLUSH") >= 6, "this source keeps FLUSH: {json}");
+    }
+
+    // With posix_lock the daemon holds the POSIX locks: a close must reach
+    // it to drop the closing owner's locks, whatever the source.
+    let tm = TempMountpoint::new("pt-flush-locks");
+    let d = Daemon::start(&tm, "cache=auto,posix_lock");
+    closes(&d);
+    let json = d.stop();
+    assert!(op_count(&json, "FLUSH") >= 6, "no FLUSH with posix_lock: {json}");
+}

@@ -3132,6 +3132,56 @@ fn workers_above_the_floor_end_after_the_idle_timeout() {
 }
 
 #[test]
+fn the_floor_threads_read_without_an_idle_timer() {
+    let fake = Fake::start(
+        TestFs::new(),
+        SessionConfig {
+            workers: 1,
+            max_workers: 3,
+            grow_after: Duration::from_millis(10),
+            // Long: nobody retires during the test.
+            idle_timeout: Duration::from_secs(600),
+            ..Default::default()
+        },
+    );
+    fake.init_ready(45, offer_745());
+    // The floor's only thread takes the first request and holds it.
+    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
+    wait_until("a second worker", || fake.handle.workers() == 2);
+    fake.send(request(1, 102, 1, &B::new().cstr("gate").done()));
+    wait_until("a third worker", || fake.handle.workers() == 3);
+    fake.fs.gate.open();
+    let reply = || {
+        fake.kernel
+            .recv(Duration::from_secs(10))
+            .expect("a reply within 10 s")
+    };
+    let got = [reply(), reply()];
+    // Reply 100 came from the floor's thread: its channel.
+    let floor = got
+        .iter()
+        .find(|w| w.bytes == ok_reply(100, &entry_bytes(50)))
+        .expect("reply to 100")
+        .channel;
+    wait_until("the floor's thread reading again", || {
+        fake.kernel.receives(floor).0 >= 2
+    });
+    // The pool is above its floor, yet the floor's thread armed no timer:
+    // only the threads that may retire pay for one.
+    assert_eq!(fake.handle.workers(), 3);
+    assert_eq!(
+        fake.kernel.receives(floor).1,
+        0,
+        "timed receives on the floor's channel"
+    );
+    let timed: usize = (0..fake.kernel.channels())
+        .map(|c| fake.kernel.receives(c).1)
+        .sum();
+    assert!(timed > 0, "the threads above the floor wait with a timer");
+    fake.unmount_and_join().unwrap();
+}
+
+#[test]
 fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
     let fake = Fake::start(
         TestFs::new(),

@@ -228,6 +228,15 @@ pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
     .map(drop)
 }
 
+/// The filesystem type (`f_type`, a `*_MAGIC` number) of the file behind `fd`.
+pub fn fs_type(fd: BorrowedFd<'_>) -> io::Result<i64> {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is live and writable.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.f_type as i64)
+}
+
 pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<libc::statvfs> {
     // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -22,10 +22,13 @@
 //!   whatever the handlers do, something keeps reading `/dev/fuse`:
 //!   interrupts reach their requests, forgets are applied, and another
 //!   user's requests wait their turn instead of the whole mount hanging.
-//! - **Shrinking.** A thread above the floor reads with a one-shot timer
-//!   ([`crate::transport::Channel::receive_timeout`]); when it has waited
-//!   `idle_timeout` for a request it ends, unless that would go below the
-//!   floor. A pool at its floor arms no timer.
+//! - **Shrinking.** While the pool is above its floor, a thread whose
+//!   per-worker index is not one of the floor's (`0..floor`) reads with a
+//!   one-shot timer ([`crate::transport::Channel::receive_timeout`]); when it
+//!   has waited `idle_timeout` for a request it ends, unless that would go
+//!   below the floor. The floor's threads read without a timer: arming and
+//!   disarming one costs two system calls per request, and they would not
+//!   retire anyway while the others can. A pool at its floor arms no timer.
 //!
 //! Handlers that wait for something other users control (a lock, a lease)
 //! should not hold a worker at all: they give their reply handle to a

@@ -59,7 +59,10 @@ pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Aligned
             pool.enter_idle();
             continue;
         }
-        let timeout = pool.above_floor().then_some(pool.cfg.idle_timeout);
+        // Only threads beyond the floor's indices ever retire, so only they
+        // pay for the idle timer (two timer_settime calls per receive): the
+        // floor's threads read with a plain read(2), as they would at the floor.
+        let timeout = (core.index >= pool.cfg.floor && pool.above_floor()).then_some(pool.cfg.idle_timeout);
         let got = match (&pipe, timeout) {
             (Some(p), _) => p.receive(&*core.chan, buf.as_mut_slice(), timeout, min_payload),
             (None, Some(t)) => core

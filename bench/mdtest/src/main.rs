@@ -26,17 +26,40 @@
 //! phase before made, so a faster create phase gives them more work, never
 //! less time. The result is one JSON object on stdout; the exit status is 1
 //! when any operation failed (the JSON says which phase and the first error).
+//!
+//! With `--step`, each timed phase is bracketed by a handshake, so that the
+//! driver can measure the daemon over exactly that phase: mdtest writes
+//! `mdtest-step before NAME` (then `after NAME`) as a line on stderr and
+//! waits for a line on stdin before going on.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: mdtest --dir DIR [--threads T] [--seconds S] [--max-files N] \
-[--small-size BYTES] [--ls DIR [--ls-runs 1|2]]
+[--small-size BYTES] [--ls DIR [--ls-runs 1|2]] [--step]
        mdtest --inode-phase ls_big|stat_many|tree_walk --target DIR [--count N]";
+
+/// `--step`: hand-shake with the driver around every timed phase.
+static STEP: AtomicBool = AtomicBool::new(false);
+
+/// Tells the driver a phase is about to start (`before`) or has ended
+/// (`after`) and waits for its go-ahead: one line on stdin. A closed stdin
+/// (the driver went away) ends the handshakes, not the run.
+fn step(when: &str, name: &str) {
+    if !STEP.load(Ordering::Relaxed) {
+        return;
+    }
+    eprintln!("mdtest-step {when} {name}");
+    let mut line = String::new();
+    if !matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0) {
+        STEP.store(false, Ordering::Relaxed);
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -47,6 +70,7 @@ struct Config {
     small_size: usize,
     ls: Option<PathBuf>,
     ls_runs: usize,
+    step: bool,
     /// `--inode-phase`: run only this phase, on `target`.
     inode_phase: Option<String>,
     target: Option<PathBuf>,
@@ -62,6 +86,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         small_size: 4096,
         ls: None,
         ls_runs: 2,
+        step: false,
         inode_phase: None,
         target: None,
         count: 0,
@@ -81,6 +106,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--small-size" => cfg.small_size = num(&val("--small-size")?)?,
             "--ls" => cfg.ls = Some(PathBuf::from(val("--ls")?)),
             "--ls-runs" => cfg.ls_runs = num(&val("--ls-runs")?)?,
+            "--step" => cfg.step = true,
             "--inode-phase" => cfg.inode_phase = Some(val("--inode-phase")?),
             "--target" => cfg.target = Some(PathBuf::from(val("--target")?)),
             "--count" => cfg.count = num(&val("--count")?)?,
@@ -179,6 +205,7 @@ fn phase<F>(name: &'static str, threads: usize, seconds: f64, work: F) -> PhaseR
 where
     F: Fn(usize, Instant, &mut Tally) + Sync,
 {
+    step("before", name);
     let barrier = Barrier::new(threads);
     let runs: Vec<(Tally, Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -199,6 +226,7 @@ where
             .map(|h| h.join().expect("worker panicked"))
             .collect()
     });
+    step("after", name);
     let first = runs.iter().map(|r| r.1).min().expect("at least one thread");
     let last = runs.iter().map(|r| r.2).max().expect("at least one thread");
     let mut r = PhaseResult {
@@ -384,6 +412,7 @@ fn read_all(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// `ls -l DIR` once; ops are the entries it listed.
 fn ls_phase(name: &'static str, dir: &Path) -> PhaseResult {
+    step("before", name);
     let start = Instant::now();
     let out = Command::new("ls")
         .arg("-l")
@@ -391,6 +420,7 @@ fn ls_phase(name: &'static str, dir: &Path) -> PhaseResult {
         .stderr(Stdio::piped())
         .output();
     let seconds = start.elapsed().as_secs_f64();
+    step("after", name);
     let mut r = PhaseResult {
         name,
         seconds,
@@ -543,6 +573,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    STEP.store(cfg.step, Ordering::Relaxed);
     let results = match run(&cfg) {
         Ok(r) => r,
         Err(e) => {
@@ -611,6 +642,7 @@ mod tests {
             small_size: 100,
             ls: Some(lsdir.clone()),
             ls_runs: 2,
+            step: false,
             inode_phase: None,
             target: None,
             count: 0,

@@ -25,6 +25,19 @@ struct Shared {
     requests: Receiver<Vec<u8>>,
     written: Sender<Written>,
     clones: AtomicUsize,
+    /// Per channel: (receives, those of them with a timeout).
+    receives: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Shared {
+    fn count_receive(&self, channel: usize, timed: bool) {
+        let mut r = self.receives.lock().unwrap_or_else(|e| e.into_inner());
+        if r.len() <= channel {
+            r.resize(channel + 1, (0, 0));
+        }
+        r[channel].0 += 1;
+        r[channel].1 += usize::from(timed);
+    }
 }
 
 /// The test's side of the fake connection.
@@ -49,6 +62,7 @@ impl FakeKernel {
             requests: req_rx,
             written: w_tx,
             clones: AtomicUsize::new(1),
+            receives: Mutex::new(Vec::new()),
         });
         let chan: Arc<dyn Channel> = Arc::new(FakeChannel {
             shared: shared.clone(),
@@ -82,6 +96,13 @@ impl FakeKernel {
         self.requests.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
+    /// How many receives the session has started on `channel`, and how many
+    /// of them with a timeout ([`Channel::receive_timeout`]).
+    pub fn receives(&self, channel: usize) -> (usize, usize) {
+        let r = self.shared.receives.lock().unwrap_or_else(|e| e.into_inner());
+        r.get(channel).copied().unwrap_or((0, 0))
+    }
+
     /// How many channels exist (1 + clones made).
     pub fn channels(&self) -> usize {
         self.shared.clones.load(Ordering::Relaxed)
@@ -90,6 +111,7 @@ impl FakeKernel {
 
 impl Channel for FakeChannel {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.shared.count_receive(self.id, false);
         let req = self
             .shared
             .requests
@@ -104,6 +126,7 @@ impl Channel for FakeChannel {
     }
 
     fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        self.shared.count_receive(self.id, true);
         let req = match self.shared.requests.recv_timeout(timeout) {
             Ok(r) => r,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
