@@ -173,6 +173,13 @@ impl Daemon {
             .and_then(|at| json_number(&json[at..], "count"))
             .unwrap_or(0);
         let spliced = json_number(&json, "spliced_writes").expect("spliced_writes in the statistics");
+        if common::over_uring() {
+            // The io_uring pass must really have used the rings.
+            assert!(
+                json_number(&json, "uring").is_some_and(|n| n > 0),
+                "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring: {json}"
+            );
+        }
         (spliced, writes)
     }
 
