@@ -512,6 +512,13 @@ fn handlers_splice_fetch_or_leave_payloads_and_the_pipe_stays_in_step() {
         big
     });
     let stats = running.handle().stats();
+    if common::over_uring() {
+        let t = running.handle().transport();
+        assert!(
+            t.as_ref().is_some_and(TransportInfo::is_uring),
+            "FUSE_WIRE_TEST_TRANSPORT=uring but the session serves over {t:?}"
+        );
+    }
     assert_eq!(stats.get(fuse_wire::proto::Opcode::Write).errors, 0, "{stats:?}");
     let want = expected_spliced(big);
     assert_eq!(stats.transport.spliced_writes, want, "{stats:?}");
