@@ -5,7 +5,9 @@
 //! payload the handler leaves in the pipe does not leak into the next
 //! request; and the spliced path is really taken (the session's
 //! `spliced_writes` counter), or not where it cannot be (io_uring, a
-//! `max_write` too large for the pipe).
+//! `max_write` too large for the pipe). With a channel of its own that
+//! fills the worker's pipe as the kernel's splice would: a WRITE read at
+//! the cap is queued as bytes, and a panicking handler's payload is drained.
 //!
 //! Every test's I/O runs on a thread with a deadline: on timeout the test
 //! aborts its own FUSE connection and fails saying what it waited for.
@@ -228,7 +230,7 @@ fn write_sizes(mnt: &Path, src: &Path, name: &str, direct: bool, min: usize) -> 
     let m2 = mnt.clone();
     bounded(&m2, &what, move || {
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true).create(true);
+        opts.read(true).write(true).create(true).truncate(false);
         if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
@@ -446,6 +448,7 @@ fn handlers_splice_fetch_or_leave_payloads_and_the_pipe_stays_in_step() {
             .read(true)
             .write(true)
             .create(true)
+            .truncate(true)
             .open(p)
             .unwrap()
     };
@@ -528,4 +531,289 @@ fn handlers_splice_fetch_or_leave_payloads_and_the_pipe_stays_in_step() {
         wait_unmounted(mnt.path(), Duration::from_secs(5)),
         "stop() left the mount behind"
     );
+}
+
+// --- the reader beyond the cap, with a channel of our own --------------
+
+mod common_fake;
+
+use fuse_wire::proto::Reply;
+use fuse_wire::session::transport::Channel;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Condvar, Mutex};
+
+/// Requests handed to the session as the kernel's splice would: written
+/// into the worker's pipe. Replies are kept.
+#[derive(Default)]
+struct PipeChan {
+    queue: Mutex<(VecDeque<Vec<u8>>, bool)>,
+    ready: Condvar,
+    replies: Mutex<Vec<Vec<u8>>>,
+    replied: Condvar,
+}
+
+impl PipeChan {
+    fn push(&self, req: Vec<u8>) {
+        self.queue.lock().unwrap().0.push_back(req);
+        self.ready.notify_all();
+    }
+
+    fn close(&self) {
+        self.queue.lock().unwrap().1 = true;
+        self.ready.notify_all();
+    }
+
+    fn take(&self) -> io::Result<Vec<u8>> {
+        let mut q = self.queue.lock().unwrap();
+        loop {
+            if let Some(r) = q.0.pop_front() {
+                return Ok(r);
+            }
+            if q.1 {
+                return Err(io::Error::from_raw_os_error(libc::ENODEV));
+            }
+            q = self.ready.wait(q).unwrap();
+        }
+    }
+
+    fn wait_until(&self, what: &str, cond: impl Fn(&PipeChan) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond(self) {
+            assert!(Instant::now() < deadline, "waited 10 s for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+use std::io;
+
+struct ChanRef(Arc<PipeChan>);
+
+impl Channel for ChanRef {
+    fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let r = self.0.take()?;
+        buf[..r.len()].copy_from_slice(&r);
+        Ok(r.len())
+    }
+
+    fn supports_splice(&self) -> bool {
+        true
+    }
+
+    fn receive_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+        _timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let r = self.0.take()?;
+        assert!(r.len() <= len);
+        // SAFETY: write(2) from a live buffer of `r.len()` bytes into the
+        // pipe descriptor borrowed for this call.
+        let n = unsafe { libc::write(pipe.as_raw_fd(), r.as_ptr().cast(), r.len()) };
+        assert_eq!(n, r.len() as isize, "the request fits the pipe");
+        Ok(r.len())
+    }
+
+    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
+        let mut v = vec![0u8; msg.len()];
+        msg.copy_to(&mut v).unwrap();
+        self.0.replies.lock().unwrap().push(v);
+        self.0.replied.notify_all();
+        Ok(())
+    }
+
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn describe(&self) -> String {
+        "splice-write test channel".into()
+    }
+}
+
+/// Records each WRITE (offset, whether it came in the pipe, its bytes);
+/// the WRITE at offset 0 waits for the gate; a WRITE at offset 1 panics.
+#[derive(Default)]
+struct GateFs {
+    gate: Mutex<bool>,
+    opened: Condvar,
+    entered: std::sync::atomic::AtomicBool,
+    seen: Mutex<Vec<(u64, bool, Vec<u8>)>>,
+}
+
+impl Filesystem for GateFs {
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        config.max_write = MAX_WRITE as u32;
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        _ctx: &RequestContext<'_>,
+        _ino: Inode,
+        _fh: FileHandle,
+        req: WriteRequest<'_>,
+        reply: ReplyWrite,
+    ) {
+        if req.offset == 1 {
+            panic!("a handler that panics with its payload in the pipe");
+        }
+        if req.offset == 0 {
+            self.entered.store(true, Ordering::SeqCst);
+            let mut g = self.gate.lock().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !*g && Instant::now() < deadline {
+                g = self.opened.wait_timeout(g, Duration::from_millis(50)).unwrap().0;
+            }
+        }
+        let in_pipe = req.data.is_in_pipe();
+        match req.data.to_vec() {
+            Ok(bytes) => {
+                self.seen.lock().unwrap().push((req.offset, in_pipe, bytes));
+                reply.written(req.data.len() as u32)
+            }
+            Err(e) => reply.io_error(&e),
+        }
+    }
+}
+
+fn write_request(unique: u64, offset: u64, data: &[u8]) -> Vec<u8> {
+    let body = common_fake::B::new()
+        .u64(1)
+        .u64(offset)
+        .u32(data.len() as u32)
+        .u32(0)
+        .u64(0)
+        .u32(0)
+        .u32(0)
+        .bytes(data)
+        .done();
+    common_fake::request(16, unique, 2, &body)
+}
+
+struct Close(Arc<PipeChan>);
+
+impl Drop for Close {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// A session on a [`PipeChan`] with one handler slot, past INIT.
+fn start_gated(grow_after: Duration) -> (Arc<PipeChan>, Arc<GateFs>, RunningSession, Close) {
+    let chan = Arc::new(PipeChan::default());
+    let fs = Arc::new(GateFs::default());
+    let cfg = SessionConfig {
+        workers: 1,
+        max_workers: 1,
+        clone_fd: false,
+        grow_after,
+        splice_write: true,
+        ..Default::default()
+    };
+    let running = Session::from_arc(fs.clone(), Arc::new(ChanRef(chan.clone())), cfg)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let close = Close(chan.clone());
+    chan.push(common_fake::request(
+        common_fake::OP_INIT,
+        1,
+        0,
+        &common_fake::init_body(7, 45, 131_072, 0x7fff_ffff),
+    ));
+    chan.wait_until("the INIT reply", |c| c.replies.lock().unwrap().len() == 1);
+    (chan, fs, running, close)
+}
+
+/// (error, unique) of each reply after INIT, by unique.
+fn reply_headers(chan: &PipeChan) -> Vec<(i32, u64)> {
+    let mut got: Vec<(i32, u64)> = chan.replies.lock().unwrap()[1..]
+        .iter()
+        .map(|r| {
+            (
+                i32::from_ne_bytes(r[4..8].try_into().unwrap()),
+                u64::from_ne_bytes(r[8..16].try_into().unwrap()),
+            )
+        })
+        .collect();
+    got.sort_by_key(|&(_, u)| u);
+    got
+}
+
+fn end_session(chan: &PipeChan, running: RunningSession) -> SessionReport {
+    chan.close();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(running.join());
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the session ends within 10 s")
+        .unwrap()
+}
+
+/// A large WRITE read while every handler slot is taken is queued for
+/// another thread: its payload must be read out of the reader's pipe first
+/// (the queue holds bytes, and that pipe is the reader's own).
+#[test]
+fn a_write_queued_at_the_cap_is_read_out_of_the_pipe_first() {
+    let (chan, fs, running, _close) = start_gated(Duration::from_millis(10));
+    let (a, b) = (pattern(128 * 1024, 1), pattern(128 * 1024 + 5, 2));
+    chan.push(write_request(10, 0, &a));
+    chan.wait_until("the first WRITE's handler", |_| fs.entered.load(Ordering::SeqCst));
+    chan.push(write_request(12, 1 << 20, &b));
+    // Taken while the only handler slot is held: by the reader beyond the cap.
+    chan.wait_until("the reader beyond the cap taking the second WRITE", |c| {
+        c.queue.lock().unwrap().0.is_empty()
+    });
+    *fs.gate.lock().unwrap() = true;
+    fs.opened.notify_all();
+    chan.wait_until("both WRITE replies", |c| c.replies.lock().unwrap().len() == 3);
+    assert_eq!(reply_headers(&chan), [(0, 10), (0, 12)]);
+    let seen = fs.seen.lock().unwrap().clone();
+    let find = |off: u64| {
+        seen.iter()
+            .find(|s| s.0 == off)
+            .cloned()
+            .expect("a WRITE recorded")
+    };
+    let (_, a_in_pipe, a_bytes) = find(0);
+    assert!(a_in_pipe, "the first WRITE was served from the pipe");
+    assert!(a_bytes == a, "first WRITE: wrong bytes");
+    let (_, b_in_pipe, b_bytes) = find(1 << 20);
+    assert!(!b_in_pipe, "the queued WRITE came as bytes");
+    assert!(b_bytes == b, "queued WRITE: wrong bytes");
+    let report = end_session(&chan, running);
+    assert_eq!(report.stats.transport.spliced_writes, 1, "{:?}", report.stats);
+}
+
+/// A handler that panics with the payload in the pipe gets EIO, the payload
+/// is drained, and the next WRITE (on the same, only, thread) is intact.
+#[test]
+fn a_handler_that_panics_with_its_payload_in_the_pipe_leaves_it_clean() {
+    // No thread beyond the one worker: the next WRITE comes through its pipe.
+    let (chan, fs, running, _close) = start_gated(Duration::from_secs(3600));
+    *fs.gate.lock().unwrap() = true;
+    chan.push(write_request(14, 1, &pattern(200_000, 4)));
+    chan.wait_until("the panicking handler's reply", |c| {
+        c.replies.lock().unwrap().len() == 2
+    });
+    let c = pattern(100_000, 3);
+    chan.push(write_request(16, 4096, &c));
+    chan.wait_until("the next WRITE's reply", |c| c.replies.lock().unwrap().len() == 3);
+    assert_eq!(reply_headers(&chan), [(-libc::EIO, 14), (0, 16)]);
+    let seen = fs.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let (off, in_pipe, bytes) = seen[0].clone();
+    assert_eq!(off, 4096);
+    assert!(in_pipe, "the next WRITE came in the pipe");
+    assert!(bytes == c, "the WRITE after the panic: wrong bytes");
+    let report = end_session(&chan, running);
+    assert_eq!(report.stats.transport.spliced_writes, 2, "{:?}", report.stats);
 }

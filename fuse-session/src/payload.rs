@@ -99,8 +99,7 @@ impl<'a> PipePayload<'a> {
             return Ok(b);
         }
         if self.left.get() != self.len {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
+            return Err(io::Error::other(
                 "WRITE payload was partly spliced already; its bytes are gone",
             ));
         }
@@ -265,7 +264,6 @@ impl std::fmt::Debug for WriteData<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
     use std::os::fd::AsFd;
 
     fn pipe_with(content: &[u8]) -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
@@ -289,10 +287,9 @@ mod tests {
         f
     }
 
+    /// The whole file, whatever its descriptor's position.
     fn file_bytes(f: &std::fs::File) -> Vec<u8> {
-        let mut v = Vec::new();
-        f.try_clone().unwrap().read_to_end(&mut v).unwrap();
-        v
+        std::fs::read(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f))).unwrap()
     }
 
     #[test]

@@ -94,7 +94,7 @@ pub struct SessionConfig {
     pub splice_write: bool,
     /// The smallest WRITE payload left in the pipe with
     /// [`SessionConfig::splice_write`] (0:
-    /// [`SPLICE_WRITE_MIN`](crate::session::SPLICE_WRITE_MIN)).
+    /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
 }
 
@@ -475,7 +475,7 @@ impl<F: Filesystem> Session<F> {
             splice_write: self
                 .config
                 .splice_write
-                .then(|| match self.config.splice_write_min {
+                .then_some(match self.config.splice_write_min {
                     0 => SPLICE_WRITE_MIN,
                     n => n,
                 }),
