@@ -329,12 +329,16 @@ fn one_descriptor_per_inode_runs_out_without_file_handles() {
     d.doing("the walk of 30000 files with inode_file_handles=never");
     let w = walk(&d, &d.p("big"));
     // Each live inode holds a descriptor: the daemon runs out before the
-    // end (or, with a limit above the file count, holds one per file).
+    // end, or (when the kernel forgot inodes during the walk, as a cache
+    // drop elsewhere on the machine makes it do) it still held far more
+    // than file-handle mode's cache ever does.
     assert!(
-        w.emfile > 0 || w.max_fds >= FILES,
-        "expected EMFILE or one descriptor per inode: {w:?}"
+        w.emfile > 0 || w.max_fds >= FILES / 2,
+        "expected EMFILE or about one descriptor per inode: {w:?}"
     );
-    assert!(w.max_fds + SLACK >= d.nofile as usize, "{w:?}");
+    if w.emfile > 0 {
+        assert!(w.max_fds + SLACK >= d.nofile as usize, "{w:?}");
+    }
     d.stop();
 }
 

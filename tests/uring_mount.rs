@@ -23,8 +23,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+mod common;
 
 // ---------------------------------------------------------------- helpers
 
@@ -123,6 +125,19 @@ impl log::Log for Capture {
     fn flush(&self) {}
 }
 
+/// Log lines captured from index `from` on that contain `needle`.
+fn logged_since(from: usize, needle: &str) -> Vec<String> {
+    LINES.lock().unwrap_or_else(|e| e.into_inner())[from..]
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}
+
+fn log_len() -> usize {
+    LINES.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
 fn capture_logs() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
@@ -142,11 +157,24 @@ struct Files {
 
 /// A flat in-memory directory that also records which threads served which
 /// opcodes, to tell ring queue threads from `/dev/fuse` workers. READ is
-/// answered later from a thread of its own.
+/// answered later from a thread of its own. A LOOKUP of a name starting
+/// with [`GATE`] blocks its thread until the test opens the gate.
 #[derive(Default)]
 struct TinyFs {
     files: Mutex<Files>,
     served_by: Mutex<HashMap<(&'static str, String), u64>>,
+    gate: Mutex<Gate>,
+    gate_moved: Condvar,
+}
+
+/// LOOKUPs of names that start with this block.
+const GATE: &str = "gate";
+
+#[derive(Default)]
+struct Gate {
+    open: bool,
+    /// LOOKUPs at the gate right now.
+    blocked: usize,
 }
 
 const TTL: Duration = Duration::from_secs(1);
@@ -167,6 +195,47 @@ impl TinyFs {
             .unwrap()
             .entry((op, kind.to_string()))
             .or_default() += 1;
+    }
+
+    /// Blocks the calling (handler) thread until the gate opens. Bounded, so
+    /// that a test that forgets to open it cannot leave a thread behind.
+    fn wait_at_gate(&self) {
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        g.blocked += 1;
+        self.gate_moved.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !g.open && Instant::now() < deadline {
+            g = self
+                .gate_moved
+                .wait_timeout(g, Duration::from_secs(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        g.blocked -= 1;
+        self.gate_moved.notify_all();
+    }
+
+    fn open_gate(&self) {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner()).open = true;
+        self.gate_moved.notify_all();
+    }
+
+    /// Waits (bounded) until `n` LOOKUPs are blocked at the gate.
+    fn wait_blocked(&self, n: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        while g.blocked != n {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .gate_moved
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
     }
 
     fn served(&self, op: &'static str, kind: &str) -> u64 {
@@ -213,6 +282,10 @@ impl TinyFs {
 impl Filesystem for TinyFs {
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.note("lookup");
+        if parent == Inode::ROOT && name.to_bytes().starts_with(GATE.as_bytes()) {
+            self.wait_at_gate();
+            return reply.error(Errno::ENOENT);
+        }
         let f = self.files.lock().unwrap();
         match f.names.get(name.to_bytes()) {
             Some(&ino) if parent == Inode::ROOT => reply.entry(&Self::entry(ino, f.data[&ino].len())),
@@ -470,9 +543,15 @@ fn requests_are_served_over_the_rings() {
     assert_eq!(written, expected_bytes);
 
     // Unmount: the parked ring commands complete with ENOTCONN, the queue
-    // threads end, the session ends.
+    // threads end by themselves (not stopped after the grace), the session ends.
+    let logs = log_len();
     guard.unmount().expect("unmount");
     let report = join_with_timeout(running).expect("session result");
+    let stopped = logged_since(logs, "io_uring queues still running");
+    assert!(
+        stopped.is_empty(),
+        "the queues did not end on unmount: {stopped:?}"
+    );
     assert!(report.transport.is_uring());
     assert!(report.stats.transport.uring >= t.uring);
     let _ = std::fs::remove_dir(&mp);
@@ -563,5 +642,200 @@ fn stop_ends_the_queue_threads_while_mounted() {
     assert!(report.stats.transport.uring > 0);
     assert!(handle.transport().unwrap().is_uring());
     guard.unmount().expect("unmount after stop");
+    let _ = std::fs::remove_dir(&mp);
+}
+
+/// Pins the calling thread to `cpu`, so that its requests go to that CPU's queue.
+fn pin_to(cpu: usize) {
+    // SAFETY: sched_setaffinity on the calling thread with a cpu_set_t that
+    // lives on the stack for the duration of the call.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(
+        r,
+        0,
+        "sched_setaffinity to CPU {cpu}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Opens the gate and, unless the test ended well, aborts the connection,
+/// so that no thread of the test stays blocked on the mount.
+struct Unblock<'a> {
+    fs: &'a TinyFs,
+    mp: &'a Path,
+    done: bool,
+}
+
+impl Drop for Unblock<'_> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Err(e) = common::abort_fuse_connection(self.mp)
+        {
+            eprintln!("could not abort the connection of {}: {e}", self.mp.display());
+        }
+        self.fs.open_gate();
+    }
+}
+
+#[test]
+fn blocked_handlers_do_not_stall_their_queue() {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(true);
+    let mp = mountpoint("blocked");
+    let (fs, guard, running) = serve(
+        &mp,
+        SessionConfig {
+            workers: 1,
+            transport: Transport::Uring,
+            ..Default::default()
+        },
+    );
+    let info = wait_for_transport(running.handle());
+    let TransportInfo::Uring { depth, .. } = info else {
+        panic!("expected the io_uring transport, got {info}");
+    };
+    let mut unblock = Unblock {
+        fs: &fs,
+        mp: &mp,
+        done: false,
+    };
+    const CPU: usize = 0;
+
+    // The files the requests below use, made beforehand: a LOOKUP that
+    // waits holds its directory's lock shared, so creating in that
+    // directory (exclusive) would wait for it in the VFS, not in the queue.
+    const WORKERS: usize = 4;
+    const ROUNDS: usize = 10;
+    let name = |w: usize, i: usize| format!("w{w}-{i}");
+    on_cpu(CPU, || {
+        for w in 0..WORKERS {
+            for i in 0..ROUNDS {
+                std::fs::write(mp.join(name(w, i)), b"").expect("create");
+            }
+        }
+    });
+
+    // LOOKUPs from CPU 0 that block in their handlers, as many as leave one
+    // ring entry of the queue free. Their threads are not joined: if the
+    // queue were stuck they would stay blocked until the abort.
+    let blocked = depth - 1;
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel();
+    for g in 0..blocked {
+        let gate_path = mp.join(format!("{GATE}-{g}"));
+        let gate_tx = gate_tx.clone();
+        std::thread::spawn(move || {
+            pin_to(CPU);
+            let _ = gate_tx.send(std::fs::metadata(&gate_path).map(|_| ()));
+        });
+    }
+    let all_blocked = fs.wait_blocked(blocked, Duration::from_secs(10));
+    let at_gate = fs.gate.lock().unwrap_or_else(|e| e.into_inner()).blocked;
+    assert!(
+        all_blocked,
+        "{blocked} LOOKUPs never all reached their handlers (the queue stalled after {at_gate})"
+    );
+    let ring_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim() == format!("fuse-uring-{CPU}"))
+            .count()
+    };
+
+    // While it is blocked, many requests from the same CPU, several at a
+    // time: lookups of other names, opens, writes, reads, getattrs.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for w in 0..WORKERS {
+        let dir = mp.clone();
+        let done_tx = done_tx.clone();
+        std::thread::spawn(move || {
+            pin_to(CPU);
+            let r = (|| -> std::io::Result<()> {
+                for i in 0..ROUNDS {
+                    let path = dir.join(name(w, i));
+                    let data: Vec<u8> = (0..70_000u32).map(|b| (b as usize * 31 + w + i) as u8).collect();
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(&path)?;
+                    f.write_all(&data)?;
+                    drop(f);
+                    let back = std::fs::read(&path)?;
+                    if back != data {
+                        return Err(std::io::Error::other(format!(
+                            "{} read back wrong",
+                            path.display()
+                        )));
+                    }
+                    std::fs::metadata(&path)?;
+                    if std::fs::metadata(dir.join(format!("missing-{w}-{i}"))).is_ok() {
+                        return Err(std::io::Error::other("a missing name was found"));
+                    }
+                }
+                Ok(())
+            })();
+            let _ = done_tx.send(r);
+        });
+    }
+    drop(done_tx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for _ in 0..WORKERS {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(left) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("a file operation failed while a LOOKUP was blocked: {e}"),
+            Err(_) => panic!(
+                "requests from CPU {CPU} did not complete within 30 s while {blocked} \
+                 LOOKUPs were blocked in their handlers: the ring queue stalled (depth {depth})"
+            ),
+        }
+    }
+    // The blocked LOOKUPs are still blocked: the others did not wait for them.
+    let at_gate = fs.gate.lock().unwrap_or_else(|e| e.into_inner()).blocked;
+    assert_eq!(at_gate, blocked);
+    assert!(fs.served("write", "uring") >= (WORKERS * ROUNDS) as u64);
+    // A thread per blocked handler and one more, within the queue's bound.
+    let n = ring_threads();
+    assert!(
+        n > blocked && n <= depth + 1,
+        "queue {CPU} has {n} threads with {blocked} handlers blocked (depth {depth})"
+    );
+
+    // Open the gate: the LOOKUPs answer (ENOENT).
+    fs.open_gate();
+    for _ in 0..blocked {
+        match gate_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Ok(other) => panic!("a gated LOOKUP answered {other:?}, expected ENOENT"),
+            Err(_) => panic!("a gated LOOKUP did not answer once the gate opened"),
+        }
+    }
+    let n = ring_threads();
+    assert!(
+        n >= 2 && n <= depth + 1,
+        "queue {CPU} has {n} threads (depth {depth})"
+    );
+    unblock.done = true;
+    drop(unblock);
+
+    // Every thread of the queue ends on unmount, standbys included.
+    let logs = log_len();
+    guard.unmount().expect("unmount");
+    let report = join_with_timeout(running).expect("session result");
+    let stopped = logged_since(logs, "io_uring queues still running");
+    assert!(
+        stopped.is_empty(),
+        "the queues did not end on unmount: {stopped:?}"
+    );
+    assert_eq!(ring_threads(), 0, "ring threads outlived the session");
+    assert!(report.transport.is_uring());
     let _ = std::fs::remove_dir(&mp);
 }
