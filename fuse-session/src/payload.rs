@@ -12,9 +12,10 @@
 
 use nix::fcntl::{SpliceFFlags, splice};
 use nix::sys::uio::pwrite;
-use std::cell::Cell;
 use std::io;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 /// The data of a WRITE ([`crate::ops::WriteRequest::data`]).
 ///
@@ -45,12 +46,14 @@ pub(crate) struct PipePayload<'a> {
     pipe: BorrowedFd<'a>,
     len: usize,
     /// Bytes of the payload still in the pipe.
-    left: Cell<usize>,
+    left: AtomicUsize,
     /// Where [`WriteData::fetch`] reads the payload to (the receive buffer
-    /// after the request's header); taken by the first fetch.
-    spare: Cell<Option<&'a mut [u8]>>,
+    /// after the request's header); taken by the first fetch. (Sync types
+    /// throughout, so that a `WriteRequest` can still be shared with other
+    /// threads for the length of the call; nobody contends for them.)
+    spare: Mutex<Option<&'a mut [u8]>>,
     /// The payload's bytes once fetched.
-    fetched: Cell<Option<&'a [u8]>>,
+    fetched: OnceLock<&'a [u8]>,
 }
 
 impl<'a> PipePayload<'a> {
@@ -60,15 +63,15 @@ impl<'a> PipePayload<'a> {
         Self {
             pipe,
             len,
-            left: Cell::new(len),
-            spare: Cell::new(Some(spare)),
-            fetched: Cell::new(None),
+            left: AtomicUsize::new(len),
+            spare: Mutex::new(Some(spare)),
+            fetched: OnceLock::new(),
         }
     }
 
     /// Bytes the handler left in the pipe.
     pub(crate) fn left(&self) -> usize {
-        self.left.get()
+        self.left.load(Relaxed)
     }
 
     /// Reads `buf` full from the pipe (the payload is all there already:
@@ -85,7 +88,7 @@ impl<'a> PipePayload<'a> {
                 }
                 Ok(n) => {
                     got += n;
-                    self.left.set(self.left.get().saturating_sub(n));
+                    self.left.fetch_sub(n.min(self.left.load(Relaxed)), Relaxed);
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -95,22 +98,25 @@ impl<'a> PipePayload<'a> {
     }
 
     fn fetch(&self) -> io::Result<&'a [u8]> {
-        if let Some(b) = self.fetched.get() {
+        if let Some(&b) = self.fetched.get() {
             return Ok(b);
         }
-        if self.left.get() != self.len {
+        if self.left.load(Relaxed) != self.len {
             return Err(io::Error::other(
                 "WRITE payload was partly spliced already; its bytes are gone",
             ));
         }
-        let Some(spare) = self.spare.take() else {
+        let mut slot = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&b) = self.fetched.get() {
+            return Ok(b);
+        }
+        let Some(spare) = slot.take() else {
             return Err(io::Error::other("WRITE payload buffer already taken"));
         };
         let buf = &mut spare[..self.len];
         self.read_exact(buf)?;
         let bytes: &'a [u8] = buf;
-        self.fetched.set(Some(bytes));
-        Ok(bytes)
+        Ok(self.fetched.get_or_init(|| bytes))
     }
 
     /// Reads what is left of the payload out of the pipe and throws it
@@ -118,8 +124,8 @@ impl<'a> PipePayload<'a> {
     /// pipe would not give it all.
     pub(crate) fn drain(&self) -> bool {
         let mut sink = [0u8; 4096];
-        while self.left.get() > 0 {
-            let n = self.left.get().min(sink.len());
+        while self.left.load(Relaxed) > 0 {
+            let n = self.left.load(Relaxed).min(sink.len());
             if self.read_exact(&mut sink[..n]).is_err() {
                 return false;
             }
@@ -128,25 +134,25 @@ impl<'a> PipePayload<'a> {
     }
 
     fn splice_to(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<usize> {
-        if let Some(b) = self.fetched.get() {
+        if let Some(&b) = self.fetched.get() {
             return pwrite_all(fd, b, offset);
         }
         let mut off =
             libc::loff_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let mut moved = 0;
-        while self.left.get() > 0 {
+        while self.left.load(Relaxed) > 0 {
             match splice(
                 self.pipe,
                 None,
                 fd,
                 Some(&mut off),
-                self.left.get(),
+                self.left.load(Relaxed),
                 SpliceFFlags::SPLICE_F_MOVE,
             ) {
                 Ok(0) => break,
                 Ok(n) => {
                     moved += n;
-                    self.left.set(self.left.get().saturating_sub(n));
+                    self.left.fetch_sub(n.min(self.left.load(Relaxed)), Relaxed);
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 // The file takes no splice (opened O_APPEND, a filesystem
@@ -207,7 +213,7 @@ impl<'a> WriteData<'a> {
     pub fn bytes(&self) -> Option<&'a [u8]> {
         match self.0 {
             Data::Bytes(b) => Some(b),
-            Data::Pipe(p) => p.fetched.get(),
+            Data::Pipe(p) => p.fetched.get().copied(),
         }
     }
 
@@ -290,6 +296,13 @@ mod tests {
     /// The whole file, whatever its descriptor's position.
     fn file_bytes(f: &std::fs::File) -> Vec<u8> {
         std::fs::read(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f))).unwrap()
+    }
+
+    #[test]
+    fn write_requests_can_still_be_shared_with_scoped_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<WriteData<'static>>();
+        send_sync::<crate::ops::WriteRequest<'static>>();
     }
 
     #[test]
