@@ -62,6 +62,10 @@ pub(crate) fn serve_write_in_pipe<'a, F: Filesystem>(
     let Some((header, arg)) = parsed else {
         // Checked by the receive path before it left the payload.
         log::error!("internal: a WRITE left in the pipe without its header");
+        if let Some(unique) = peek_unique(head) {
+            worker.shared.stats.count_error(worker.index, Opcode::Write);
+            worker.send_reply(Opcode::Write, unique, &Reply::error(unique, Errno::EIO));
+        }
         return;
     };
     worker.shared.stats.count_spliced(worker.index);
