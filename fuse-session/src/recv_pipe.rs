@@ -69,7 +69,9 @@ impl RecvPipe {
 
     /// Receives one request from `chan` (the pipe must be empty). A WRITE
     /// of at least `min_payload` bytes (and nothing after its data) leaves
-    /// its payload in the pipe; anything else is read into `buf`.
+    /// its payload in the pipe; anything else is read into `buf`, with one
+    /// read when it is too short to be such a WRITE (and with two, header
+    /// first, otherwise).
     ///
     /// Errors from the channel are returned as they are (the pipe is then
     /// empty). If the pipe fails after the request was taken (it cannot:
@@ -97,7 +99,12 @@ impl RecvPipe {
                 buf.len()
             )));
         }
-        let head = n.min(WRITE_PAYLOAD_OFFSET);
+        if n < WRITE_PAYLOAD_OFFSET.saturating_add(min_payload) {
+            // Too short to be a WRITE whose payload stays: one read.
+            self.read_exact(&mut buf[..n])?;
+            return Ok(Received::Whole(n));
+        }
+        let head = WRITE_PAYLOAD_OFFSET;
         self.read_exact(&mut buf[..head])?;
         if let Some(size) = spliceable_write(&buf[..head], n)
             && size >= min_payload
