@@ -6,8 +6,9 @@
 //! A payload in the pipe has no bytes to borrow until it is fetched, so
 //! [`WriteData::bytes`] says `None` for it rather than an empty slice;
 //! [`WriteData::fetch`] reads it into the part of the receive buffer it
-//! would have filled (no allocation), and [`WriteData::splice_to`] writes
-//! it to a file either way. Whatever a handler leaves in the pipe is
+//! would have filled (no allocation), [`WriteData::read_into`] into the
+//! handler's own storage, and [`WriteData::splice_to`] writes it to a file
+//! either way. Whatever a handler leaves in the pipe is
 //! drained by the worker after the handler returns.
 
 use nix::fcntl::{SpliceFFlags, splice};
@@ -119,6 +120,20 @@ impl<'a> PipePayload<'a> {
         Ok(self.fetched.get_or_init(|| bytes))
     }
 
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(&b) = self.fetched.get() {
+            buf[..b.len()].copy_from_slice(b);
+            return Ok(b.len());
+        }
+        if self.left.load(Relaxed) != self.len {
+            return Err(io::Error::other(
+                "WRITE payload was partly consumed already; its bytes are gone",
+            ));
+        }
+        self.read_exact(&mut buf[..self.len])?;
+        Ok(self.len)
+    }
+
     /// Reads what is left of the payload out of the pipe and throws it
     /// away, so that the pipe is empty for the next request. False if the
     /// pipe would not give it all.
@@ -136,6 +151,9 @@ impl<'a> PipePayload<'a> {
     fn splice_to(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<usize> {
         if let Some(&b) = self.fetched.get() {
             return pwrite_all(fd, b, offset);
+        }
+        if self.left.load(Relaxed) == 0 && self.len > 0 {
+            return Err(io::Error::other("WRITE payload was consumed already"));
         }
         let mut off =
             libc::loff_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -230,6 +248,24 @@ impl<'a> WriteData<'a> {
         match self.0 {
             Data::Bytes(b) => Ok(b),
             Data::Pipe(p) => p.fetch(),
+        }
+    }
+
+    /// Copies the payload into the start of `buf` (straight from the pipe
+    /// if it waits there: one copy into your own storage); returns its
+    /// length. `buf` must hold [`WriteData::len`] bytes (`EINVAL`
+    /// otherwise). After it, a payload that was in the pipe is gone from
+    /// there: [`WriteData::fetch`] and [`WriteData::splice_to`] fail.
+    pub fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.len() < self.len() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        match self.0 {
+            Data::Bytes(b) => {
+                buf[..b.len()].copy_from_slice(b);
+                Ok(b.len())
+            }
+            Data::Pipe(p) => p.read_into(buf),
         }
     }
 
@@ -336,6 +372,31 @@ mod tests {
         let f = temp_file("fetched");
         assert_eq!(d.splice_to(f.as_fd(), 0).unwrap(), 11);
         assert_eq!(file_bytes(&f), b"hello world");
+    }
+
+    #[test]
+    fn read_into_takes_the_payload_straight_from_the_pipe() {
+        let (r, _w) = pipe_with(b"0123456789");
+        let mut spare = vec![0u8; 10];
+        let p = PipePayload::new(r.as_fd(), 10, &mut spare);
+        let d = WriteData::in_pipe(&p);
+        let mut small = [0u8; 4];
+        assert_eq!(
+            d.read_into(&mut small).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        let mut mine = [0u8; 12];
+        assert_eq!(d.read_into(&mut mine).unwrap(), 10);
+        assert_eq!(&mine[..10], b"0123456789");
+        assert_eq!(p.left(), 0);
+        // Gone from the pipe: nothing more to fetch or splice.
+        assert!(d.fetch().is_err());
+        let f = temp_file("read-into");
+        assert!(d.splice_to(f.as_fd(), 0).is_err());
+        // Bytes in memory copy as well.
+        let b = WriteData::from(&b"xyz"[..]);
+        assert_eq!(b.read_into(&mut mine).unwrap(), 3);
+        assert_eq!(&mine[..3], b"xyz");
     }
 
     #[test]
