@@ -280,6 +280,13 @@ impl TinyFs {
 }
 
 impl Filesystem for TinyFs {
+    /// `open` truncates on `O_TRUNC` itself, so the kernel is to send
+    /// O_TRUNC there instead of a SETATTR (which this filesystem lacks).
+    fn init(&self, config: &mut fuse_wire::session::InitConfig) -> Result<(), Errno> {
+        config.want(fuse_wire::proto::flags::InitFlags::ATOMIC_O_TRUNC);
+        Ok(())
+    }
+
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.note("lookup");
         if parent == Inode::ROOT && name.to_bytes().starts_with(GATE.as_bytes()) {
