@@ -560,6 +560,10 @@ def method(result: dict) -> list[str]:
     if per_request.exists():
         lines += ["## Per request: system calls and wake-ups, ours against libfuse", ""] + \
             per_request.read_text().rstrip("\n").split("\n") + [""]
+    fh_idle = Path(__file__).with_name("fh-idle.md")
+    if fh_idle.exists():
+        lines += ["## File-handle mode and idle wake-ups", ""] + \
+            fh_idle.read_text().rstrip("\n").split("\n") + [""]
     # Spliced WRITE payloads (opt-in): measured with bench/splice_write.sh
     # and bench/syscalls.py, written by hand.
     splice_write = Path(__file__).with_name("splice-write.md")

@@ -21,7 +21,7 @@ use fuse_wire::proto::flags::FopenFlags;
 use fuse_wire::session::context::RequestContext;
 use fuse_wire::session::ops::*;
 use fuse_wire::session::reply::{ReplyAttr, ReplyCreate, ReplyData, ReplyEntry, ReplyWrite};
-use fuse_wire::session::transport::Channel;
+use fuse_wire::session::transport::{Channel, ReplySink, RequestSource};
 use fuse_wire::session::types::FileHandle;
 use fuse_wire::session::{Filesystem, Inode, Session, SessionConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -176,7 +176,7 @@ impl Drop for CloseOnDrop {
 
 struct Shared(Arc<TestChannel>);
 
-impl Channel for Shared {
+impl RequestSource for Shared {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut q = self.0.queue.lock().unwrap();
         loop {
@@ -195,6 +195,12 @@ impl Channel for Shared {
         }
     }
 
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+impl ReplySink for Shared {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         let mut r = self.0.replies.lock().unwrap();
         let n = msg
@@ -209,10 +215,6 @@ impl Channel for Shared {
         Ok(())
     }
 
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Err(io::Error::from(io::ErrorKind::Unsupported))
-    }
-
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
@@ -225,12 +227,12 @@ impl Channel for Shared {
 /// [`Shared`], plus requests delivered into the worker's pipe.
 struct Piped(Arc<TestChannel>);
 
-impl Channel for Piped {
+impl RequestSource for Piped {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         Shared(self.0.clone()).receive(buf)
     }
 
-    fn supports_splice(&self) -> bool {
+    fn supports_splice_receive(&self) -> bool {
         true
     }
 
@@ -264,12 +266,14 @@ impl Channel for Piped {
         }
     }
 
-    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
-        Shared(self.0.clone()).send(msg)
-    }
-
     fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+impl ReplySink for Piped {
+    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
+        Shared(self.0.clone()).send(msg)
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

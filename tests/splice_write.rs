@@ -541,7 +541,7 @@ fn handlers_splice_fetch_or_leave_payloads_and_the_pipe_stays_in_step() {
 mod common_fake;
 
 use fuse_wire::proto::Reply;
-use fuse_wire::session::transport::Channel;
+use fuse_wire::session::transport::{Channel, ReplySink, RequestSource};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Condvar, Mutex};
@@ -593,14 +593,14 @@ use std::io;
 
 struct ChanRef(Arc<PipeChan>);
 
-impl Channel for ChanRef {
+impl RequestSource for ChanRef {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         let r = self.0.take()?;
         buf[..r.len()].copy_from_slice(&r);
         Ok(r.len())
     }
 
-    fn supports_splice(&self) -> bool {
+    fn supports_splice_receive(&self) -> bool {
         true
     }
 
@@ -619,16 +619,18 @@ impl Channel for ChanRef {
         Ok(r.len())
     }
 
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+impl ReplySink for ChanRef {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         let mut v = vec![0u8; msg.len()];
         msg.copy_to(&mut v).unwrap();
         self.0.replies.lock().unwrap().push(v);
         self.0.replied.notify_all();
         Ok(())
-    }
-
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

@@ -7,7 +7,7 @@
 //! the id up, after the reply was written: hold a clone until that file's
 //! RELEASE (for example in the inode, as long as it has open files).
 
-use crate::transport::Channel;
+use crate::transport::ReplySink;
 use fuse_proto::abi::BackingMap;
 use fuse_proto::consts::dev_ioc;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -47,7 +47,7 @@ pub enum BackingError {
 
 struct Inner {
     id: i32,
-    chan: Arc<dyn Channel>,
+    chan: Arc<dyn ReplySink>,
 }
 
 impl Drop for Inner {
@@ -81,7 +81,7 @@ impl std::fmt::Debug for BackingFile {
 }
 
 impl BackingFile {
-    pub(crate) fn open(chan: &Arc<dyn Channel>, file: BorrowedFd<'_>) -> Result<Self, BackingError> {
+    pub(crate) fn open(chan: &Arc<dyn ReplySink>, file: BorrowedFd<'_>) -> Result<Self, BackingError> {
         let fd = chan.raw_fd().ok_or(BackingError::NoDevice)?;
         let map = BackingMap {
             fd: file.as_raw_fd(),

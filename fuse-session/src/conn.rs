@@ -19,7 +19,7 @@ use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts, Slot
 use crate::notify::Notifier;
 use crate::pool::{Pool, Queued};
 use crate::stats::StatsTable;
-use crate::transport::Channel;
+use crate::transport::ReplySink;
 use fuse_proto::request::ParseConfig;
 use fuse_proto::{Opcode, Reply};
 use std::sync::Arc;
@@ -51,10 +51,12 @@ pub(crate) struct Shared {
     pub(crate) callers: CallerPolicy,
 }
 
-/// One worker: its index in the per-worker tables and its channel.
+/// One worker: its index in the per-worker tables and where its replies go.
 pub(crate) struct WorkerCore {
     pub(crate) index: usize,
-    pub(crate) chan: Arc<dyn Channel>,
+    /// The reply sink of this worker's requests: its `/dev/fuse` channel,
+    /// or the io_uring ring entry.
+    pub(crate) chan: Arc<dyn ReplySink>,
     pub(crate) shared: Arc<Shared>,
     /// io_uring: the share of the queue's entries that deferred waits may hold.
     pub(crate) defer_budget: Option<Arc<EntryBudget>>,
@@ -73,7 +75,7 @@ impl WorkerCore {
         &self.shared.notifier
     }
 
-    pub(crate) fn channel(&self) -> &Arc<dyn Channel> {
+    pub(crate) fn channel(&self) -> &Arc<dyn ReplySink> {
         &self.chan
     }
 
@@ -81,17 +83,10 @@ impl WorkerCore {
         &self.shared.tables[self.index]
     }
 
-    /// Writes a reply; a request the kernel no longer waits for (ENOENT) is
-    /// not an error.
+    /// Writes a reply to this worker's sink ([`crate::transport::send_reply`]:
+    /// a request the kernel no longer waits for is not an error).
     pub(crate) fn send_reply(&self, opcode: Opcode, unique: u64, msg: &Reply<'_>) {
-        if let Err(e) = self.chan.send(msg) {
-            match e.raw_os_error() {
-                Some(libc::ENOENT) => {
-                    log::debug!("{opcode} reply to {unique}: the kernel no longer waits for it")
-                }
-                _ => log::error!("{opcode} reply to {unique} on {}: {e}", self.chan.describe()),
-            }
-        }
+        crate::transport::send_reply(&*self.chan, opcode, unique, msg);
     }
 
     /// Counts a request as finished. Called before its reply is written, so

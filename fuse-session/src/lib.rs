@@ -1,7 +1,7 @@
 //! Mounting, the INIT handshake and a multi-threaded session loop over
 //! `/dev/fuse`, dispatching to a pluggable [`Filesystem`].
 //!
-//! The path of one request: a worker's [`transport::Channel`] receives it
+//! The path of one request: a worker's [`transport::RequestSource`] receives it
 //! into the worker's buffer, `fuse_proto::Request::parse_with` reads it in
 //! place, `dispatch` calls the [`Filesystem`] method with a typed reply
 //! handle, and the handle's answer goes back in one `writev` on the channel
@@ -103,6 +103,7 @@ mod payload;
 mod pool;
 mod recv_pipe;
 pub mod reply;
+mod ring_worker;
 mod serve;
 pub mod session;
 mod signal;

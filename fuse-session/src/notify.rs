@@ -10,7 +10,7 @@
 //! the caller through a channel.
 
 use crate::init::Negotiated;
-use crate::transport::Channel;
+use crate::transport::ReplySink;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use fuse_proto::flags::{InitFlags, InvalEntryFlags, NotifyCode};
 use fuse_proto::reply::notify;
@@ -107,7 +107,7 @@ impl Ticket {
 
 impl Notifier {
     /// Starts the writer thread on `chan`.
-    pub(crate) fn start(chan: Arc<dyn Channel>) -> io::Result<(Self, std::thread::JoinHandle<()>)> {
+    pub(crate) fn start(chan: Arc<dyn ReplySink>) -> io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, rx) = unbounded::<Job>();
         let shared = Arc::new(NotifyShared {
             jobs: Mutex::new(Some(tx)),
@@ -285,7 +285,7 @@ impl Notifier {
     }
 }
 
-fn write(chan: &dyn Channel, msg: &Msg) -> Result<(), NotifyError> {
+fn write(chan: &dyn ReplySink, msg: &Msg) -> Result<(), NotifyError> {
     let r = match msg {
         Msg::Poll(kh) => chan.send(&notify::poll_wakeup(*kh)),
         Msg::InvalInode(ino, off, len) => chan.send(&notify::inval_inode(*ino, *off, *len)),

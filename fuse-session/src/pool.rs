@@ -24,7 +24,7 @@
 //!   user's requests wait their turn instead of the whole mount hanging.
 //! - **Shrinking.** While the pool is above its floor, a thread whose
 //!   per-worker index is not one of the floor's (`0..floor`) reads with a
-//!   one-shot timer ([`crate::transport::Channel::receive_timeout`]); when it
+//!   one-shot timer ([`crate::transport::RequestSource::receive_timeout`]); when it
 //!   has waited `idle_timeout` for a request it ends, unless that would go
 //!   below the floor. The floor's threads read without a timer: arming and
 //!   disarming one costs two system calls per request, and they would not

@@ -12,7 +12,7 @@
 //! that cannot is not made, and the worker reads instead.
 
 use crate::buffer::{PAGE, WRITE_PAYLOAD_OFFSET};
-use crate::transport::Channel;
+use crate::transport::RequestSource;
 use fuse_proto::Opcode;
 use fuse_proto::abi::{InHeader, WriteIn};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -67,24 +67,24 @@ impl RecvPipe {
         self.r.as_fd()
     }
 
-    /// Receives one request from `chan` (the pipe must be empty). A WRITE
+    /// Receives one request from `source` (the pipe must be empty). A WRITE
     /// of at least `min_payload` bytes (and nothing after its data) leaves
     /// its payload in the pipe; anything else is read into `buf`, with one
     /// read when it is too short to be such a WRITE (and with two, header
     /// first, otherwise).
     ///
-    /// Errors from the channel are returned as they are (the pipe is then
+    /// Errors from the source are returned as they are (the pipe is then
     /// empty). If the pipe fails after the request was taken (it cannot:
     /// it is ours and holds the request), the pipe is emptied and the error
     /// returned; the request is lost.
     pub(crate) fn receive(
         &self,
-        chan: &dyn Channel,
+        source: &dyn RequestSource,
         buf: &mut [u8],
         timeout: Option<Duration>,
         min_payload: usize,
     ) -> io::Result<Received> {
-        let n = chan.receive_to_pipe(self.w.as_fd(), buf.len(), timeout)?;
+        let n = source.receive_to_pipe(self.w.as_fd(), buf.len(), timeout)?;
         let r = self.take(buf, n, min_payload);
         if r.is_err() {
             self.drain();

@@ -110,26 +110,16 @@ impl ReplyCore {
         if let Err(e) = self.worker.channel().send_spliced(pipes.message(), total) {
             let untouched = pipes.message_len() == total;
             pipes.drain();
-            match e.raw_os_error() {
-                Some(libc::ENOENT) => log::debug!(
-                    "{} reply to {}: the kernel no longer waits for it",
+            if untouched && e.raw_os_error() != Some(libc::ENOENT) {
+                // The sink took none of it: not a failed reply yet.
+                log::debug!(
+                    "{} reply to {}: splice refused ({e}); writing it",
                     self.opcode,
                     self.unique
-                ),
-                _ if untouched => {
-                    log::debug!(
-                        "{} reply to {}: splice refused ({e}); writing it",
-                        self.opcode,
-                        self.unique
-                    );
-                    resend(&self.worker, self.unique);
-                }
-                _ => log::error!(
-                    "{} reply to {} on {}: {e}",
-                    self.opcode,
-                    self.unique,
-                    self.worker.channel().describe()
-                ),
+                );
+                resend(&self.worker, self.unique);
+            } else {
+                crate::transport::send_failed(&**self.worker.channel(), self.opcode, self.unique, &e);
             }
         }
         self.worker.release(&self.slot);

@@ -26,6 +26,7 @@ use crate::interrupt::{InflightTable, PendingInterrupts};
 use crate::mount::{Mount, MountError, MountGuard, MountOptions};
 use crate::notify::Notifier;
 use crate::pool::{Pool, PoolConfig};
+use crate::ring_worker;
 use crate::signal::{self, Registered, Threads};
 use crate::stats::{Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
@@ -437,7 +438,7 @@ impl<F: Filesystem> Session<F> {
             }
         };
         if self.uring && !negotiated.flags.contains(InitFlags::OVER_IO_URING) {
-            fallback = Some(uring::why_not_granted(&negotiated));
+            fallback = Some(ring_worker::why_not_granted(&negotiated));
         }
         if fallback.is_some() || !self.uring {
             nr_queues = 0;
@@ -527,7 +528,7 @@ impl<F: Filesystem> Session<F> {
     fn publish_transport(
         &self,
         shared: &Shared,
-        rings: Option<&uring::Rings>,
+        rings: Option<&ring_worker::Rings>,
         negotiated: &Negotiated,
         fallback: Option<Unavailable>,
     ) -> TransportInfo {
@@ -541,7 +542,7 @@ impl<F: Filesystem> Session<F> {
             Some(r) => TransportInfo::Uring {
                 queues: r.len(),
                 depth: r.depth,
-                payload_size: uring::payload_size(negotiated),
+                payload_size: ring_worker::payload_size(negotiated),
             },
             None => TransportInfo::DevFuse { fallback },
         };
@@ -581,7 +582,7 @@ impl<F: Filesystem> Session<F> {
     /// Waits for the ring queues to end. On unmount every parked command
     /// completes with ENOTCONN and the queue threads end by themselves; on
     /// stop they were woken.
-    fn stop_rings(&self, shared: &Shared, rings: Option<uring::Rings>) {
+    fn stop_rings(&self, shared: &Shared, rings: Option<ring_worker::Rings>) {
         if let Some(r) = rings {
             r.join(shared, Duration::from_secs(5));
         }
@@ -616,7 +617,7 @@ impl<F: Filesystem> Session<F> {
         shared: &Arc<Shared>,
         nr_queues: usize,
         fallback: &mut Option<Unavailable>,
-    ) -> Option<uring::Rings> {
+    ) -> Option<ring_worker::Rings> {
         let Some(fd) = self.chan.raw_fd() else {
             *fallback = Some(Unavailable::Setup {
                 what: "finding the /dev/fuse fd of the session channel".into(),
@@ -630,7 +631,7 @@ impl<F: Filesystem> Session<F> {
         };
         let threads = self.handle.0.threads.clone();
         let on_start: Arc<dyn Fn() -> Registered + Send + Sync> = Arc::new(move || threads.register());
-        match uring::start(&self.fs, shared, fd, nr_queues, depth, on_start) {
+        match ring_worker::start(&self.fs, shared, fd, nr_queues, depth, on_start) {
             Ok(r) => Some(r),
             Err(why) => {
                 *fallback = Some(why);
@@ -693,9 +694,7 @@ impl<F: Filesystem> Session<F> {
     }
 
     fn send(&self, op: Opcode, msg: &Reply<'_>) {
-        if let Err(e) = self.chan.send(msg) {
-            log::error!("{op} reply: {e}");
-        }
+        crate::transport::send_reply(&*self.chan, op, msg.header().unique, msg);
     }
 
     fn init(&mut self, unique: u64, arg: &InitIn) -> Result<Option<Negotiated>, SessionError> {
@@ -791,13 +790,13 @@ impl<F: Filesystem> Spawner<F> {
                 };
                 let core = Arc::new(WorkerCore {
                     index,
-                    chan,
+                    chan: chan.clone(),
                     shared: shared.clone(),
                     defer_budget: None,
                 });
                 let buf = buf.unwrap_or_else(|| AlignedBuf::receive(shared.negotiated.buffer_size()));
                 log::debug!("worker {index} serving on {}", core.chan.describe());
-                let end = crate::worker::run(&*fs, core, buf);
+                let end = crate::worker::run(&*fs, core, &*chan, buf);
                 drop(fs);
                 match end {
                     WorkerEnd::Retired => {

@@ -12,6 +12,7 @@ use crate::conn::{Job, WorkerCore};
 use crate::filesystem::Filesystem;
 use crate::payload::PipePayload;
 use crate::recv_pipe::{Received, RecvPipe};
+use crate::transport::RequestSource;
 use fuse_proto::{Errno, Opcode as Op, Reply};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -38,13 +39,19 @@ fn never_waits(op: Option<u32>) -> bool {
     )
 }
 
-/// Runs one pool thread until the connection ends, the session stops, or
-/// it retires. It starts counted as idle ([`crate::pool::Pool::begin_start`]) and leaves
+/// Runs one pool thread, reading requests from `source` (whose replies go
+/// to `core`'s sink, the same channel), until the connection ends, the
+/// session stops, or it retires. It starts counted as idle ([`crate::pool::Pool::begin_start`]) and leaves
 /// the idle count whenever it returns.
-pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: AlignedBuf) -> WorkerEnd {
+pub(crate) fn run<F: Filesystem>(
+    fs: &F,
+    core: Arc<WorkerCore>,
+    source: &dyn RequestSource,
+    mut buf: AlignedBuf,
+) -> WorkerEnd {
     let shared = &core.shared;
     let pool = &shared.pool;
-    let mut pipe = receive_pipe(&core, buf.len());
+    let mut pipe = receive_pipe(&core, source, buf.len());
     let min_payload = shared.splice_write.unwrap_or(usize::MAX);
     loop {
         // Here the thread is counted idle.
@@ -64,12 +71,9 @@ pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Aligned
         // floor's threads read with a plain read(2), as they would at the floor.
         let timeout = (core.index >= pool.cfg.floor && pool.above_floor()).then_some(pool.cfg.idle_timeout);
         let got = match (&pipe, timeout) {
-            (Some(p), _) => p.receive(&*core.chan, buf.as_mut_slice(), timeout, min_payload),
-            (None, Some(t)) => core
-                .chan
-                .receive_timeout(buf.as_mut_slice(), t)
-                .map(Received::Whole),
-            (None, None) => core.chan.receive(buf.as_mut_slice()).map(Received::Whole),
+            (Some(p), _) => p.receive(source, buf.as_mut_slice(), timeout, min_payload),
+            (None, Some(t)) => source.receive_timeout(buf.as_mut_slice(), t).map(Received::Whole),
+            (None, None) => source.receive(buf.as_mut_slice()).map(Received::Whole),
         };
         let got = match got {
             Ok(got) => got,
@@ -141,9 +145,9 @@ pub(crate) fn run<F: Filesystem>(fs: &F, core: Arc<WorkerCore>, mut buf: Aligned
 /// This worker's receive pipe, with [`crate::SessionConfig::splice_write`]
 /// on a transport that splices; `None` (and a log line saying why) if it
 /// cannot hold the largest request.
-fn receive_pipe(core: &WorkerCore, buffer: usize) -> Option<RecvPipe> {
+fn receive_pipe(core: &WorkerCore, source: &dyn RequestSource, buffer: usize) -> Option<RecvPipe> {
     core.shared.splice_write?;
-    if !core.chan.supports_splice() {
+    if !source.supports_splice_receive() {
         return None;
     }
     match RecvPipe::new(buffer) {

@@ -3,7 +3,7 @@
 //! `writev(2)` per reply (or one `splice(2)` from a pipe, for READ data),
 //! and `FUSE_DEV_IOC_CLONE` for a queue per worker.
 
-use super::Channel;
+use super::{Channel, ReplySink, RequestSource};
 use fuse_proto::Reply;
 use fuse_proto::consts::dev_ioc;
 use std::io::{self, IoSlice};
@@ -188,13 +188,17 @@ impl AsRawFd for DevFuse {
     }
 }
 
-impl Channel for DevFuse {
+impl RequestSource for DevFuse {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read(buf)
     }
 
     fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
         self.timed(timeout, || self.read(buf))
+    }
+
+    fn supports_splice_receive(&self) -> bool {
+        true
     }
 
     fn receive_to_pipe(
@@ -209,6 +213,12 @@ impl Channel for DevFuse {
         }
     }
 
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Ok(Arc::new(self.clone_fd()?))
+    }
+}
+
+impl ReplySink for DevFuse {
     fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
         self.write(msg)
     }
@@ -219,10 +229,6 @@ impl Channel for DevFuse {
 
     fn send_spliced(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<()> {
         self.splice_in(pipe, len)
-    }
-
-    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
-        Ok(Arc::new(self.clone_fd()?))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

@@ -3,7 +3,7 @@
 //! `/dev/fuse`. Tests push raw request bytes with [`FakeKernel::send`] and
 //! read the exact bytes the session wrote with [`FakeKernel::recv`].
 
-use super::Channel;
+use super::{Channel, ReplySink, RequestSource};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use fuse_proto::Reply;
 use std::io;
@@ -97,7 +97,7 @@ impl FakeKernel {
     }
 
     /// How many receives the session has started on `channel`, and how many
-    /// of them with a timeout ([`Channel::receive_timeout`]).
+    /// of them with a timeout ([`RequestSource::receive_timeout`]).
     pub fn receives(&self, channel: usize) -> (usize, usize) {
         let r = self.shared.receives.lock().unwrap_or_else(|e| e.into_inner());
         r.get(channel).copied().unwrap_or((0, 0))
@@ -109,7 +109,7 @@ impl FakeKernel {
     }
 }
 
-impl Channel for FakeChannel {
+impl RequestSource for FakeChannel {
     fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.shared.count_receive(self.id, false);
         let req = self
@@ -141,20 +141,22 @@ impl Channel for FakeChannel {
         Ok(req.len())
     }
 
-    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
-        let _ = self.shared.written.send(Written {
-            channel: self.id,
-            bytes: msg.to_vec(),
-        });
-        Ok(())
-    }
-
     fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
         let id = self.shared.clones.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(FakeChannel {
             shared: self.shared.clone(),
             id,
         }))
+    }
+}
+
+impl ReplySink for FakeChannel {
+    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
+        let _ = self.shared.written.send(Written {
+            channel: self.id,
+            bytes: msg.to_vec(),
+        });
+        Ok(())
     }
 
     fn raw_fd(&self) -> Option<RawFd> {
