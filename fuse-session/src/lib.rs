@@ -99,7 +99,9 @@ mod interrupt;
 pub mod mount;
 pub mod notify;
 pub mod ops;
+mod payload;
 mod pool;
+mod recv_pipe;
 pub mod reply;
 mod ring_worker;
 mod serve;
@@ -127,7 +129,7 @@ pub use notify::Notifier;
 pub use ops::{
     AccessMode, CopyFileRangeRequest, CreateRequest, FallocateRequest, IoctlRequest, LockRequest,
     LseekRequest, MknodRequest, OpenFlags, PollRequest, ReadRequest, ReleaseRequest, RenameFlags,
-    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteRequest,
+    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteData, WriteRequest,
 };
 pub use reply::{DirAdd, DirPlusAdd};
 pub use serve::{serve, serve_with, spawn};
