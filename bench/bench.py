@@ -854,6 +854,8 @@ def main() -> int:
     ap.add_argument("--no-install", action="store_true", help="never apt-get install")
     ap.add_argument("--no-docs", action="store_true", help="do not regenerate docs/performance.md and docs/img")
     ap.add_argument("--ours-bin", help="use this passthrough_ll binary instead of building ours")
+    ap.add_argument("--ours-opts", default="",
+                    help="extra -o options for our daemon's targets (e.g. splice_write)")
     ap.add_argument("--list-targets", action="store_true")
     a = ap.parse_args()
 
@@ -951,7 +953,8 @@ def main() -> int:
                     if t["kind"] == "native":
                         root, daemon = suite.src, None
                     else:
-                        opts = ",".join([f"source={suite.src}", *t["opts"]])
+                        ours_extra = [a.ours_opts] if t["kind"] == "ours" and a.ours_opts else []
+                        opts = ",".join([f"source={suite.src}", *t["opts"], *ours_extra])
                         extra = []
                         if t["kind"] == "ours":
                             # Our example writes its session statistics (requests per opcode) at exit.

@@ -564,12 +564,19 @@ def method(result: dict) -> list[str]:
     if fh_idle.exists():
         lines += ["## File-handle mode and idle wake-ups", ""] + \
             fh_idle.read_text().rstrip("\n").split("\n") + [""]
+    # Spliced WRITE payloads (opt-in): measured with bench/splice_write.sh
+    # and bench/syscalls.py, written by hand.
+    splice_write = Path(__file__).with_name("splice-write.md")
+    if splice_write.exists():
+        lines += ["## Spliced WRITE payloads (`splice_write`)", ""] + \
+            splice_write.read_text().rstrip("\n").split("\n") + [""]
     lines += [
         "## Reproduce", "",
         "```sh",
         "bench/run           # full run, under 20 minutes",
         "bench/run --quick   # under 3 minutes, noisy",
         "bench/syscalls.py   # counts per request (after a bench/run built both daemons)",
+        "bench/splice_write.sh   # CPU per WRITE with and without splice_write",
         "```", "",
     ]
     return lines

@@ -337,7 +337,7 @@ impl PathFilesystem for Mirror {
     }
 
     fn write(&self, _: &RequestContext<'_>, file: &File, req: WriteRequest<'_>) -> Result<u32, Errno> {
-        Ok(file.write_at(req.data, req.offset)? as u32)
+        Ok(file.write_at(req.data.fetch()?, req.offset)? as u32)
     }
 
     fn fsync(&self, _: &RequestContext<'_>, file: &File, datasync: bool) -> Result<(), Errno> {

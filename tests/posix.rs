@@ -33,6 +33,10 @@ const PT_NOFH: Fs = Fs::Passthrough("inode_file_handles=never");
 /// passthrough_ll with a one-descriptor cache: nearly every operation
 /// reopens its inode by file handle.
 const PT_FD1: Fs = Fs::Passthrough("fd_cache=1");
+/// passthrough_ll with every WRITE payload left in the pipe and spliced
+/// into the source (through the page cache, and without it).
+const PT_SPLICE: Fs = Fs::Passthrough("splice_write,splice_write_min=1");
+const PT_SPLICE_NEVER: Fs = Fs::Passthrough("cache=never,splice_write,splice_write_min=1");
 /// memfs (no backing directory).
 const MEM: Fs = Fs::Memfs("");
 /// memfs with the kernel checking permissions.
@@ -350,7 +354,17 @@ fn open_flags() {
     differential(
         "open_flags",
         check_open_flags,
-        &[PT, PT_NOFH, PT_NEVER, PT_DP, MEM, NODE, PATH],
+        &[
+            PT,
+            PT_NOFH,
+            PT_NEVER,
+            PT_DP,
+            PT_SPLICE,
+            PT_SPLICE_NEVER,
+            MEM,
+            NODE,
+            PATH,
+        ],
     );
 }
 
@@ -418,7 +432,17 @@ fn read_write_offsets() {
     differential(
         "read_write_offsets",
         check_read_write,
-        &[PT, PT_NOFH, PT_NEVER, MEM, NODE, PATH, PATH_PT],
+        &[
+            PT,
+            PT_NOFH,
+            PT_NEVER,
+            PT_SPLICE,
+            PT_SPLICE_NEVER,
+            MEM,
+            NODE,
+            PATH,
+            PATH_PT,
+        ],
     );
 }
 
@@ -1970,7 +1994,7 @@ fn open_unlink_read() {
     differential(
         "open_unlink_read",
         check_open_unlink,
-        &[PT, PT_NOFH, PT_FD1, PT_NEVER, MEM, NODE, PATH, PATH_PT],
+        &[PT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM, NODE, PATH, PATH_PT],
     );
 }
 

@@ -1591,6 +1591,10 @@ configs! {
     no_file_handles_dp: "inode_file_handles=never", dp = true, own_pid_ns = false;
     tiny_fd_cache: "fd_cache=1", dp = false, own_pid_ns = false;
     tiny_fd_cache_dp: "fd_cache=1", dp = true, own_pid_ns = false;
+    // Every WRITE payload left in the pipe and spliced into the source.
+    splice_write: "splice_write,splice_write_min=1", dp = false, own_pid_ns = false;
+    splice_write_dp: "splice_write,splice_write_min=1", dp = true, own_pid_ns = false;
+    splice_write_writeback: "writeback,splice_write,splice_write_min=1", dp = false, own_pid_ns = false;
     pidns_default_options: "", dp = false, own_pid_ns = true;
     pidns_default_options_dp: "", dp = true, own_pid_ns = true;
     pidns_writeback: "writeback", dp = false, own_pid_ns = true;

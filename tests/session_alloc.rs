@@ -7,6 +7,11 @@
 //! fake kernel of fuse-session copies every reply into a new `Vec`, which
 //! would be counted on the worker, so this test brings its own [`Channel`]
 //! that copies requests out of and replies into buffers allocated up front.
+//!
+//! With `splice_write` the channel also "splices" each request into the
+//! worker's pipe (a `write(2)` into it, as the kernel's splice would fill
+//! it), so that large WRITEs are served with their payload in the pipe and
+//! spliced by the handler into a file.
 
 mod common_fake;
 
@@ -25,7 +30,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -219,6 +224,67 @@ impl ReplySink for Shared {
     }
 }
 
+/// [`Shared`], plus requests delivered into the worker's pipe.
+struct Piped(Arc<TestChannel>);
+
+impl RequestSource for Piped {
+    fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        Shared(self.0.clone()).receive(buf)
+    }
+
+    fn supports_splice_receive(&self) -> bool {
+        true
+    }
+
+    fn receive_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+        _timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let mut q = self.0.queue.lock().unwrap();
+        loop {
+            if let Some(req) = q.requests.pop_front() {
+                drop(q);
+                if req.len() > len {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                use std::os::fd::AsRawFd;
+                // SAFETY: write(2) from a live buffer of `req.len()` bytes
+                // into the pipe descriptor borrowed for this call.
+                let n = unsafe { libc::write(pipe.as_raw_fd(), req.as_ptr().cast(), req.len()) };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                assert_eq!(n as usize, req.len(), "the whole request fits the pipe");
+                return Ok(req.len());
+            }
+            if q.closed {
+                return Err(io::Error::from_raw_os_error(libc::ENODEV));
+            }
+            q = self.0.ready.wait(q).unwrap();
+        }
+    }
+
+    fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+impl ReplySink for Piped {
+    fn send(&self, msg: &Reply<'_>) -> io::Result<()> {
+        Shared(self.0.clone()).send(msg)
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn describe(&self) -> String {
+        "allocation-test channel with a pipe".into()
+    }
+}
+
 // ---- a filesystem that answers without allocating ----
 
 static DATA: [u8; 4096] = [0x5a; 4096];
@@ -226,6 +292,20 @@ static DATA: [u8; 4096] = [0x5a; 4096];
 struct QuietFs {
     workers_marked: AtomicUsize,
     not_a_worker: AtomicBool,
+    /// Where payloads left in the pipe are spliced to (`splice_write` only).
+    sink: Option<std::fs::File>,
+    spliced: AtomicUsize,
+}
+
+impl QuietFs {
+    fn new(sink: Option<std::fs::File>) -> Self {
+        Self {
+            workers_marked: AtomicUsize::new(0),
+            not_a_worker: AtomicBool::new(false),
+            sink,
+            spliced: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl QuietFs {
@@ -244,6 +324,14 @@ impl QuietFs {
 }
 
 impl Filesystem for QuietFs {
+    fn init(&self, config: &mut fuse_wire::session::InitConfig) -> Result<(), fuse_wire::session::Errno> {
+        if self.sink.is_some() {
+            // A whole request must fit the 1 MiB pipe.
+            config.max_write = 512 * 1024;
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _ctx: &RequestContext<'_>, _parent: Inode, _name: &CStr, reply: ReplyEntry) {
         self.mark();
         reply.entry(&entry(10))
@@ -292,6 +380,13 @@ impl Filesystem for QuietFs {
     ) {
         let data = req.data;
         self.mark();
+        if let (true, Some(sink)) = (data.is_in_pipe(), &self.sink) {
+            self.spliced.fetch_add(1, Ordering::Relaxed);
+            return match data.splice_to(sink.as_fd(), 0) {
+                Ok(n) => reply.written(n as u32),
+                Err(_) => reply.error(fuse_wire::session::Errno::EIO),
+            };
+        }
         reply.written(data.len() as u32)
     }
 }
@@ -349,10 +444,7 @@ const WARMUP: usize = 100;
 #[test]
 fn workers_do_not_allocate_per_request() {
     let chan = TestChannel::new();
-    let fs = Arc::new(QuietFs {
-        workers_marked: AtomicUsize::new(0),
-        not_a_worker: AtomicBool::new(false),
-    });
+    let fs = Arc::new(QuietFs::new(None));
     let config = SessionConfig {
         workers: 2,
         max_workers: 2,
@@ -434,4 +526,108 @@ fn workers_do_not_allocate_per_request() {
 /// READ requests served during INIT and warm-up (one per round after INIT).
 fn count_warmup(sent: usize) -> usize {
     (sent - 1) / PER_ROUND
+}
+
+/// WRITEs of 128 KiB (left in the worker's pipe and spliced into a file by
+/// the handler) and of 4 KiB (read from the pipe), GETATTR and LOOKUP
+/// through the pipe: no allocation either.
+#[test]
+fn spliced_writes_do_not_allocate() {
+    let chan = TestChannel::new();
+    let sink = tempfile_sink();
+    let fs = Arc::new(QuietFs::new(Some(sink)));
+    let config = SessionConfig {
+        workers: 1,
+        max_workers: 1,
+        clone_fd: false,
+        // No reader beyond the cap: on a loaded machine it would take WRITEs
+        // while the worker is busy and queue them as bytes (a copy, not the
+        // path measured here).
+        grow_after: Duration::from_secs(3600),
+        splice_write: true,
+        ..Default::default()
+    };
+    let session = Session::from_arc(fs.clone(), Arc::new(Piped(chan.clone())), config).unwrap();
+    let running = session.spawn().unwrap();
+    let _close = CloseOnDrop(chan.clone());
+
+    chan.push([request(OP_INIT, 1, 0, &init_body(7, 45, 131072, 0x7fff_ffff))]);
+    assert_eq!(chan.wait_replies(1), (1, 0), "INIT answered");
+
+    let big = vec![9u8; 128 * 1024];
+    let small = [7u8; 4096];
+    let batch = |first: u64, rounds: usize| {
+        let mut u = first;
+        let mut v = Vec::with_capacity(rounds * 4);
+        for _ in 0..rounds {
+            for payload in [&big[..], &small[..]] {
+                let body = B::new()
+                    .u64(1)
+                    .u64(0)
+                    .u32(payload.len() as u32)
+                    .u32(0)
+                    .u64(0)
+                    .u32(0)
+                    .u32(0)
+                    .bytes(payload)
+                    .done();
+                u += 2;
+                v.push(request(16, u, 2, &body));
+            }
+            u += 2;
+            v.push(request(3, u, 2, &[0; 16]));
+            u += 2;
+            v.push(request(1, u, 1, &B::new().cstr("file").done()));
+        }
+        v
+    };
+    let warm = batch(10, WARMUP);
+    let mut sent = 1 + warm.len();
+    chan.push(warm);
+    assert_eq!(chan.wait_replies(sent).1, 0, "warm-up requests succeeded");
+    assert_eq!(
+        fs.spliced.load(Ordering::Relaxed),
+        WARMUP,
+        "128 KiB WRITEs came in the pipe"
+    );
+
+    let measured = batch(10 + 8 * WARMUP as u64 + 8, N);
+    let n = measured.len();
+    MEASURING.store(true, Ordering::SeqCst);
+    chan.push(measured);
+    let (count, errors) = chan.wait_replies(sent + n);
+    MEASURING.store(false, Ordering::SeqCst);
+    sent += n;
+    assert_eq!((count, errors), (sent, 0), "every request succeeded");
+    assert_eq!(fs.spliced.load(Ordering::Relaxed), WARMUP + N);
+    let allocations = ALLOCATIONS.load(Ordering::SeqCst);
+    if allocations != 0 {
+        let bt = FIRST.lock().unwrap().take();
+        panic!(
+            "the worker made {allocations} heap allocations for {n} requests through its pipe; the first:\n{}",
+            bt.map(|b| b.to_string()).unwrap_or_default()
+        );
+    }
+
+    chan.close();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(running.join());
+    });
+    let report = rx.recv_timeout(TIMEOUT).expect("the session ends").unwrap();
+    assert_eq!(report.stats.transport.spliced_writes as usize, WARMUP + N);
+}
+
+/// An unnamed file to splice payloads into.
+fn tempfile_sink() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("fw-alloc-sink-{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f
 }

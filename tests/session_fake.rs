@@ -452,7 +452,8 @@ impl Filesystem for TestFs {
         reply: ReplyWrite,
     ) {
         let offset = req.offset;
-        let data = req.data;
+        // The fake kernel cannot splice: data is always in memory.
+        let data = req.data.bytes().unwrap_or(b"<in a pipe>");
         let write_flags = req.write_flags;
         let flags = req.flags.bits();
         let lock_owner = req.lock_owner;
@@ -2837,6 +2838,38 @@ fn statistics_count_requests_and_errors() {
     );
 }
 
+/// `splice_write` on a transport that cannot splice (the fake kernel, as
+/// io_uring): WRITEs are read as always and handlers get the bytes.
+#[test]
+fn splice_write_falls_back_to_reading_where_there_is_no_splice() {
+    let cfg = SessionConfig {
+        splice_write: true,
+        splice_write_min: 1,
+        ..one_worker()
+    };
+    let fake = Fake::start(TestFs::new(), cfg);
+    fake.init_ready(45, offer_745());
+    let body = B::new()
+        .u64(0x1234)
+        .u64(4096)
+        .u32(5)
+        .u32(0)
+        .u64(0)
+        .u32(1)
+        .u32(0)
+        .bytes(b"abcde")
+        .done();
+    let got = fake.roundtrip(request(16, 40, 5, &body));
+    assert_bytes("WRITE", &got, &ok_reply(40, &B::new().u32(5).u32(0).done()));
+    assert_eq!(
+        fake.fs.take(),
+        ["write ino=5 fh=0x1234 off=4096 data=abcde wflags=0x0 flags=0x1 owner=none"]
+    );
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(report.stats.transport.spliced_writes, 0);
+    assert_eq!(report.stats.get(Opcode::Write).errors, 0);
+}
+
 #[test]
 fn statistics_as_json() {
     let fake = Fake::start(TestFs::new(), one_worker());
@@ -2848,7 +2881,7 @@ fn statistics_as_json() {
         report.stats.to_json(),
         "{\"ops\": {\"GETATTR\": {\"count\": 1, \"errors\": 0, \"max_inflight\": 1}, \
          \"LOOKUP\": {\"count\": 1, \"errors\": 1, \"max_inflight\": 1}}, \
-         \"transport\": {\"dev_fuse\": 2, \"uring\": 0, \"queues\": []}}"
+         \"transport\": {\"dev_fuse\": 2, \"uring\": 0, \"queues\": [], \"spliced_writes\": 0}}"
     );
 }
 

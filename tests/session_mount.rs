@@ -219,7 +219,9 @@ impl Filesystem for TestFs {
         reply: ReplyWrite,
     ) {
         let offset = req.offset;
-        let data = req.data;
+        let Some(data) = req.data.bytes() else {
+            return reply.error(Errno::EIO);
+        };
         let mut d = self.data.lock().unwrap();
         let end = offset as usize + data.len();
         if d.len() < end {

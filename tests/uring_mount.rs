@@ -374,7 +374,10 @@ impl Filesystem for TinyFs {
         reply: ReplyWrite,
     ) {
         let offset = req.offset;
-        let data = req.data;
+        // The rings deliver WRITE data in memory, never in a pipe.
+        let Some(data) = req.data.bytes() else {
+            return reply.error(Errno::EIO);
+        };
         self.note("write");
         let mut f = self.files.lock().unwrap();
         let Some(d) = f.data.get_mut(&ino.0) else {

@@ -1502,6 +1502,11 @@ impl Filesystem for MemFs {
             ..
         } = req;
         let kill = write_flags.contains(WriteFlags::KILL_SUIDGID);
+        // In memory unless the session splices WRITEs: then read from the pipe.
+        let data = match data.fetch() {
+            Ok(d) => d,
+            Err(e) => return reply.io_error(&e),
+        };
         reply.result(self.do_write(ino, offset, data, kill));
     }
 

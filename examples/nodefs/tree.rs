@@ -446,7 +446,8 @@ impl OpenFile for Handle {
     }
 
     fn write(&self, _: &RequestContext<'_>, req: WriteRequest<'_>) -> Result<u32, Errno> {
-        if req.data.is_empty() {
+        let bytes = req.data.fetch()?;
+        if bytes.is_empty() {
             return Ok(0);
         }
         let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
@@ -456,15 +457,15 @@ impl OpenFile for Handle {
             req.offset as usize
         };
         let end = at
-            .checked_add(req.data.len())
+            .checked_add(bytes.len())
             .filter(|&e| e as u64 <= SIZE_MAX)
             .ok_or(Errno::EFBIG)?;
         if data.len() < end {
             data.resize(end, 0);
         }
-        data[at..end].copy_from_slice(req.data);
+        data[at..end].copy_from_slice(bytes);
         let mut a = lock(&self.attr);
         (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
-        Ok(req.data.len() as u32)
+        Ok(bytes.len() as u32)
     }
 }

@@ -28,6 +28,10 @@ pub struct Args {
     pub clone_fd: bool,
     pub atomic_open: bool,
     pub uring: bool,
+    /// Leave large WRITE payloads in a pipe (`splice_write`); the
+    /// smallest such payload (`splice_write_min=`, 0: the session's default).
+    pub splice_write: bool,
+    pub splice_write_min: usize,
     pub stats: Option<PathBuf>,
     pub debug: bool,
 }
@@ -89,6 +93,14 @@ filesystem options (-o):
     splice, no_splice  answer reads of 32 KiB and more with splice(2) from the source
                        file, so their data does not pass through the daemon's memory
                        (default on; O_DIRECT handles always read into memory)
+    splice_write, no_splice_write
+                       receive requests with splice(2) and move the data of WRITEs of
+                       64 KiB and more from the pipe into the source file, not through
+                       the daemon's memory (default off; see docs/performance.md);
+                       max_write defaults to 512 KiB with it (a request must fit a
+                       1 MiB pipe)
+    splice_write_min=BYTES    smallest WRITE spliced with splice_write (default 65536)
+    max_write=BYTES    largest WRITE the kernel sends (4096 to 1048576; default 1 MiB)
     atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
     uring, no_uring    serve requests over FUSE-over-io_uring when the kernel allows it
                        (enable_uring=Y); otherwise /dev/fuse, with the reason logged
@@ -159,6 +171,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut clone_fd = true;
     let mut atomic_open = false;
     let mut uring = false;
+    let mut splice_write = false;
+    let mut splice_write_min = 0;
     let mut no_default_permissions = false;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
@@ -225,6 +239,24 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             }
             "splice" => fs.splice = flag(true)?,
             "no_splice" => fs.splice = flag(false)?,
+            "splice_write" => splice_write = flag(true)?,
+            "no_splice_write" => splice_write = flag(false)?,
+            "splice_write_min" => {
+                splice_write_min = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1 << 20).contains(n))
+                    .ok_or_else(|| format!("splice_write_min={}: expected 1 to 1048576", v.unwrap_or("")))?
+            }
+            "max_write" => {
+                fs.max_write = Some(
+                    value()?
+                        .parse()
+                        .ok()
+                        .filter(|n| (4096..=1 << 20).contains(n))
+                        .ok_or_else(|| format!("max_write={}: expected 4096 to 1048576", v.unwrap_or("")))?,
+                )
+            }
             "atomic_open" => atomic_open = flag(true)?,
             "uring" => uring = flag(true)?,
             "no_uring" => uring = flag(false)?,
@@ -299,6 +331,10 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         mount.subtype = Some("passthrough_ll".into());
     }
     let source = source.unwrap_or_else(|| PathBuf::from("/"));
+    if splice_write && fs.max_write.is_none() {
+        // A whole request must fit the session's 1 MiB pipe.
+        fs.max_write = Some(512 * 1024);
+    }
     if mount.fsname.is_none() {
         let s = source.to_string_lossy();
         if !s.contains([',', '\0']) {
@@ -317,6 +353,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         clone_fd,
         atomic_open,
         uring,
+        splice_write,
+        splice_write_min,
         stats,
         debug,
     })))
@@ -345,6 +383,17 @@ mod tests {
         assert_eq!(a.mount.fsname.as_deref(), Some("/srv"));
         assert!(a.fs.splice);
         assert!(!run(&["-o", "no_splice", "/mnt"]).unwrap().fs.splice);
+        let a = run(&["-o", "splice_write", "/mnt"]).unwrap();
+        assert!(a.splice_write && a.fs.max_write == Some(512 * 1024) && a.splice_write_min == 0);
+        let a = run(&[
+            "-o",
+            "splice_write,max_write=131072,splice_write_min=4096",
+            "/mnt",
+        ])
+        .unwrap();
+        assert_eq!((a.fs.max_write, a.splice_write_min), (Some(131072), 4096));
+        assert!(!run(&["/mnt"]).unwrap().splice_write);
+        assert!(run(&["-o", "max_write=100", "/mnt"]).is_err());
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct FsOptions {
     pub inode_file_handles: HandleMode,
     /// Most descriptors cached in file-handle mode (`fd_cache=`).
     pub fd_cache: usize,
+    /// `max_write=` (`None`: the session's default, 1 MiB).
+    pub max_write: Option<u32>,
 }
 
 impl Default for FsOptions {
@@ -72,6 +74,7 @@ impl Default for FsOptions {
             splice: true,
             inode_file_handles: HandleMode::Prefer,
             fd_cache: crate::fdcache::DEFAULT_CAPACITY,
+            max_write: None,
         }
     }
 }
@@ -1058,6 +1061,9 @@ impl Filesystem for PassthroughFs {
             config.want(InitFlags::PASSTHROUGH);
             config.max_stack_depth = 1;
         }
+        if let Some(m) = self.opts.max_write {
+            config.max_write = m;
+        }
         config.default_permissions = self.opts.default_permissions;
         Ok(())
     }
@@ -1314,7 +1320,16 @@ impl Filesystem for PassthroughFs {
         let _as_caller = tri!(reply, as_caller(ctx));
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = tri!(reply, self.handle(fh));
-        let n = tri!(reply, h.write_at(data, offset));
+        let n = if data.is_in_pipe() && h.direct.is_none() {
+            // With splice_write: from the session's pipe into the source
+            // file, not through our memory (an O_APPEND source gets a
+            // pwrite, which appends, as below).
+            tri!(reply, data.splice_to(h.fd(), offset))
+        } else {
+            // In memory already, or fetched from the pipe into the
+            // page-aligned receive buffer (O_DIRECT handles).
+            tri!(reply, h.write_at(tri!(reply, data.fetch()), offset))
+        };
         if write_flags.contains(WriteFlags::KILL_SUIDGID) {
             tri!(reply, self.kill_suidgid(ctx, &h.inode));
         }

@@ -152,6 +152,8 @@ fn run() -> i32 {
         atomic_open: args.atomic_open,
         // The statistics file reports the peaks of requests in flight.
         track_inflight: args.stats.is_some(),
+        splice_write: args.splice_write,
+        splice_write_min: args.splice_write_min,
         transport: if args.uring {
             Transport::Uring
         } else {

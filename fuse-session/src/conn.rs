@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) helpers: Helpers,
     /// `allow_root`: the only non-root uid served.
     pub(crate) deny_others: Option<u32>,
+    /// `splice_write`: the smallest WRITE payload left in a worker's pipe.
+    pub(crate) splice_write: Option<usize>,
     pub(crate) pending: PendingInterrupts,
     pub(crate) notifier: Notifier,
     pub(crate) shutdown: AtomicBool,

@@ -10,6 +10,7 @@ use crate::conn::WorkerCore;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::ops::*;
+use crate::payload::PipePayload;
 use crate::reply::*;
 use crate::types::{FileHandle, Inode, LockOwner, PollHandle};
 use fuse_proto::flags::{
@@ -40,6 +41,49 @@ pub(crate) fn dispatch<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, buf: &[u
 /// Serves one parsed request, whichever transport delivered it; the reply
 /// goes back on `worker`'s channel.
 pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Request<'_>) {
+    serve_with(fs, worker, req, None)
+}
+
+/// Serves a WRITE whose header and `fuse_write_in` are `head` and whose
+/// payload waits in `payload`'s pipe ([`crate::recv_pipe`]).
+pub(crate) fn serve_write_in_pipe<'a, F: Filesystem>(
+    fs: &F,
+    worker: &Arc<WorkerCore>,
+    head: &[u8],
+    payload: &'a PipePayload<'a>,
+) {
+    use zerocopy::FromBytes;
+    let parsed = fuse_proto::abi::InHeader::read_from_prefix(head)
+        .ok()
+        .and_then(|(header, rest)| {
+            let (arg, _) = fuse_proto::abi::WriteIn::read_from_prefix(rest).ok()?;
+            Some((header, arg))
+        });
+    let Some((header, arg)) = parsed else {
+        // Checked by the receive path before it left the payload.
+        log::error!("internal: a WRITE left in the pipe without its header");
+        if let Some(unique) = peek_unique(head) {
+            worker.shared.stats.count_error(worker.index, Opcode::Write);
+            worker.send_reply(Opcode::Write, unique, &Reply::error(unique, Errno::EIO));
+        }
+        return;
+    };
+    worker.shared.stats.count_spliced(worker.index);
+    let req = Request {
+        header,
+        op: Operation::Write { arg, data: &[] },
+        extensions: Default::default(),
+    };
+    serve_with(fs, worker, req, Some(payload))
+}
+
+/// [`serve`], with the payload of a WRITE in a pipe rather than in `req`.
+fn serve_with<'a, F: Filesystem>(
+    fs: &F,
+    worker: &Arc<WorkerCore>,
+    req: Request<'a>,
+    piped: Option<&'a PipePayload<'a>>,
+) {
     let unique = req.header.unique;
     let opcode = req.op.opcode();
     let all = &worker.shared.stats;
@@ -143,7 +187,7 @@ pub(crate) fn serve<F: Filesystem>(fs: &F, worker: &Arc<WorkerCore>, req: Reques
     let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot)
         .with_open_in(fuse_proto::flags::OpenInFlags::from_bits_retain(open_in));
     let ino = Inode(req.header.nodeid);
-    guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core));
+    guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core, piped));
 }
 
 /// Operations on files the caller already holds open, which `allow_root`
@@ -223,7 +267,14 @@ fn owner_if(set: bool, owner: u64) -> Option<LockOwner> {
     set.then_some(LockOwner(owner))
 }
 
-fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operation<'_>, core: ReplyCore) {
+fn call<'a, F: Filesystem>(
+    fs: &F,
+    ctx: &RequestContext<'_>,
+    ino: Inode,
+    op: Operation<'a>,
+    core: ReplyCore,
+    piped: Option<&'a PipePayload<'a>>,
+) {
     use Operation as O;
     match op {
         O::Lookup { name } => fs.lookup(ctx, ino, name, ReplyEntry::new(core)),
@@ -282,6 +333,10 @@ fn call<F: Filesystem>(fs: &F, ctx: &RequestContext<'_>, ino: Inode, op: Operati
         }
         O::Write { arg, data } => {
             let write_flags = WriteFlags::from_bits_retain(arg.write_flags);
+            let data = match piped {
+                Some(p) => WriteData::in_pipe(p),
+                None => WriteData::from(data),
+            };
             let req = WriteRequest {
                 offset: arg.offset,
                 data,

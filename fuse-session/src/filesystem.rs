@@ -215,7 +215,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// WRITE: `req.data` at `req.offset`; reply [`ReplyWrite::written`]
     /// with the count (anything but the whole length is a short write the
     /// caller sees). With the writeback cache, writes come later, from the
-    /// page cache, with `FUSE_WRITE_CACHE` set.
+    /// page cache, with `FUSE_WRITE_CACHE` set. With
+    /// [`SessionConfig::splice_write`](crate::SessionConfig) large payloads
+    /// may still wait in a pipe: [`WriteData::splice_to`](crate::WriteData::splice_to)
+    /// moves them into a file, [`WriteData::fetch`](crate::WriteData::fetch)
+    /// gives the bytes.
     fn write(
         &self,
         ctx: &RequestContext<'_>,

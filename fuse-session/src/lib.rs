@@ -102,7 +102,9 @@ pub mod node;
 pub mod notify;
 pub mod ops;
 pub mod path;
+mod payload;
 mod pool;
+mod recv_pipe;
 pub mod reply;
 mod ring_worker;
 mod serve;
@@ -130,7 +132,7 @@ pub use notify::Notifier;
 pub use ops::{
     AccessMode, CopyFileRangeRequest, CreateRequest, FallocateRequest, IoctlRequest, LockRequest,
     LseekRequest, MknodRequest, OpenFlags, PollRequest, ReadRequest, ReleaseRequest, RenameFlags,
-    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteRequest,
+    RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteData, WriteRequest,
 };
 pub use reply::{DirAdd, DirPlusAdd};
 pub use serve::{serve, serve_with, spawn};

@@ -9,6 +9,7 @@
 //! fields are public.
 
 use crate::attr::{FileAttr, FileKind, time_from_wire};
+pub use crate::payload::WriteData;
 use crate::types::{FileHandle, Inode, Lock, LockOwner, PollHandle};
 use fuse_proto::abi::SetattrIn;
 use fuse_proto::flags::{IoctlFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -173,8 +174,10 @@ pub struct WriteRequest<'a> {
     /// Where to write (for a file opened with `O_APPEND`: the end of the
     /// file as the kernel's cached size says).
     pub offset: u64,
-    /// The bytes.
-    pub data: &'a [u8],
+    /// The bytes: in memory, or (with
+    /// [`SessionConfig::splice_write`](crate::SessionConfig), for large
+    /// WRITEs) still in the worker's pipe. See [`WriteData`].
+    pub data: WriteData<'a>,
     /// `FUSE_WRITE_CACHE` (from the page cache: the caller's identity is not
     /// the writer's), `FUSE_WRITE_KILL_SUIDGID`, …
     pub write_flags: WriteFlags,

@@ -82,7 +82,27 @@ pub struct SessionConfig {
     /// ([`crate::OpStats::max_inflight`]). Off by default: it costs every
     /// request a write to a cache line all workers share.
     pub track_inflight: bool,
+    /// `/dev/fuse` workers receive each request with `splice(2)` into a
+    /// pipe of their own and leave the data of WRITEs of at least
+    /// [`SessionConfig::splice_write_min`] bytes there, for the handler to
+    /// move into a file ([`crate::WriteData::splice_to`]) without copying
+    /// it through user memory. Every other request costs one syscall more
+    /// (the read from the pipe), so this pays only for filesystems that
+    /// write large payloads into files (see `docs/performance.md`). Not
+    /// used by io_uring queues or transports without splice, nor when
+    /// `max_write` and a page do not fit a 1 MiB pipe (`max_write` of at
+    /// most 1016 KiB): requests are then read as without it.
+    pub splice_write: bool,
+    /// The smallest WRITE payload left in the pipe with
+    /// [`SessionConfig::splice_write`] (0:
+    /// [`SPLICE_WRITE_MIN`]).
+    pub splice_write_min: usize,
 }
+
+/// Default of [`SessionConfig::splice_write_min`]: below it the copy a
+/// splice saves costs less than the syscall it adds (measured in
+/// `docs/performance.md`).
+pub const SPLICE_WRITE_MIN: usize = 64 * 1024;
 
 impl Default for SessionConfig {
     fn default() -> Self {
@@ -100,6 +120,8 @@ impl Default for SessionConfig {
             uring_queue_depth: 0,
             proc_credentials: ProcCredentials::Auto,
             track_inflight: false,
+            splice_write: false,
+            splice_write_min: 0,
         }
     }
 }
@@ -451,6 +473,13 @@ impl<F: Filesystem> Session<F> {
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
             deny_others: self.config.deny_others,
+            splice_write: self
+                .config
+                .splice_write
+                .then_some(match self.config.splice_write_min {
+                    0 => SPLICE_WRITE_MIN,
+                    n => n,
+                }),
             uring_base: slots,
             callers: CallerPolicy::new(
                 self.config.proc_credentials,

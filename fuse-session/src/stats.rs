@@ -34,12 +34,15 @@ pub(crate) struct OpCounters {
 #[repr(align(128))]
 pub(crate) struct WorkerStats {
     ops: [OpCounters; Opcode::COUNT],
+    /// WRITEs whose payload was left in the worker's pipe.
+    spliced_writes: AtomicU64,
 }
 
 impl Default for WorkerStats {
     fn default() -> Self {
         Self {
             ops: std::array::from_fn(|_| OpCounters::default()),
+            spliced_writes: AtomicU64::new(0),
         }
     }
 }
@@ -98,6 +101,11 @@ impl StatsTable {
         self.workers[me].ops[op.index()].count.fetch_add(1, Relaxed);
     }
 
+    /// Counts a WRITE served with its payload in worker `me`'s pipe.
+    pub(crate) fn count_spliced(&self, me: usize) {
+        self.workers[me].spliced_writes.fetch_add(1, Relaxed);
+    }
+
     /// Counts a request that was answered without being started (it could
     /// not be parsed, or was refused before reaching the filesystem).
     pub(crate) fn count_error(&self, me: usize, op: Opcode) {
@@ -129,6 +137,9 @@ pub struct TransportStats {
     pub uring: u64,
     /// Requests per ring queue, indexed by queue id (empty without rings).
     pub queues: Vec<u64>,
+    /// WRITEs whose payload was left in a worker's pipe for the handler
+    /// ([`SessionConfig::splice_write`](crate::SessionConfig)).
+    pub spliced_writes: u64,
 }
 
 /// A snapshot of the session's statistics.
@@ -153,6 +164,7 @@ impl Stats {
         let mut transport = TransportStats::default();
         for (i, w) in all.iter().enumerate() {
             let n: u64 = w.ops.iter().map(|c| c.count.load(Relaxed)).sum();
+            transport.spliced_writes += w.spliced_writes.load(Relaxed);
             if i < uring_base {
                 transport.dev_fuse += n;
             } else {
@@ -183,7 +195,7 @@ impl Stats {
     }
 
     /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...},
-    /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...]}}`.
+    /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...], "spliced_writes": N}}`.
     pub fn to_json(&self) -> String {
         let mut s = String::from("{\"ops\": {");
         for (i, (name, o)) in self.ops.iter().enumerate() {
@@ -198,10 +210,11 @@ impl Stats {
         let t = &self.transport;
         let queues: Vec<String> = t.queues.iter().map(|n| n.to_string()).collect();
         s.push_str(&format!(
-            "}}, \"transport\": {{\"dev_fuse\": {}, \"uring\": {}, \"queues\": [{}]}}}}",
+            "}}, \"transport\": {{\"dev_fuse\": {}, \"uring\": {}, \"queues\": [{}], \"spliced_writes\": {}}}}}",
             t.dev_fuse,
             t.uring,
-            queues.join(", ")
+            queues.join(", "),
+            t.spliced_writes
         ));
         s
     }

@@ -1,6 +1,7 @@
-//! The `/dev/fuse` transport: `read(2)` for requests, one `writev(2)` per
-//! reply (or one `splice(2)` from a pipe, for READ data that should not
-//! pass through user memory), and `FUSE_DEV_IOC_CLONE` for a queue per worker.
+//! The `/dev/fuse` transport: `read(2)` for requests (or `splice(2)` into a
+//! pipe, for WRITE data that should not pass through user memory), one
+//! `writev(2)` per reply (or one `splice(2)` from a pipe, for READ data),
+//! and `FUSE_DEV_IOC_CLONE` for a queue per worker.
 
 use super::{Channel, ReplySink, RequestSource};
 use fuse_proto::Reply;
@@ -109,6 +110,51 @@ impl DevFuse {
         Ok(())
     }
 
+    /// Moves one request (at most `len` bytes) into the pipe whose write
+    /// end is `pipe` with a single `splice(2)`; returns its length.
+    pub fn splice_out(&self, pipe: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+        use nix::fcntl::{SpliceFFlags, splice};
+        splice(self.fd.as_fd(), None, pipe, None, len, SpliceFFlags::empty()).map_err(io::Error::from)
+    }
+
+    /// Runs a blocking receive `op` that gives up with `ETIMEDOUT` after
+    /// `timeout`.
+    fn timed(&self, timeout: Duration, mut op: impl FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        // A read of /dev/fuse has no timeout of its own: a one-shot timer of
+        // this thread interrupts it (the wake-up signal's handler has no
+        // SA_RESTART). A request that arrives as the timer fires is kept.
+        crate::signal::install_wake_handler();
+        TIMER.with(|t| {
+            let mut t = t.borrow_mut();
+            if t.is_none() {
+                match ThreadTimer::new() {
+                    Ok(timer) => *t = Some(timer),
+                    Err(e) => {
+                        // Without a timer this thread reads as if at the floor.
+                        static SAID: std::sync::Once = std::sync::Once::new();
+                        SAID.call_once(|| {
+                            log::warn!("no idle timer for workers ({e}); they will not time out")
+                        });
+                        drop(t);
+                        return op();
+                    }
+                }
+            }
+            let timer = t.as_ref().expect("just set");
+            if timer.arm(timeout).is_err() {
+                return op();
+            }
+            let r = op();
+            let fired = timer.disarm();
+            match r {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) && fired => {
+                    Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
+                }
+                r => r,
+            }
+        })
+    }
+
     /// Duplicates the descriptor (same open file, same queue).
     pub fn try_dup(&self) -> io::Result<Self> {
         Ok(Self {
@@ -148,39 +194,23 @@ impl RequestSource for DevFuse {
     }
 
     fn receive_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
-        // A read of /dev/fuse has no timeout of its own: a one-shot timer of
-        // this thread interrupts it (the wake-up signal's handler has no
-        // SA_RESTART). A request that arrives as the timer fires is kept.
-        crate::signal::install_wake_handler();
-        TIMER.with(|t| {
-            let mut t = t.borrow_mut();
-            if t.is_none() {
-                match ThreadTimer::new() {
-                    Ok(timer) => *t = Some(timer),
-                    Err(e) => {
-                        // Without a timer this thread reads as if at the floor.
-                        static SAID: std::sync::Once = std::sync::Once::new();
-                        SAID.call_once(|| {
-                            log::warn!("no idle timer for workers ({e}); they will not time out")
-                        });
-                        drop(t);
-                        return self.read(buf);
-                    }
-                }
-            }
-            let timer = t.as_ref().expect("just set");
-            if timer.arm(timeout).is_err() {
-                return self.read(buf);
-            }
-            let r = self.read(buf);
-            let fired = timer.disarm();
-            match r {
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) && fired => {
-                    Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
-                }
-                r => r,
-            }
-        })
+        self.timed(timeout, || self.read(buf))
+    }
+
+    fn supports_splice_receive(&self) -> bool {
+        true
+    }
+
+    fn receive_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        match timeout {
+            Some(t) => self.timed(t, || self.splice_out(pipe, len)),
+            None => self.splice_out(pipe, len),
+        }
     }
 
     fn try_clone(&self) -> io::Result<Arc<dyn Channel>> {

@@ -108,6 +108,28 @@ pub trait RequestSource: Send + Sync + 'static {
         self.receive(buf)
     }
 
+    /// Whether [`RequestSource::receive_to_pipe`] can take requests: true
+    /// only for `/dev/fuse`.
+    fn supports_splice_receive(&self) -> bool {
+        false
+    }
+
+    /// Like [`RequestSource::receive`] (and [`RequestSource::receive_timeout`] when
+    /// `timeout` is given), but moves the request into the pipe whose write
+    /// end is `pipe` with `splice(2)`, taking at most `len` bytes; returns
+    /// its length. The pipe must be empty and have room for `len` bytes
+    /// plus a page. Transports that cannot do this answer `EOPNOTSUPP`
+    /// without taking a request.
+    fn receive_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let _ = (pipe, len, timeout);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+
     /// A new channel on the same connection with its own kernel queue
     /// (`FUSE_DEV_IOC_CLONE`), for one more worker.
     fn try_clone(&self) -> io::Result<Arc<dyn Channel>>;
