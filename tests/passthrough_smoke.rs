@@ -50,22 +50,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start passthrough_ll");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !common::fuse_mounted_at(tm.path()) {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("passthrough_ll exited with {status} before mounting: {err}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("passthrough_ll did not mount within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_for_mount(&mut child, tm.path(), "passthrough_ll");
         Daemon {
             child: Some(child),
             mnt: tm.path().to_path_buf(),

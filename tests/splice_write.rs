@@ -22,7 +22,6 @@ use fuse_wire::session::reply::*;
 use fuse_wire::session::*;
 use std::ffi::CStr;
 use std::fs::{self, File, OpenOptions};
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -139,22 +138,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start passthrough_ll");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !common::fuse_mounted_at(tm.path()) {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("passthrough_ll exited with {status} before mounting: {err}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("passthrough_ll did not mount within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_for_mount(&mut child, tm.path(), "passthrough_ll");
         Daemon {
             child: Some(child),
             stats,

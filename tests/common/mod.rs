@@ -571,3 +571,26 @@ pub fn evict_until_path_fds(pid: u32, want: usize, timeout: Duration) -> usize {
         }
     }
 }
+
+/// Waits until the daemon `child` (started as `what`) has mounted at `mnt`;
+/// panics with its standard error if it exits first, and kills it if it has
+/// not mounted within 10 s.
+pub fn wait_for_mount(child: &mut std::process::Child, mnt: &Path, what: &str) {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fuse_mounted_at(mnt) {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("{what} exited with {status} before mounting: {err}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not mount within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
