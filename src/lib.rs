@@ -100,3 +100,4 @@ pub use fuse_session::{
     SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow,
     WriteRequest, reply, serve, serve_with, spawn,
 };
+pub use fuse_session::{inodes, node, path};

@@ -41,6 +41,13 @@ const PT_SPLICE_NEVER: Fs = Fs::Passthrough("cache=never,splice_write,splice_wri
 const MEM: Fs = Fs::Memfs("");
 /// memfs with the kernel checking permissions.
 const MEM_DP: Fs = Fs::Memfs("default_permissions");
+/// nodefs: an in-memory filesystem on the node layer (the kernel checks permissions).
+const NODE: Fs = Fs::Nodefs("");
+/// pathfs: a mirror of a source directory on the path layer (the kernel checks permissions).
+const PATH: Fs = Fs::Pathfs("");
+/// pathfs with its files opened in kernel passthrough mode (reads and writes
+/// never reach the daemon).
+const PATH_PT: Fs = Fs::Pathfs("passthrough");
 
 // ---------------------------------------------------------------------------
 // small wrappers
@@ -347,7 +354,17 @@ fn open_flags() {
     differential(
         "open_flags",
         check_open_flags,
-        &[PT, PT_NOFH, PT_NEVER, PT_DP, PT_SPLICE, PT_SPLICE_NEVER, MEM],
+        &[
+            PT,
+            PT_NOFH,
+            PT_NEVER,
+            PT_DP,
+            PT_SPLICE,
+            PT_SPLICE_NEVER,
+            MEM,
+            NODE,
+            PATH,
+        ],
     );
 }
 
@@ -415,7 +432,17 @@ fn read_write_offsets() {
     differential(
         "read_write_offsets",
         check_read_write,
-        &[PT, PT_NOFH, PT_NEVER, PT_SPLICE, PT_SPLICE_NEVER, MEM],
+        &[
+            PT,
+            PT_NOFH,
+            PT_NEVER,
+            PT_SPLICE,
+            PT_SPLICE_NEVER,
+            MEM,
+            NODE,
+            PATH,
+            PATH_PT,
+        ],
     );
 }
 
@@ -466,7 +493,11 @@ fn check_truncate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn truncate_and_ftruncate() {
-    differential("truncate", check_truncate, &[PT, PT_NEVER, MEM]);
+    differential(
+        "truncate",
+        check_truncate,
+        &[PT, PT_NEVER, MEM, NODE, PATH, PATH_PT],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -553,7 +584,7 @@ fn attrs_as_root() {
     differential(
         "attrs_as_root",
         check_attrs_as_root,
-        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM],
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
     );
 }
 
@@ -692,7 +723,7 @@ fn permissions_unprivileged_with_default_permissions() {
     differential(
         "permissions (default_permissions)",
         check_attrs_unprivileged,
-        &[PT_DP, MEM_DP],
+        &[PT_DP, MEM_DP, NODE, PATH],
     );
 }
 
@@ -743,7 +774,7 @@ fn check_links(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn hard_links() {
-    differential("hard_links", check_links, &[PT, PT_NOFH, PT_FD1, MEM]);
+    differential("hard_links", check_links, &[PT, PT_NOFH, PT_FD1, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -870,7 +901,11 @@ fn check_symlinks(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn symlinks_and_escapes() {
-    differential("symlinks", check_symlinks, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
+    differential(
+        "symlinks",
+        check_symlinks,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -959,7 +994,11 @@ fn check_rename(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn rename_and_renameat2() {
-    differential("rename", check_rename, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
+    differential(
+        "rename",
+        check_rename,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1028,7 +1067,11 @@ fn check_dirs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mkdir_and_rmdir() {
-    differential("mkdir_rmdir", check_dirs, &[PT, PT_NOFH, PT_FD1, PT_DP, MEM]);
+    differential(
+        "mkdir_rmdir",
+        check_dirs,
+        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1143,7 +1186,7 @@ fn check_readdir_10k(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn readdir_10k_telldir_seekdir() {
-    differential("readdir_10k", check_readdir_10k, &[PT, MEM]);
+    differential("readdir_10k", check_readdir_10k, &[PT, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1308,6 +1351,8 @@ fn xattrs() {
             Fs::Passthrough("xattr"),
             Fs::Passthrough("xattr,default_permissions"),
             MEM_DP,
+            NODE,
+            PATH,
         ],
     );
 }
@@ -1708,7 +1753,11 @@ fn check_mmap(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn mmap_shared_coherence() {
-    differential("mmap", check_mmap, &[PT, Fs::Passthrough("cache=always"), MEM]);
+    differential(
+        "mmap",
+        check_mmap,
+        &[PT, Fs::Passthrough("cache=always"), MEM, NODE, PATH, PATH_PT],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1792,7 +1841,7 @@ fn check_fallocate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn fallocate_modes() {
-    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM]);
+    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1835,7 +1884,7 @@ fn check_seek_data_hole(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn lseek_data_and_hole() {
-    differential("seek_data_hole", check_seek_data_hole, &[PT, PT_NEVER]);
+    differential("seek_data_hole", check_seek_data_hole, &[PT, PT_NEVER, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1901,7 +1950,11 @@ fn check_copy_file_range(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn copy_file_range_between_files() {
-    differential("copy_file_range", check_copy_file_range, &[PT, PT_NEVER, MEM]);
+    differential(
+        "copy_file_range",
+        check_copy_file_range,
+        &[PT, PT_NEVER, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1941,7 +1994,7 @@ fn open_unlink_read() {
     differential(
         "open_unlink_read",
         check_open_unlink,
-        &[PT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM],
+        &[PT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM, NODE, PATH, PATH_PT],
     );
 }
 
@@ -2039,5 +2092,5 @@ fn check_ownership(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn ownership_of_files_created_by_another_user() {
-    differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP]);
+    differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP, NODE, PATH]);
 }

@@ -3097,6 +3097,43 @@ fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
 }
 
 #[test]
+fn at_the_cap_an_interrupt_never_cancels_a_queued_release() {
+    // The kernel sends RELEASE once: cancelled, the file would stay open in
+    // the filesystem for good. It stays queued; the INTERRUPT gets EAGAIN.
+    let fake = Fake::start(
+        TestFs::new(),
+        SessionConfig {
+            workers: 1,
+            max_workers: 1,
+            grow_after: Duration::from_millis(10),
+            ..Default::default()
+        },
+    );
+    fake.init_ready(45, offer_745());
+    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
+    wait_until("the handler to block", || {
+        fake.fs.count(|c| c.contains("name=gate")) == 1
+    });
+    wait_until("the reader beyond the cap", || fake.handle.workers() == 2);
+    let release = B::new().u64(0x77).u32(0).u32(0).u64(0).done();
+    fake.send(request(18, 102, 5, &release));
+    fake.send(request(36, 106, 0, &B::new().u64(102).done()));
+    assert_bytes(
+        "the INTERRUPT of the queued RELEASE",
+        &fake.recv(),
+        &err_reply(106, libc::EAGAIN),
+    );
+    fake.fs.gate.open();
+    let mut got = vec![fake.recv(), fake.recv()];
+    got.sort();
+    let mut want = vec![ok_reply(100, &entry_bytes(50)), ok_reply(102, &[])];
+    want.sort();
+    assert_eq!(got, want, "the gate, then the RELEASE, served");
+    assert_eq!(fake.fs.count(|c| c.starts_with("release ino=5 fh=0x77")), 1);
+    fake.expect_silence("nothing else");
+}
+
+#[test]
 fn workers_above_the_floor_end_after_the_idle_timeout() {
     let fake = Fake::start(
         TestFs::new(),

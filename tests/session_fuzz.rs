@@ -1,6 +1,8 @@
 //! A session fuzzer: random but well-formed request sequences, sent through
 //! the fake kernel into memfs and into passthrough_ll (over a temporary
-//! directory), checked as the kernel would see them:
+//! directory), and into the layers' examples (nodefs on the node layer,
+//! pathfs on the path layer over a temporary directory), checked as the
+//! kernel would see them:
 //!
 //! - no handler panics (a panic hook counts them; the session would turn
 //!   one into EIO and a log line);
@@ -24,7 +26,8 @@
 //!
 //! CI runs fixed seeds with a small budget. `scripts/fuzz-session` runs a
 //! long one: `FUZZ_SEED` (else random, printed), `FUZZ_REQUESTS`,
-//! `FUZZ_TARGET` (`memfs`, `passthrough` or both), through the ignored test
+//! `FUZZ_TARGET` (`memfs`, `passthrough`, `nodefs`, `pathfs`, or all),
+//! through the ignored test
 //! `fuzz_long`.
 
 mod common_fake;
@@ -49,6 +52,14 @@ mod passthrough_fs;
 #[allow(dead_code)]
 #[path = "../examples/passthrough_ll/sys.rs"]
 mod sys;
+// The layers' examples: nodefs's tree (node layer) and pathfs's mirror
+// (path layer).
+#[allow(dead_code)]
+#[path = "../examples/nodefs/tree.rs"]
+mod nodefs_tree;
+#[allow(dead_code)]
+#[path = "../examples/pathfs.rs"]
+mod pathfs;
 
 use common_fake::{Fake, OP_INIT, init_body};
 use fuse_wire::proto::Opcode;
@@ -154,6 +165,10 @@ impl Rng {
 enum Target {
     Memfs,
     Passthrough,
+    /// nodefs on the node layer.
+    Nodefs,
+    /// pathfs on the path layer (over a scratch directory).
+    Pathfs,
 }
 
 /// A final check of a filesystem's own accounting.
@@ -256,6 +271,37 @@ fn passthrough_subject(dir: &std::path::Path, seed: u64) -> Subject<passthrough_
             n => Err(format!("passthrough_ll still holds {n} open handles")),
         }),
         target: Target::Passthrough,
+    }
+}
+
+/// nodefs's tree on the node layer: the library's table must be back to
+/// the root, with no open file.
+fn nodefs_subject() -> Subject<fuse_wire::node::NodeFs> {
+    Subject {
+        fs: Arc::new(fuse_wire::node::NodeFs::new(nodefs_tree::root())),
+        live: Box::new(|fs| fs.live_nodes()),
+        baseline: 1,
+        settled: Box::new(|fs| match fs.open_files() {
+            0 => Ok(()),
+            n => Err(format!("the node layer still holds {n} open files")),
+        }),
+        target: Target::Nodefs,
+    }
+}
+
+/// pathfs over `dir` on the path layer.
+fn pathfs_subject(dir: &std::path::Path) -> Subject<fuse_wire::path::PathFs<pathfs::Mirror>> {
+    Subject {
+        fs: Arc::new(fuse_wire::path::PathFs::new(pathfs::Mirror::new(
+            dir.to_path_buf(),
+        ))),
+        live: Box::new(|fs| fs.live_nodes()),
+        baseline: 1,
+        settled: Box::new(|fs| match fs.open_files() {
+            0 => Ok(()),
+            n => Err(format!("the path layer still holds {n} open files")),
+        }),
+        target: Target::Pathfs,
     }
 }
 
@@ -578,7 +624,7 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
                 let (p, mut n) = (self.dir(), self.cname());
                 // On passthrough_ll the target stays a plain name: nothing
                 // here should lead outside the scratch directory.
-                let t = if self.target == Target::Passthrough {
+                let t = if matches!(self.target, Target::Passthrough | Target::Pathfs) {
                     let mut t = self.rng.pick(&self.names).clone();
                     t.push(0);
                     t
@@ -1658,6 +1704,11 @@ fn fuzz(target: Target, seed: u64, requests: u64, progress: bool) -> Report {
             let scratch = Scratch::new(seed);
             run(passthrough_subject(&scratch.0, seed), seed, requests, progress)
         }
+        Target::Nodefs => run(nodefs_subject(), seed, requests, progress),
+        Target::Pathfs => {
+            let scratch = Scratch::new(seed);
+            run(pathfs_subject(&scratch.0), seed, requests, progress)
+        }
     };
     if progress {
         print_report(target, seed, &report, start.elapsed());
@@ -1676,6 +1727,15 @@ fn fuzz_fixed_seeds() {
     for &seed in SEEDS {
         fuzz(Target::Memfs, seed, CI_REQUESTS, false);
         fuzz(Target::Passthrough, seed, CI_REQUESTS, false);
+    }
+}
+
+/// The layers' examples, on the same seeds.
+#[test]
+fn fuzz_fixed_seeds_layers() {
+    for &seed in SEEDS {
+        fuzz(Target::Nodefs, seed, CI_REQUESTS, false);
+        fuzz(Target::Pathfs, seed, CI_REQUESTS, false);
     }
 }
 
@@ -1716,7 +1776,9 @@ fn targets() -> Vec<Target> {
     match std::env::var("FUZZ_TARGET").as_deref() {
         Ok("memfs") => vec![Target::Memfs],
         Ok("passthrough") => vec![Target::Passthrough],
-        _ => vec![Target::Memfs, Target::Passthrough],
+        Ok("nodefs") => vec![Target::Nodefs],
+        Ok("pathfs") => vec![Target::Pathfs],
+        _ => vec![Target::Memfs, Target::Passthrough, Target::Nodefs, Target::Pathfs],
     }
 }
 

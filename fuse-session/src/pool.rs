@@ -251,13 +251,14 @@ impl<J: Queued> Pool<J> {
         job
     }
 
-    /// Removes the queued request `unique`, if it is queued.
-    pub(crate) fn remove_job(&self, unique: u64) -> Option<J> {
+    /// Removes the queued request `unique`, if it is queued and `cancel`
+    /// agrees (a request whose loss would leak, such as RELEASE, stays).
+    pub(crate) fn remove_job_if(&self, unique: u64, cancel: impl Fn(&J) -> bool) -> Option<J> {
         if self.backlog_len.load(SeqCst) == 0 {
             return None;
         }
         let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        let i = q.iter().position(|j| j.unique() == unique)?;
+        let i = q.iter().position(|j| j.unique() == unique && cancel(j))?;
         let job = q.remove(i);
         self.backlog_len.store(q.len(), SeqCst);
         job

@@ -399,6 +399,12 @@ pub enum Fs {
     Passthrough(&'static str),
     /// `memfs` with these `-o` options (`allow_other` is added).
     Memfs(&'static str),
+    /// `nodefs` (the node layer's in-memory example) with these `-o`
+    /// options (`allow_other`, and `uring` when asked for, are added).
+    Nodefs(&'static str),
+    /// `pathfs` (the path layer's mirror of a source directory) with these
+    /// `-o` options (`source=`, `allow_other` and `uring` are added).
+    Pathfs(&'static str),
 }
 
 impl Fs {
@@ -409,6 +415,10 @@ impl Fs {
             Fs::Passthrough(o) => format!("passthrough_ll -o {o}"),
             Fs::Memfs("") => "memfs".into(),
             Fs::Memfs(o) => format!("memfs -o {o}"),
+            Fs::Nodefs("") => "nodefs".into(),
+            Fs::Nodefs(o) => format!("nodefs -o {o}"),
+            Fs::Pathfs("") => "pathfs".into(),
+            Fs::Pathfs(o) => format!("pathfs -o {o}"),
         }
     }
 }
@@ -508,11 +518,28 @@ impl Daemon {
                 }
                 (example_binary("memfs"), opts, None)
             }
+            Fs::Nodefs(o) | Fs::Pathfs(o) => {
+                let src = matches!(fs, Fs::Pathfs(_)).then(|| base.subdir("src"));
+                let mut opts = "allow_other".to_string();
+                if let Some(src) = &src {
+                    opts.push_str(&format!(",source={}", src.display()));
+                }
+                if over_uring() {
+                    opts.push_str(",uring");
+                }
+                if !o.is_empty() {
+                    opts.push(',');
+                    opts.push_str(o);
+                }
+                let bin = if src.is_some() { "pathfs" } else { "nodefs" };
+                (example_binary(bin), opts, src)
+            }
         };
         // memfs takes only `-o` (it prints its statistics on stderr instead).
         let mut args: Vec<OsString> = match fs {
             Fs::Passthrough(_) => vec!["-f".into(), "--stats".into(), stats_path.clone().into()],
             Fs::Memfs(_) => vec![],
+            Fs::Nodefs(_) | Fs::Pathfs(_) => vec!["--stats".into(), stats_path.clone().into()],
         };
         args.push("-o".into());
         args.push(opts.into());
@@ -878,9 +905,10 @@ impl Ctx {
         self.root.join(name)
     }
 
-    /// Whether this is a memfs mount (no backing filesystem, so no size limits of its own).
+    /// Whether this is an in-memory mount, memfs or nodefs (no backing
+    /// filesystem, so no size limits of its own).
     pub fn is_memfs(&self) -> bool {
-        self.label.starts_with("memfs")
+        self.label.starts_with("memfs") || self.label.starts_with("nodefs")
     }
 
     /// Whether this is the plain directory.
@@ -981,16 +1009,26 @@ pub fn differential(name: &str, check: Check, on: &[Fs]) {
         match result {
             Ok(log) => {
                 let diff = match fs {
-                    Fs::Memfs(_) => log
+                    Fs::Memfs(_) | Fs::Nodefs(_) => log
                         .without_backing_specific()
                         .diff(&reference.without_backing_specific()),
-                    Fs::Passthrough(_) => log.diff(&reference),
+                    Fs::Passthrough(_) | Fs::Pathfs(_) => log.diff(&reference),
                 };
                 if !diff.is_empty() {
                     failures.push(format!(
                         "{} differs from a plain directory:\n    {}",
                         fs.label(),
                         diff.join("\n    ")
+                    ));
+                }
+                if matches!(fs, Fs::Pathfs(o) if o.contains("passthrough"))
+                    && exit.op("READ", "count") + exit.op("WRITE", "count") > 0
+                {
+                    failures.push(format!(
+                        "{}: reads or writes reached the daemon, not passed through: {} READ, {} WRITE",
+                        fs.label(),
+                        exit.op("READ", "count"),
+                        exit.op("WRITE", "count")
                     ));
                 }
                 if !exit.status.is_some_and(|s| s.success()) {

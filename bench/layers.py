@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The node and path layers against the raw Filesystem trait: metadata rates
+and memory per live inode.
+
+Pairs of the same kind of filesystem, one on a layer, one on the raw trait:
+
+  nodefs  (in-memory, node layer)  vs  memfs          (in-memory, raw trait)
+  pathfs  (mirror, path layer)     vs  passthrough_ll (mirror, raw trait)
+
+Both mirrors serve the same tmpfs source. Every target runs mdtest's create,
+stat and unlink phases with 1 and 4 threads, in private and shared
+directories, round by round (targets rotate), and then "memory per live
+inode": the daemon's resident set grows by how much while N files are
+created and kept looked up (the kernel holds their entries), divided by N.
+It is the whole daemon's cost per file (the filesystem's own data included),
+so compare within a pair.
+
+    bench/layers --quick     # about a minute
+    bench/layers             # a few minutes
+    bench/layers --no-build  # use the release binaries already built
+
+Writes bench/results/layers.json and prints a table; leaves docs/ alone.
+Needs root (mounts). memfs and nodefs get -o default_permissions, so the
+kernel checks permissions for all four.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+PHASES = ["create_private", "stat_private", "unlink_private", "create_shared", "stat_shared", "unlink_shared"]
+PAIRS = [("nodefs", "memfs"), ("pathfs", "passthrough_ll")]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build() -> None:
+    examples = [x for name in ("nodefs", "memfs", "pathfs", "passthrough_ll") for x in ("--example", name)]
+    for cmd in (["cargo", "build", "--release", "-p", "mdtest"],
+                ["cargo", "build", "--release", "-p", "fuse-wire", *examples]):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"layers: {' '.join(cmd)} failed:\n" + r.stderr[-4000:])
+
+
+def mounted(mnt: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(mnt) for line in f)
+
+
+class Daemon:
+    """One target mounted on `mnt` (source `src` for the mirrors)."""
+
+    def __init__(self, name: str, mnt: Path, src: Path):
+        binary = TARGET / "release" / "examples" / name
+        opts = {
+            "nodefs": ["-o", "default_permissions"],
+            "memfs": ["-o", "default_permissions"],
+            "pathfs": ["-o", f"source={src}"],
+            "passthrough_ll": ["-f", "-o", f"source={src},default_permissions"],
+        }[name]
+        self.name, self.mnt = name, mnt
+        self.log = open(mnt.parent / f"{name}.log", "w")
+        self.proc = subprocess.Popen([str(binary), *opts, str(mnt)], stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.time() + 15
+        while not mounted(mnt):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                sys.exit(f"layers: {name} did not mount (see {self.log.name})")
+            time.sleep(0.02)
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        for lazy in (False, False, False, True):
+            if not mounted(self.mnt):
+                break
+            subprocess.run(["umount", "-l", str(self.mnt)] if lazy else ["umount", str(self.mnt)],
+                           capture_output=True)
+            time.sleep(0.1)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def mdtest(mnt: Path, threads: int, seconds: float, max_files: int) -> dict:
+    work = mnt / f"work{threads}"
+    work.mkdir()
+    cmd = [str(TARGET / "release" / "mdtest"), "--dir", str(work), "--threads", str(threads),
+           "--seconds", str(seconds), "--max-files", str(max_files)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 20 * seconds)
+    doc = json.loads(r.stdout)
+    out = {}
+    for ph in doc["phases"]:
+        if ph["name"] in PHASES:
+            out[f"{ph['name']}_t{threads}"] = None if ph["errors"] else ph["ops_per_sec"]
+    return out
+
+
+def memory_per_inode(d: Daemon, n: int) -> float:
+    """Bytes of daemon RSS per file while `n` files are live."""
+    top = d.mnt / "mem"
+    top.mkdir()
+    before = d.rss_kib()
+    for i in range(n):
+        os.close(os.open(top / f"f{i:06}", os.O_CREAT | os.O_WRONLY, 0o644))
+    for i in range(n):
+        os.stat(top / f"f{i:06}")
+    after = d.rss_kib()
+    return (after - before) * 1024 / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short phases, 2 rounds")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--seconds", type=float, help="seconds per mdtest phase")
+    ap.add_argument("--inodes", type=int, help="files for the memory measurement")
+    ap.add_argument("--no-build", action="store_true")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("layers: needs root (mounts)")
+    rounds = a.rounds or (2 if a.quick else 4)
+    seconds = a.seconds or (0.5 if a.quick else 2.0)
+    inodes = a.inodes or (20000 if a.quick else 100000)
+    max_files = 5000 if a.quick else 50000
+    if not a.no_build:
+        log("building the examples and mdtest (release)")
+        build()
+    targets = [t for pair in PAIRS for t in pair]
+    rates = {t: {} for t in targets}
+    memory = {t: [] for t in targets}
+    with tempfile.TemporaryDirectory(prefix="fuse-wire-layers.") as tmp:
+        tmp = Path(tmp)
+        src = tmp / "src"
+        src.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(src)], check=True)
+        try:
+            for r in range(rounds):
+                for t in targets[r % len(targets):] + targets[:r % len(targets)]:
+                    mnt = tmp / f"mnt-{t}"
+                    mnt.mkdir(exist_ok=True)
+                    log(f"round {r + 1}/{rounds}: {t}")
+                    d = Daemon(t, mnt, src)
+                    try:
+                        # Memory first, on a fresh daemon (after mdtest its
+                        # allocator would hand freed memory back out).
+                        memory[t].append(memory_per_inode(d, inodes))
+                        subprocess.run(["rm", "-rf", str(mnt / "mem")], check=False)
+                        for threads in (1, 4):
+                            for k, v in mdtest(mnt, threads, seconds, max_files).items():
+                                rates[t].setdefault(k, []).append(v)
+                    finally:
+                        d.stop()
+                    subprocess.run(["find", str(src), "-mindepth", "1", "-delete"], check=False)
+        finally:
+            subprocess.run(["umount", "-l", str(src)], capture_output=True)
+
+    def median(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return xs[len(xs) // 2] if xs else None
+
+    result = {"rounds": rounds, "seconds": seconds, "inodes": inodes,
+              "ops_per_sec": {t: {k: median(v) for k, v in rates[t].items()} for t in targets},
+              "bytes_per_live_inode": {t: median(memory[t]) for t in targets}}
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "layers.json").write_text(json.dumps(result, indent=2) + "\n")
+    rows = [f"{p}_t{n}" for n in (1, 4) for p in PHASES]
+    for layer, raw in PAIRS:
+        print(f"\n{layer} (layer) vs {raw} (raw trait), kops/s, median of {rounds}")
+        print(f"{'workload':<22}{layer:>12}{raw:>16}{'ratio':>8}")
+        for row in rows:
+            x, y = result["ops_per_sec"][layer].get(row), result["ops_per_sec"][raw].get(row)
+            ratio = f"{x / y:.2f}" if x and y else "-"
+            fx = f"{x / 1e3:.1f}" if x else "FAIL"
+            fy = f"{y / 1e3:.1f}" if y else "FAIL"
+            print(f"{row:<22}{fx:>12}{fy:>16}{ratio:>8}")
+        mx, my = result["bytes_per_live_inode"][layer], result["bytes_per_live_inode"][raw]
+        print(f"{'bytes per live inode':<22}{mx:>12.0f}{my:>16.0f}")
+    log(f"\nwritten: {out / 'layers.json'}")
+
+
+if __name__ == "__main__":
+    main()

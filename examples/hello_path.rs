@@ -1,0 +1,38 @@
+//! hello on the path layer: one read-only file, `/hello`. `hello_path MOUNTPOINT`; Ctrl-C unmounts.
+use fuse_wire::path::{PathDirFill as Dir, PathFilesystem, PathFs, PathOpened};
+use fuse_wire::{Errno, FileAttr, FileKind::*, MountOptions, OpenFlags, ReadRequest, RequestContext as Ctx};
+use std::path::Path;
+
+const TEXT: &[u8] = b"Hello, world!\n";
+
+struct Hello;
+
+impl PathFilesystem for Hello {
+    type File = ();
+    fn getattr(&self, _: &Ctx<'_>, path: Option<&Path>, _: Option<&()>) -> Result<FileAttr, Errno> {
+        match path.and_then(Path::to_str) {
+            Some("/") => Ok(FileAttr::new(1, Directory, 0o555)),
+            Some("/hello") => Ok(FileAttr::new(2, RegularFile, 0o444).with_size(TEXT.len() as u64)),
+            _ => Err(Errno::ENOENT),
+        }
+    }
+    fn open(&self, _: &Ctx<'_>, _: &Path, _: OpenFlags) -> Result<PathOpened<()>, Errno> {
+        Ok(PathOpened::new(()))
+    }
+    fn read(&self, _: &Ctx<'_>, _: &(), req: ReadRequest, reply: fuse_wire::reply::ReplyData) {
+        let start = (req.offset as usize).min(TEXT.len());
+        reply.data(&TEXT[start..start.saturating_add(req.size as usize).min(TEXT.len())]);
+    }
+    fn readdir(&self, _: &Ctx<'_>, _: &Path, offset: u64, out: &mut Dir<'_>) -> Result<(), Errno> {
+        (offset == 0).then(|| out.add(b"hello", RegularFile, 1));
+        Ok(())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mountpoint = std::env::args().nth(1).ok_or("usage: hello_path MOUNTPOINT")?;
+    let mut opts = MountOptions::default();
+    (opts.read_only, opts.auto_unmount) = (true, true);
+    fuse_wire::serve(PathFs::new(Hello), mountpoint, &opts)?;
+    Ok(())
+}

@@ -1,0 +1,1251 @@
+//! The path layer: a filesystem whose methods take paths, served by
+//! [`PathFs`] (an adapter implementing [`crate::Filesystem`]).
+//!
+//! The filesystem implements [`PathFilesystem`]: `getattr("/a/b")`,
+//! `rename("/a", "/c")`, `open("/c/b")` returning a file of its own type
+//! ([`PathFilesystem::File`]), and reads and writes through that file. The
+//! library keeps the tree of names the kernel knows, so that it can turn a
+//! node id back into a path:
+//!
+//! - every file or directory the kernel was given an entry for is a node
+//!   with its names (parent and name), in the shared
+//!   [`crate::inodes::InodeTable`] (node ids, generations, lookup counts as
+//!   the kernel keeps them, dropped at FORGET);
+//! - a rename moves the name, and with it the whole subtree below a
+//!   directory; a replaced target, and an unlinked name, lose the name: a
+//!   node with no name left still works through its open files (`path` is
+//!   `None`, the file is given; GETATTR without a file uses any open file
+//!   of the node, or for a removed directory its last attributes with no
+//!   links), requests by path answer `ENOENT`;
+//! - a hard link is one node with several names: LINK answers with the
+//!   node of the file linked, and a LOOKUP finding a non-directory with
+//!   more than one link and an `st_ino` ([`FileAttr::ino`]) it has seen
+//!   gives that node (so the kernel keeps one inode, with one page cache
+//!   and one link count, as for the other filesystems). A filesystem that
+//!   reports `st_ino` promises that it identifies the file; with 0 each
+//!   name found by LOOKUP is a node of its own.
+//!
+//! [`PathFs::invalidator`] drops the kernel's cached state of a path, safely
+//! from anywhere (it only queues a notification and takes no tree lock).
+//!
+//! READ, WRITE, FLUSH, FSYNC and RELEASE get the open file only (no path is
+//! built for them); every other request builds its paths in new `PathBuf`s
+//! (an allocation per request, as libfuse's high-level API does).
+//!
+//! Permission checks: mount with `default_permissions` (the kernel checks),
+//! or check in the methods against [`RequestContext::caller`]; the layer
+//! answers ACCESS with `ENOSYS` (the kernel then grants it).
+//!
+//! # Locking
+//!
+//! A request that uses paths holds one of [`TREE_SHARDS`] read locks (the
+//! one its thread is assigned) while it builds its paths and runs the
+//! method; a RENAME takes all of them for writing, so that no path changes
+//! under a method that is using it, and no request is torn between an old
+//! and a new name. That costs renames (they wait for path methods in
+//! flight, and every request waits for a rename) but no lock is shared by
+//! all requests. Below that, each directory's children have their own
+//! lock, and the inode table its shard locks (children lock first).
+//!
+//! ```
+//! use fuse_session::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
+//! use fuse_session::reply::ReplyData;
+//! use fuse_session::{Errno, FileAttr, FileKind, OpenFlags, ReadRequest, RequestContext};
+//! use std::path::Path;
+//!
+//! struct Hello;
+//! impl PathFilesystem for Hello {
+//!     type File = ();
+//!     fn getattr(&self, _: &RequestContext<'_>, path: Option<&Path>, _: Option<&()>) -> Result<FileAttr, Errno> {
+//!         match path.and_then(Path::to_str) {
+//!             Some("/") => Ok(FileAttr::new(1, FileKind::Directory, 0o555)),
+//!             Some("/hello") => Ok(FileAttr::new(2, FileKind::RegularFile, 0o444).with_size(6)),
+//!             _ => Err(Errno::ENOENT),
+//!         }
+//!     }
+//!     fn open(&self, _: &RequestContext<'_>, _: &Path, _: OpenFlags) -> Result<PathOpened<()>, Errno> {
+//!         Ok(PathOpened::new(()))
+//!     }
+//!     fn read(&self, _: &RequestContext<'_>, _: &(), req: ReadRequest, reply: ReplyData) {
+//!         reply.data(&b"hello\n"[(req.offset as usize).min(6)..]);
+//!     }
+//!     fn readdir(&self, _: &RequestContext<'_>, _: &Path, offset: u64, out: &mut PathDirFill<'_>) -> Result<(), Errno> {
+//!         if offset == 0 {
+//!             out.add(b"hello", FileKind::RegularFile, 1);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let fs = PathFs::new(Hello);
+//! assert_eq!(fs.live_nodes(), 1);
+//! // fuse_session::serve(fs, "/mnt/hello", &Default::default())?;
+//! ```
+
+use crate::attr::{FileAttr, FileKind};
+use crate::backing::BackingFile;
+use crate::context::RequestContext;
+use crate::filesystem::Filesystem;
+use crate::init::InitConfig;
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
+use crate::notify::{Notifier, NotifyError};
+use crate::ops::*;
+use crate::reply::*;
+use crate::types::{Entry, FileHandle, Inode, LockOwner};
+use fuse_proto::Errno;
+use fuse_proto::abi::Kstatfs;
+use fuse_proto::flags::{FopenFlags, InitFlags};
+use std::collections::HashMap;
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+/// More names than this between a node and the root means the tree is
+/// broken (a cycle): answered `EIO` and logged. (Deep trees are fine:
+/// `PATH_MAX` only limits one system call's path, not the tree.)
+const MAX_DEPTH: usize = 1 << 16;
+
+/// How many read locks the tree lock is split into.
+pub const TREE_SHARDS: usize = 16;
+
+/// A filesystem addressed by paths ("/" is the root; no trailing slash).
+///
+/// Only [`PathFilesystem::getattr`] is required. Defaults: `EROFS` for
+/// changes, `EINVAL` for `readlink`, `open`, `read` and `write`,
+/// `ENOTDIR` for `readdir`. Methods run on worker threads and may block;
+/// a method must not wait for another request of the same filesystem.
+pub trait PathFilesystem: Send + Sync + 'static {
+    /// What [`PathFilesystem::open`] returns and reads and writes go to.
+    type File: Send + Sync + 'static;
+
+    /// Called once with the kernel's INIT offer (see [`Filesystem::init`]).
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// Attributes of `path`, or of the open `file` (`fstat`): at least one
+    /// of the two is given; `path` is `None` for a file that lost its name.
+    fn getattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: Option<&Path>,
+        file: Option<&Self::File>,
+    ) -> Result<FileAttr, Errno>;
+
+    /// Changes attributes (`chmod`, `chown`, `truncate`, `utimensat`), by
+    /// path or through an open file as for `getattr`; the new attributes.
+    fn setattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: Option<&Path>,
+        file: Option<&Self::File>,
+        req: &SetattrRequest,
+    ) -> Result<FileAttr, Errno> {
+        let _ = (ctx, path, file, req);
+        Err(Errno::EROFS)
+    }
+
+    /// The target of the symbolic link at `path`.
+    fn readlink(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, path);
+        Err(Errno::EINVAL)
+    }
+
+    /// Creates a node (fifo, socket, device, regular file); its attributes.
+    fn mknod(&self, ctx: &RequestContext<'_>, path: &Path, req: MknodRequest) -> Result<FileAttr, Errno> {
+        let _ = (ctx, path, req);
+        Err(Errno::EROFS)
+    }
+
+    /// Creates a directory (`mode`: permission bits); its attributes.
+    fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
+        let _ = (ctx, path, mode);
+        Err(Errno::EROFS)
+    }
+
+    /// Creates a symbolic link at `path` to `target`; its attributes.
+    fn symlink(&self, ctx: &RequestContext<'_>, path: &Path, target: &CStr) -> Result<FileAttr, Errno> {
+        let _ = (ctx, path, target);
+        Err(Errno::EROFS)
+    }
+
+    /// Makes `to` a hard link of `from`; the attributes of the file.
+    fn link(&self, ctx: &RequestContext<'_>, from: &Path, to: &Path) -> Result<FileAttr, Errno> {
+        let _ = (ctx, from, to);
+        Err(Errno::EROFS)
+    }
+
+    /// Removes a non-directory.
+    fn unlink(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
+        let _ = (ctx, path);
+        Err(Errno::EROFS)
+    }
+
+    /// Removes an empty directory.
+    fn rmdir(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
+        let _ = (ctx, path);
+        Err(Errno::EROFS)
+    }
+
+    /// Renames `from` to `to` (`renameat2` flags).
+    fn rename(
+        &self,
+        ctx: &RequestContext<'_>,
+        from: &Path,
+        to: &Path,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, from, to, flags);
+        Err(Errno::EROFS)
+    }
+
+    /// Opens the file at `path`.
+    fn open(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        flags: OpenFlags,
+    ) -> Result<PathOpened<Self::File>, Errno> {
+        let _ = (ctx, path, flags);
+        Err(Errno::EINVAL)
+    }
+
+    /// Creates (or, without `O_EXCL`, opens) the regular file at `path`;
+    /// its attributes and the open file.
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        req: CreateRequest,
+    ) -> Result<(FileAttr, PathOpened<Self::File>), Errno> {
+        let _ = (ctx, path, req);
+        Err(Errno::EROFS)
+    }
+
+    /// READ from an open file: answer with `reply`.
+    fn read(&self, ctx: &RequestContext<'_>, file: &Self::File, req: ReadRequest, reply: ReplyData) {
+        let _ = (ctx, file, req);
+        reply.error(Errno::EINVAL);
+    }
+
+    /// WRITE to an open file: the count written.
+    fn write(
+        &self,
+        ctx: &RequestContext<'_>,
+        file: &Self::File,
+        req: WriteRequest<'_>,
+    ) -> Result<u32, Errno> {
+        let _ = (ctx, file, req);
+        Err(Errno::EINVAL)
+    }
+
+    /// FLUSH (each `close(2)`).
+    fn flush(&self, ctx: &RequestContext<'_>, file: &Self::File, owner: LockOwner) -> Result<(), Errno> {
+        let _ = (ctx, file, owner);
+        Ok(())
+    }
+
+    /// FSYNC.
+    fn fsync(&self, ctx: &RequestContext<'_>, file: &Self::File, datasync: bool) -> Result<(), Errno> {
+        let _ = (ctx, file, datasync);
+        Ok(())
+    }
+
+    /// FALLOCATE on an open file. `ENOSYS` (the default) makes the kernel
+    /// answer later calls `EOPNOTSUPP` itself.
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        file: &Self::File,
+        req: FallocateRequest,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, file, req);
+        Err(Errno::ENOSYS)
+    }
+
+    /// LSEEK with `SEEK_DATA` or `SEEK_HOLE` on an open file. `ENOSYS` (the
+    /// default) makes the kernel answer such seeks itself (all data).
+    fn lseek(&self, ctx: &RequestContext<'_>, file: &Self::File, req: LseekRequest) -> Result<u64, Errno> {
+        let _ = (ctx, file, req);
+        Err(Errno::ENOSYS)
+    }
+
+    /// COPY_FILE_RANGE from one open file to another: the count copied.
+    /// `ENOSYS` (the default) makes the kernel copy through READ and WRITE.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ctx: &RequestContext<'_>,
+        from: &Self::File,
+        off_in: u64,
+        to: &Self::File,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64, Errno> {
+        let _ = (ctx, from, off_in, to, off_out, len);
+        Err(Errno::ENOSYS)
+    }
+
+    /// RELEASE: the file is closed for good. (Should a request still be
+    /// running with it, the file is dropped when that ends instead.)
+    fn release(&self, ctx: &RequestContext<'_>, file: Self::File) {
+        let _ = (ctx, file);
+    }
+
+    /// Lists the directory at `path` from cookie `offset` (0: the start;
+    /// "." and ".." are added by the library), adding entries with
+    /// [`PathDirFill::add`] until it returns `false`.
+    fn readdir(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        offset: u64,
+        out: &mut PathDirFill<'_>,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, path, offset, out);
+        Err(Errno::ENOTDIR)
+    }
+
+    /// The value of extended attribute `name` of `path` (`ENODATA` if it
+    /// has none). `ENOSYS` (the default) makes the kernel answer every
+    /// xattr call `EOPNOTSUPP` from then on. The library answers the size
+    /// probe and `ERANGE`.
+    fn getxattr(&self, ctx: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, path, name);
+        Err(Errno::ENOSYS)
+    }
+
+    /// The names of the extended attributes of `path`, each followed by a NUL.
+    fn listxattr(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
+        let _ = (ctx, path);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Sets extended attribute `name` of `path` (`flags`: `XATTR_CREATE`,
+    /// `XATTR_REPLACE` or 0).
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        path: &Path,
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let _ = (ctx, path, name, value, flags);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Removes extended attribute `name` of `path`.
+    fn removexattr(&self, ctx: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<(), Errno> {
+        let _ = (ctx, path, name);
+        Err(Errno::ENOSYS)
+    }
+
+    /// Filesystem statistics.
+    fn statfs(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
+        let _ = (ctx, path);
+        Ok(Kstatfs {
+            bsize: 512,
+            namelen: 255,
+            ..Default::default()
+        })
+    }
+}
+
+/// An open file and how the kernel should treat it.
+pub struct PathOpened<F> {
+    /// The file.
+    pub file: F,
+    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    pub flags: FopenFlags,
+    /// A passthrough backing file (see [`RequestContext::open_backing`];
+    /// the kernel must have granted `PASSTHROUGH`, asked for in
+    /// [`PathFilesystem::init`] with a `max_stack_depth`); kept until
+    /// RELEASE.
+    ///
+    /// The kernel wants one backing file for all open files of an inode
+    /// and no mix of passthrough and other opens, so the library decides
+    /// per node: the first passthrough open's backing file serves every
+    /// later open of the node while one is open (open it for reading and
+    /// writing), and while the node has opens served by their `File`, a
+    /// new one is served by its `File` too. A `File` must therefore be able
+    /// to serve reads and writes itself.
+    pub backing: Option<BackingFile>,
+}
+
+impl<F> PathOpened<F> {
+    /// `file`, no flags, no backing file.
+    pub fn new(file: F) -> Self {
+        PathOpened {
+            file,
+            flags: FopenFlags::empty(),
+            backing: None,
+        }
+    }
+
+    /// With `flags` added.
+    pub fn with_flags(mut self, flags: FopenFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// In passthrough mode on `backing`.
+    pub fn passthrough(mut self, backing: BackingFile) -> Self {
+        self.backing = Some(backing);
+        self
+    }
+}
+
+/// A directory's children the kernel knows: name → (node id, generation).
+type Children = HashMap<Box<[u8]>, (u64, u64)>;
+
+/// A file or directory the kernel knows, with the names it has in the
+/// tree (several for a hard-linked file, none once unlinked).
+struct PNode {
+    /// (parent node id, name) of each name.
+    names: Mutex<Vec<(u64, Box<[u8]>)>>,
+    /// Children the kernel knows: name → (node id, generation).
+    children: Mutex<Children>,
+    /// Open files of this node (for `fstat` of a file that lost its name).
+    open: Mutex<Vec<u64>>,
+    /// The attributes last reported (for `fstat` of a removed directory).
+    last: Mutex<Option<FileAttr>>,
+    /// How its open files do I/O.
+    io: Mutex<OpenModes>,
+}
+
+impl PNode {
+    fn new(names: Vec<(u64, Box<[u8]>)>) -> Arc<PNode> {
+        Arc::new(PNode {
+            names: Mutex::new(names),
+            children: Mutex::default(),
+            open: Mutex::default(),
+            last: Mutex::default(),
+            io: Mutex::default(),
+        })
+    }
+
+    /// Renames `(parent, name)` to `to` (`None`: removes it).
+    fn rename(&self, parent: u64, name: &[u8], to: Option<(u64, &[u8])>) {
+        let mut names = lock(&self.names);
+        names.retain(|(p, n)| !(*p == parent && &**n == name));
+        if let Some((p, n)) = to {
+            names.push((p, n.into()));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct OpenEntry<F> {
+    node: Arc<PNode>,
+    file: F,
+    passthrough: bool,
+}
+
+/// The tree lock: [`TREE_SHARDS`] read-write locks, a thread reads one,
+/// renames write all (see the module documentation).
+struct TreeLock {
+    shards: Box<[RwLock<()>]>,
+}
+
+impl TreeLock {
+    fn read(&self) -> RwLockReadGuard<'_, ()> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % TREE_SHARDS;
+        }
+        let i = MINE.with(|m| *m);
+        self.shards[i].read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> Vec<RwLockWriteGuard<'_, ()>> {
+        self.shards
+            .iter()
+            .map(|s| s.write().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+}
+
+struct Shared<F: PathFilesystem> {
+    fs: F,
+    table: Arc<InodeTable<u64, Arc<PNode>>>,
+    notifier: Arc<OnceLock<Notifier>>,
+    files: HandleTable<Arc<OpenEntry<F::File>>>,
+    tree: TreeLock,
+}
+
+/// Serves a [`PathFilesystem`] as a [`Filesystem`]; see the
+/// [module documentation](self). A clone shares everything.
+pub struct PathFs<F: PathFilesystem> {
+    shared: Arc<Shared<F>>,
+    ttl: Duration,
+}
+
+impl<F: PathFilesystem> Clone for PathFs<F> {
+    fn clone(&self) -> Self {
+        PathFs {
+            shared: self.shared.clone(),
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// Where [`PathFilesystem::readdir`] puts a directory's entries.
+pub struct PathDirFill<'r> {
+    reply: &'r mut ReplyDirectory,
+    full: bool,
+}
+
+impl PathDirFill<'_> {
+    /// Adds `name` of `kind`; `next` is the cookie to continue after it
+    /// (the next call's `offset`; never 0). Returns `false` once the reply
+    /// is full: stop then.
+    pub fn add(&mut self, name: &[u8], kind: FileKind, next: u64) -> bool {
+        if !self.full {
+            let next = next.saturating_add(2);
+            self.full = self.reply.add(Inode(next), next, kind, name).is_full();
+        }
+        !self.full
+    }
+}
+
+impl<F: PathFilesystem> PathFs<F> {
+    /// Serves `fs`; names and attributes may be cached for 1 s.
+    pub fn new(fs: F) -> Self {
+        Self::with_ttl(fs, Duration::from_secs(1))
+    }
+
+    /// Serves `fs`; names and attributes may be cached for `ttl`.
+    pub fn with_ttl(fs: F, ttl: Duration) -> Self {
+        PathFs {
+            shared: Arc::new(Shared {
+                fs,
+                table: Arc::new(InodeTable::new(PNode::new(Vec::new()))),
+                notifier: Arc::default(),
+                files: HandleTable::new(),
+                tree: TreeLock {
+                    shards: (0..TREE_SHARDS).map(|_| RwLock::new(())).collect(),
+                },
+            }),
+            ttl,
+        }
+    }
+
+    /// A handle for invalidating the kernel's caches of paths; it may be
+    /// kept by the filesystem itself (it holds no reference to it).
+    pub fn invalidator(&self) -> PathInvalidator {
+        PathInvalidator {
+            table: self.shared.table.clone(),
+            notifier: self.shared.notifier.clone(),
+        }
+    }
+
+    fn remember_notifier(&self, ctx: &RequestContext<'_>) {
+        if self.shared.notifier.get().is_none() {
+            let _ = self.shared.notifier.set(ctx.notifier().clone());
+        }
+    }
+
+    /// The filesystem.
+    pub fn inner(&self) -> &F {
+        &self.shared.fs
+    }
+
+    /// Node ids the kernel holds, the root included.
+    pub fn live_nodes(&self) -> usize {
+        self.shared.table.len()
+    }
+
+    /// Files open now.
+    pub fn open_files(&self) -> usize {
+        self.shared.files.len()
+    }
+
+    /// Every node id the kernel holds with its lookup count (for tests).
+    pub fn lookup_counts(&self) -> Vec<(Inode, u64)> {
+        self.shared.table.counts()
+    }
+
+    /// The current path of node id `ino` (`None`: unknown or without a
+    /// name). Takes a tree read lock: do not call it from inside a
+    /// [`PathFilesystem`] method (the method's request holds one already,
+    /// and a rename waiting in between would deadlock the two).
+    pub fn path_of(&self, ino: Inode) -> Option<PathBuf> {
+        let _tree = self.shared.tree.read();
+        self.path(ino).ok()
+    }
+
+    fn node(&self, ino: Inode) -> Result<Arc<PNode>, Errno> {
+        self.shared.table.get(ino).ok_or_else(|| {
+            log::warn!("request for node {ino}, which the kernel was not given or forgot");
+            Errno::ESTALE
+        })
+    }
+
+    /// The path of `ino` (call with a tree lock held). `ENOENT` for a node
+    /// that lost its name.
+    fn path(&self, ino: Inode) -> Result<PathBuf, Errno> {
+        let mut names: Vec<Box<[u8]>> = Vec::new();
+        let mut at = ino;
+        while at != Inode::ROOT {
+            let node = self.node(at)?;
+            let (parent, name) = lock(&node.names).first().cloned().ok_or(Errno::ENOENT)?;
+            names.push(name);
+            at = Inode(parent);
+            if names.len() > MAX_DEPTH {
+                log::error!("the path of node {ino} does not reach the root");
+                return Err(Errno::EIO);
+            }
+        }
+        let mut p = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum::<usize>() + 1);
+        for n in names.iter().rev() {
+            p.push(b'/');
+            p.extend_from_slice(n);
+        }
+        if p.is_empty() {
+            p.push(b'/');
+        }
+        Ok(PathBuf::from(OsStr::from_bytes(&p)))
+    }
+
+    fn child_path(&self, parent: Inode, name: &CStr) -> Result<PathBuf, Errno> {
+        check_name(name)?;
+        let mut p = self.path(parent)?;
+        p.push(OsStr::from_bytes(name.to_bytes()));
+        Ok(p)
+    }
+
+    /// The entry for `name` in `parent` with attributes `attr`, one lookup
+    /// reference taken (call with a tree lock held, before replying).
+    fn enter(&self, parent: Inode, name: &[u8], mut attr: FileAttr) -> Result<Entry, Errno> {
+        let dir = self.node(parent)?;
+        let mut stale = None;
+        let (ino, generation) = {
+            let mut children = lock(&dir.children);
+            let known = children.get(name).copied().and_then(|(ino, generation)| {
+                match self.shared.table.acquire_ino(Inode(ino)) {
+                    Some((_, g)) if g == generation => Some((Inode(ino), g)),
+                    Some(_) => {
+                        // The number was reused for another node: not this name.
+                        stale = Some(Inode(ino));
+                        None
+                    }
+                    None => None,
+                }
+            });
+            known.unwrap_or_else(|| {
+                let here = || vec![(parent.0, Box::<[u8]>::from(name))];
+                let (ino, generation) = if attr.kind != FileKind::Directory && attr.nlink > 1 && attr.ino != 0
+                {
+                    // A hard-linked file: one node for all its names, found
+                    // by the inode number the filesystem reports.
+                    let (ino, generation) = self.shared.table.acquire(attr.ino, || PNode::new(Vec::new()));
+                    if let Some(node) = self.shared.table.get(ino) {
+                        node.rename(parent.0, name, Some((parent.0, name)));
+                    }
+                    (ino, generation)
+                } else {
+                    self.shared.table.insert(PNode::new(here()))
+                };
+                children.insert(name.into(), (ino.0, generation));
+                (ino, generation)
+            })
+        };
+        if let Some(other) = stale {
+            self.forget_one(other, 1);
+        }
+        if attr.ino == 0 {
+            attr.ino = ino.0;
+        }
+        self.remember(ino, &attr);
+        Ok(Entry {
+            ino,
+            generation,
+            attr,
+            entry_ttl: self.ttl,
+            attr_ttl: self.ttl,
+        })
+    }
+
+    /// Keeps `attr` as the last attributes of `ino`.
+    fn remember(&self, ino: Inode, attr: &FileAttr) {
+        if let Some(node) = self.shared.table.get(ino) {
+            *lock(&node.last) = Some(*attr);
+        }
+    }
+
+    /// Gives back `n` references of `ino`; a node dropped leaves its
+    /// parent's children.
+    fn forget_one(&self, ino: Inode, n: u64) {
+        let Forgotten::Dropped(node) = self.shared.table.forget(ino, n) else {
+            return;
+        };
+        let names = std::mem::take(&mut *lock(&node.names));
+        for (parent, name) in names {
+            if let Some(dir) = self.shared.table.get(Inode(parent)) {
+                let mut children = lock(&dir.children);
+                if children.get(&name).is_some_and(|&(i, _)| i == ino.0) {
+                    children.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// The node of a child entry, if its number still names it.
+    fn live(&self, (ino, generation): (u64, u64)) -> Option<Arc<PNode>> {
+        let node = self.shared.table.get(Inode(ino))?;
+        (self.shared.table.generation(Inode(ino)) == Some(generation)).then_some(node)
+    }
+
+    /// Takes `name` out of `parent`'s children and marks its node unnamed.
+    fn unname(&self, parent: Inode, name: &[u8]) {
+        let Some(dir) = self.shared.table.get(parent) else {
+            return;
+        };
+        let child = lock(&dir.children).remove(name);
+        if let Some(node) = child.and_then(|c| self.live(c)) {
+            node.rename(parent.0, name, None);
+        }
+    }
+
+    fn fix_attr(&self, ino: Inode, mut attr: FileAttr) -> (Duration, FileAttr) {
+        if attr.ino == 0 {
+            attr.ino = ino.0;
+        }
+        self.remember(ino, &attr);
+        (self.ttl, attr)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry<F::File>>, Errno> {
+        self.shared.files.get(fh.0).ok_or_else(|| {
+            log::warn!("request for file handle {fh}, which is not open");
+            Errno::EBADF
+        })
+    }
+
+    fn store(
+        &self,
+        node: Arc<PNode>,
+        opened: PathOpened<F::File>,
+    ) -> (FileHandle, FopenFlags, Option<BackingFile>) {
+        let mut flags = opened.flags;
+        let backing = lock(&node.io).attach(opened.backing);
+        if backing.is_some() {
+            flags &= FopenFlags::PASSTHROUGH_MASK;
+        }
+        let n = node.clone();
+        let fh = self.shared.files.insert(Arc::new(OpenEntry {
+            node,
+            file: opened.file,
+            passthrough: backing.is_some(),
+        }));
+        lock(&n.open).push(fh);
+        (FileHandle(fh), flags, backing)
+    }
+
+    /// The file to go with a request on `ino`: the one given, or (for a
+    /// node without a name) any open file of it.
+    fn file_for(&self, ino: Inode, fh: Option<FileHandle>, named: bool) -> Option<Arc<OpenEntry<F::File>>> {
+        if let Some(fh) = fh {
+            return self.shared.files.get(fh.0);
+        }
+        if named {
+            return None;
+        }
+        let node = self.shared.table.get(ino)?;
+        let first = lock(&node.open).first().copied();
+        first.and_then(|fh| self.shared.files.get(fh))
+    }
+
+    fn new_entry(
+        &self,
+        parent: Inode,
+        name: &CStr,
+        reply: ReplyEntry,
+        make: impl FnOnce(&Path) -> Result<FileAttr, Errno>,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| make(&p))
+            .and_then(|attr| self.enter(parent, name.to_bytes(), attr));
+        reply.result(r)
+    }
+}
+
+impl<F: PathFilesystem> Filesystem for PathFs<F> {
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        self.shared.fs.init(config)?;
+        if config.wanted.contains(InitFlags::DO_READDIRPLUS) {
+            // Listings here carry names only.
+            log::warn!("the path layer serves READDIR, not READDIRPLUS; not asking for DO_READDIRPLUS");
+            config
+                .wanted
+                .remove(InitFlags::DO_READDIRPLUS | InitFlags::READDIRPLUS_AUTO);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        self.remember_notifier(ctx);
+        self.new_entry(parent, name, reply, |p| {
+            self.shared.fs.getattr(ctx, Some(p), None)
+        })
+    }
+
+    fn forget(&self, _: &RequestContext<'_>, ino: Inode, nlookup: u64) {
+        let _tree = self.shared.tree.read();
+        self.forget_one(ino, nlookup)
+    }
+
+    fn batch_forget(&self, _: &RequestContext<'_>, nodes: &mut dyn Iterator<Item = (Inode, u64)>) {
+        let _tree = self.shared.tree.read();
+        for (ino, n) in nodes {
+            self.forget_one(ino, n)
+        }
+    }
+
+    fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.remember_notifier(ctx);
+        let _tree = self.shared.tree.read();
+        let path = self.path(ino);
+        let file = self.file_for(ino, fh, path.is_ok());
+        let r = match (&path, &file) {
+            // Removed and not open as a file (an open directory, say): what
+            // it was, without links.
+            (Err(Errno::ENOENT), None) => self
+                .shared
+                .table
+                .get(ino)
+                .and_then(|n| *lock(&n.last))
+                .map(|a| FileAttr { nlink: 0, ..a })
+                .ok_or(Errno::ENOENT),
+            (Err(e), None) => Err(*e),
+            _ => self
+                .shared
+                .fs
+                .getattr(ctx, path.as_deref().ok(), file.as_deref().map(|f| &f.file)),
+        };
+        reply.result(r.map(|a| self.fix_attr(ino, a)))
+    }
+
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        let _tree = self.shared.tree.read();
+        let path = self.path(ino);
+        let file = self.file_for(ino, req.fh, path.is_ok());
+        let r = match (&path, &file) {
+            (Err(e), None) => Err(*e),
+            _ => self
+                .shared
+                .fs
+                .setattr(ctx, path.as_deref().ok(), file.as_deref().map(|f| &f.file), req),
+        };
+        reply.result(r.map(|a| self.fix_attr(ino, a)))
+    }
+
+    fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        let _tree = self.shared.tree.read();
+        reply.result(self.path(ino).and_then(|p| self.shared.fs.readlink(ctx, &p)))
+    }
+
+    fn symlink(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        target: &CStr,
+        reply: ReplyEntry,
+    ) {
+        self.new_entry(parent, name, reply, |p| self.shared.fs.symlink(ctx, p, target))
+    }
+
+    fn mknod(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: MknodRequest,
+        reply: ReplyEntry,
+    ) {
+        self.new_entry(parent, name, reply, |p| self.shared.fs.mknod(ctx, p, req))
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        self.new_entry(parent, name, reply, |p| self.shared.fs.mkdir(ctx, p, mode))
+    }
+
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _tree = self.shared.tree.read();
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.shared.fs.unlink(ctx, &p));
+        if r.is_ok() {
+            self.unname(parent, name.to_bytes());
+        }
+        reply.result(r)
+    }
+
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _tree = self.shared.tree.read();
+        let r = self
+            .child_path(parent, name)
+            .and_then(|p| self.shared.fs.rmdir(ctx, &p));
+        if r.is_ok() {
+            self.unname(parent, name.to_bytes());
+        }
+        reply.result(r)
+    }
+
+    fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let _tree = self.shared.tree.write();
+        let r = (|| {
+            let from = self.child_path(req.parent, req.name)?;
+            let to = self.child_path(req.newparent, req.newname)?;
+            self.shared.fs.rename(ctx, &from, &to, req.flags)
+        })();
+        if r.is_ok() {
+            // Alone in the tree now: move the names.
+            let (p, q) = (req.parent, req.newparent);
+            let (name, newname) = (req.name.to_bytes(), req.newname.to_bytes());
+            let take = |dir: Inode, n: &[u8]| {
+                let d = self.shared.table.get(dir)?;
+                lock(&d.children).remove(n)
+            };
+            let put = |dir: Inode, n: &[u8], child: (u64, u64), from: (Inode, &[u8])| {
+                if let (Some(d), Some(node)) = (self.shared.table.get(dir), self.live(child)) {
+                    node.rename(from.0.0, from.1, Some((dir.0, n)));
+                    lock(&d.children).insert(n.into(), child);
+                }
+            };
+            let src = take(p, name);
+            let dst = take(q, newname);
+            match (src, dst) {
+                // Two names of one file: rename did nothing.
+                (Some(s), Some(d)) if s == d => {
+                    put(p, name, s, (p, name));
+                    put(q, newname, d, (q, newname));
+                }
+                (src, dst) => {
+                    if req.flags.contains(RenameFlags::EXCHANGE) {
+                        if let Some(d) = dst {
+                            put(p, name, d, (q, newname));
+                        }
+                    } else if let Some(node) = dst.and_then(|d| self.live(d)) {
+                        node.rename(q.0, newname, None);
+                    }
+                    if let Some(s) = src {
+                        put(q, newname, s, (p, name));
+                    }
+                }
+            }
+        }
+        reply.result(r)
+    }
+
+    fn link(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        newparent: Inode,
+        newname: &CStr,
+        reply: ReplyEntry,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = (|| {
+            let from = self.path(ino)?;
+            let to = self.child_path(newparent, newname)?;
+            let mut attr = self.shared.fs.link(ctx, &from, &to)?;
+            // The new name leads to the same node (the kernel's inode, with
+            // its cached pages and link count).
+            let dir = self.node(newparent)?;
+            let mut children = lock(&dir.children);
+            let (node, generation) = self.shared.table.acquire_ino(ino).ok_or(Errno::ESTALE)?;
+            let newname = newname.to_bytes();
+            node.rename(newparent.0, newname, Some((newparent.0, newname)));
+            children.insert(newname.into(), (ino.0, generation));
+            drop(children);
+            if attr.ino == 0 {
+                attr.ino = ino.0;
+            }
+            self.remember(ino, &attr);
+            Ok::<_, Errno>(Entry {
+                ino,
+                generation,
+                attr,
+                entry_ttl: self.ttl,
+                attr_ttl: self.ttl,
+            })
+        })();
+        reply.result(r)
+    }
+
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        self.remember_notifier(ctx);
+        let _tree = self.shared.tree.read();
+        let r = (|| {
+            let node = self.node(ino)?;
+            let opened = self.shared.fs.open(ctx, &self.path(ino)?, flags)?;
+            Ok::<_, Errno>(self.store(node, opened))
+        })();
+        match r {
+            Ok((fh, flags, Some(b))) => reply.passthrough(fh, flags, &b),
+            Ok((fh, flags, None)) => reply.opened(fh, flags),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: CreateRequest,
+        reply: ReplyCreate,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = (|| {
+            let path = self.child_path(parent, name)?;
+            let (attr, opened) = self.shared.fs.create(ctx, &path, req)?;
+            let entry = self.enter(parent, name.to_bytes(), attr)?;
+            let node = self.node(entry.ino)?;
+            Ok::<_, Errno>((entry, self.store(node, opened)))
+        })();
+        match r {
+            Ok((entry, (fh, flags, Some(b)))) => reply.passthrough(&entry, fh, flags, &b, true),
+            Ok((entry, (fh, flags, None))) => reply.created(&entry, fh, flags),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
+        match self.file(fh) {
+            Ok(f) => self.shared.fs.read(ctx, &f.file, req, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: WriteRequest<'_>,
+        reply: ReplyWrite,
+    ) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.write(ctx, &f.file, req)),
+        )
+    }
+
+    fn flush(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.flush(ctx, &f.file, owner)),
+        )
+    }
+
+    fn fsync(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.fsync(ctx, &f.file, datasync)),
+        )
+    }
+
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: FallocateRequest,
+        reply: ReplyEmpty,
+    ) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.fallocate(ctx, &f.file, req)),
+        )
+    }
+
+    fn lseek(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        req: LseekRequest,
+        reply: ReplyLseek,
+    ) {
+        reply.result(
+            self.file(fh)
+                .and_then(|f| self.shared.fs.lseek(ctx, &f.file, req)),
+        )
+    }
+
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let r = (|| {
+            let (from, to) = (self.file(req.fh_in)?, self.file(req.fh_out)?);
+            self.shared
+                .fs
+                .copy_file_range(ctx, &from.file, req.off_in, &to.file, req.off_out, req.len)
+        })();
+        reply.result(r)
+    }
+
+    fn release(
+        &self,
+        ctx: &RequestContext<'_>,
+        _: Inode,
+        fh: FileHandle,
+        _: ReleaseRequest,
+        reply: ReplyEmpty,
+    ) {
+        let Some(entry) = self.shared.files.remove(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        lock(&entry.node.open).retain(|&f| f != fh.0);
+        lock(&entry.node.io).detach(entry.passthrough);
+        reply.ok();
+        // Requests still running with this file hold their own reference;
+        // the last one out hands the file back.
+        if let Ok(e) = Arc::try_unwrap(entry) {
+            self.shared.fs.release(ctx, e.file);
+        }
+    }
+
+    fn readdir(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        _: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = (|| {
+            let path = self.path(ino)?;
+            for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
+                if reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full() {
+                    return Ok(());
+                }
+            }
+            let mut fill = PathDirFill {
+                reply: &mut reply,
+                full: false,
+            };
+            self.shared
+                .fs
+                .readdir(ctx, &path, offset.saturating_sub(2), &mut fill)
+        })();
+        reply.result(r)
+    }
+
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let _tree = self.shared.tree.read();
+        let v = self
+            .path(ino)
+            .and_then(|p| self.shared.fs.getxattr(ctx, &p, name));
+        crate::inodes::reply_xattr(reply, size, v)
+    }
+
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let _tree = self.shared.tree.read();
+        let v = self.path(ino).and_then(|p| self.shared.fs.listxattr(ctx, &p));
+        crate::inodes::reply_xattr(reply, size, v)
+    }
+
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        req: SetxattrRequest<'_>,
+        reply: ReplyEmpty,
+    ) {
+        let _tree = self.shared.tree.read();
+        let r = self
+            .path(ino)
+            .and_then(|p| self.shared.fs.setxattr(ctx, &p, name, req.value, req.flags));
+        reply.result(r)
+    }
+
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let _tree = self.shared.tree.read();
+        reply.result(
+            self.path(ino)
+                .and_then(|p| self.shared.fs.removexattr(ctx, &p, name)),
+        )
+    }
+
+    fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+        let _tree = self.shared.tree.read();
+        let path = self.path(ino).unwrap_or_else(|_| PathBuf::from("/"));
+        reply.result(self.shared.fs.statfs(ctx, &path))
+    }
+}
+
+/// Drops the kernel's cached state of paths (from [`PathFs::invalidator`]);
+/// clone freely.
+///
+/// Each call only queues a notification for the session's notifier thread
+/// and never waits, and takes no tree lock, so it is safe anywhere,
+/// including inside a method serving the path it invalidates. Paths the
+/// kernel holds no entry for need none (`Ok` without sending). It resolves
+/// the path through the names the kernel knows without stopping renames: a
+/// rename running at the same time may make it invalidate the old or the
+/// new place (both harmless) or neither. Errors: no request was served yet,
+/// or the kernel lacks the notification.
+#[derive(Clone)]
+pub struct PathInvalidator {
+    table: Arc<InodeTable<u64, Arc<PNode>>>,
+    notifier: Arc<OnceLock<Notifier>>,
+}
+
+impl PathInvalidator {
+    fn notifier(&self) -> Result<&Notifier, NotifyError> {
+        self.notifier.get().ok_or(NotifyError::NotReady)
+    }
+
+    /// The node id the kernel knows `path` by, if it holds one.
+    pub fn ino(&self, path: &Path) -> Option<Inode> {
+        use std::path::Component;
+        let mut at = Inode::ROOT;
+        for c in path.components() {
+            match c {
+                Component::RootDir | Component::CurDir => continue,
+                Component::Normal(name) => {
+                    let dir = self.table.get(at)?;
+                    let (ino, generation) = *lock(&dir.children).get(name.as_bytes())?;
+                    if self.table.generation(Inode(ino)) != Some(generation) {
+                        return None;
+                    }
+                    at = Inode(ino);
+                }
+                _ => return None,
+            }
+        }
+        Some(at)
+    }
+
+    /// Drops the cached attributes and content of `path`.
+    pub fn content(&self, path: &Path) -> Result<(), NotifyError> {
+        match self.ino(path) {
+            Some(ino) => self.notifier()?.inval_inode(ino, 0, 0).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the cached name `name` in directory `dir` (after a change the
+    /// kernel did not make).
+    pub fn entry(&self, dir: &Path, name: &[u8]) -> Result<(), NotifyError> {
+        match self.ino(dir) {
+            Some(ino) => self.notifier()?.inval_entry(ino, name, false).map(drop),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Real mounts of the node layer (nodefs) and the path layer (pathfs):
+//! rename storms from several processes, with concurrent `ls -lR`, end in
+//! the same tree as on a plain directory (the model); afterwards, with the
+//! kernel's caches dropped (`echo 2 > /proc/sys/vm/drop_caches`), the daemon
+//! holds no node but the root when it is unmounted, and no open file.
+//!
+//! Over io_uring with `FUSE_WIRE_TEST_TRANSPORT=uring`. Every wait is
+//! bounded: the storm processes are killed after [`STORM_TIMEOUT`], the
+//! daemons by `posix_support::Daemon`. Needs root and `/dev/fuse` (skips
+//! loudly without, fails under `CI=true`) and the examples built.
+
+mod common;
+mod posix_support;
+
+use posix_support::*;
+use std::fmt::Write as _;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Processes renaming at once, and the steps each takes.
+const PROCS: usize = 4;
+const STEPS: usize = 40;
+const STORM_TIMEOUT: Duration = Duration::from_secs(120);
+/// Everything done through the mount (setup, storm, listing, forgets).
+const MOUNT_WORK_TIMEOUT: Duration = Duration::from_secs(300);
+/// Files in the directory listed in several replies.
+const MANY: usize = 8000;
+
+/// The shell script of process `p`: its own subtree moves between the
+/// shared directories A and B at every step (a directory rename carrying
+/// files and a subdirectory), and its files and subdirectory are renamed
+/// inside it. The names are the process's own, so the end state does not
+/// depend on how the processes interleave.
+fn script(p: usize) -> String {
+    let mut s = String::from("set -e\n");
+    let mut cur = format!("A/p{p}");
+    let mut files: Vec<String> = (0..4).map(|i| format!("x{i}")).collect();
+    let mut sub = "s".to_string();
+    for k in 0..STEPS {
+        let next = format!("{}/p{p}_{k}", if k % 2 == 0 { "B" } else { "A" });
+        writeln!(s, "mv {cur} {next}").unwrap();
+        cur = next;
+        let i = k % files.len();
+        let renamed = format!("x{i}_{k}");
+        writeln!(s, "mv {cur}/{} {cur}/{renamed}", files[i]).unwrap();
+        files[i] = renamed;
+        if k % 3 == 0 {
+            let renamed = format!("s_{k}");
+            writeln!(s, "mv {cur}/{sub} {cur}/{renamed}").unwrap();
+            sub = renamed;
+            writeln!(
+                s,
+                "mv {cur}/{sub}/y {cur}/{sub}/y{k} && mv {cur}/{sub}/y{k} {cur}/{sub}/y"
+            )
+            .unwrap();
+        }
+    }
+    s
+}
+
+fn setup(root: &Path) {
+    for d in ["A", "B", "many"] {
+        fs::create_dir(root.join(d)).expect("mkdir");
+    }
+    // A directory whose listing takes several READDIRPLUS replies even of
+    // 1 MiB (MAX_PAGES) each (entries
+    // that do not fit one are added to the next: counted only there).
+    for i in 0..MANY {
+        fs::write(
+            root.join(format!("many/file-with-a-longish-name-for-listing-{i:05}")),
+            b"",
+        )
+        .expect("write");
+    }
+    for p in 0..PROCS {
+        let dir = root.join(format!("A/p{p}"));
+        fs::create_dir_all(dir.join("s")).expect("mkdir");
+        for i in 0..4 {
+            fs::write(dir.join(format!("x{i}")), format!("p{p} file {i}\n")).expect("write");
+        }
+        fs::write(dir.join("s/y"), format!("p{p} y\n")).expect("write");
+    }
+}
+
+/// Runs the storm in `root` (the scripts, plus one process listing the
+/// tree over and over) and waits, bounded, for all of them.
+fn storm(root: &Path) {
+    let mut kids: Vec<(String, Child)> = (0..PROCS)
+        .map(|p| {
+            let c = Command::new("sh")
+                .arg("-c")
+                .arg(script(p))
+                .current_dir(root)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn sh");
+            (format!("renamer {p}"), c)
+        })
+        .collect();
+    let lister = Command::new("sh")
+        .arg("-c")
+        .arg("for i in 1 2 3 4 5 6 7 8 9 10; do ls -lR . >/dev/null 2>&1 || true; done")
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn ls");
+    kids.push(("lister".into(), lister));
+    let deadline = Instant::now() + STORM_TIMEOUT;
+    let mut failures = Vec::new();
+    for (name, mut c) in kids {
+        let status = loop {
+            match c.try_wait().expect("wait") {
+                Some(st) => break Some(st),
+                None if Instant::now() >= deadline => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let mut err = String::new();
+        if let Some(mut e) = c.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        match status {
+            Some(st) if st.success() => {}
+            Some(st) => failures.push(format!("{name} in {}: {st}: {err}", root.display())),
+            None => failures.push(format!(
+                "{name} in {} did not finish within {STORM_TIMEOUT:?} (killed)",
+                root.display()
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "the storm failed:\n{}", failures.join("\n"));
+}
+
+/// The tree as `ls -lR` shows it, without times, owners' names or inode
+/// numbers: path, type, permissions, links, size, and file contents.
+fn listing(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+            .map(|e| e.expect("entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let m = fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()));
+            let rel = p.strip_prefix(root).expect("below root").display().to_string();
+            let size = if m.is_dir() { 0 } else { m.size() };
+            let mut line = format!("{rel} {:o} nlink={} size={size}", m.mode(), m.nlink());
+            if m.is_file() {
+                line.push_str(&format!(" {:?}", fs::read_to_string(&p).unwrap_or_default()));
+            }
+            out.push(line);
+            if m.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// `statvfs(2)`: one STATFS round trip to the daemon.
+fn statvfs(p: &Path) {
+    let c = cpath(p);
+    // SAFETY: all-zero is a valid statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a statvfs to fill.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    assert_eq!(
+        r,
+        0,
+        "statvfs {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    fs::write("/proc/sys/vm/drop_caches", "2").expect("write /proc/sys/vm/drop_caches");
+}
+
+fn storm_on(fs_kind: Fs) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let plain = TempBase::new("layers-plain");
+    let model = plain.subdir("root");
+    setup(&model);
+    storm(&model);
+    let want = listing(&model);
+    assert_eq!(
+        want.len(),
+        3 + MANY + PROCS * 7,
+        "the model has every file: {want:#?}"
+    );
+
+    let mut d = Daemon::start(fs_kind);
+    let (mnt, label) = (d.mnt.clone(), d.label().to_string());
+    // Everything that goes through the mount runs on a thread of its own:
+    // should the daemon hang, it is killed (its requests then fail) and
+    // the test fails saying so, instead of hanging.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let work = std::thread::spawn(move || {
+        setup(&mnt);
+        storm(&mnt);
+        let ls = Command::new("ls")
+            .arg("-lR")
+            .arg(&mnt)
+            .stdout(Stdio::null())
+            .status()
+            .expect("ls");
+        assert!(ls.success(), "ls -lR on {} failed", mnt.display());
+        let got = listing(&mnt);
+        // Let the kernel forget everything it can, then make sure the
+        // FORGETs it queued were read before unmounting (an unmount drops
+        // unread ones): the kernel hands queued forgets out before other
+        // requests, and STATFS is never answered from a cache, so each
+        // statvfs round trip below comes after forgets were read.
+        drop_caches();
+        for _ in 0..10 {
+            statvfs(&mnt);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = tx.send(());
+        got
+    });
+    if rx.recv_timeout(MOUNT_WORK_TIMEOUT).is_err() && !work.is_finished() {
+        d.kill();
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+        panic!(
+            "{label}: the storm, the listing or the FORGETs did not finish within {MOUNT_WORK_TIMEOUT:?} (daemon killed)"
+        );
+    }
+    let got = match work.join() {
+        Ok(got) => got,
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    assert_eq!(got, want, "{label} after the storm differs from the model");
+    let exit = d.finish();
+    assert!(
+        exit.status.is_some_and(|s| s.success()),
+        "{label} did not exit cleanly: {:?}\n{}",
+        exit.status,
+        exit.output_tail
+    );
+    let stats = exit.stats();
+    let live = stats.get("live_nodes").and_then(Json::as_u64);
+    let open = stats.get("open_files").and_then(Json::as_u64);
+    assert_eq!(
+        (live, open),
+        (Some(1), Some(0)),
+        "{label}: after drop_caches and unmount the daemon still held nodes or files \
+         (live_nodes counts the root); stats: {stats:?}"
+    );
+    assert!(exit.op("FORGET", "count") + exit.op("BATCH_FORGET", "count") > 0);
+}
+
+#[test]
+fn rename_storm_then_every_node_forgotten_nodefs() {
+    storm_on(Fs::Nodefs(""));
+}
+
+#[test]
+fn rename_storm_then_every_node_forgotten_pathfs() {
+    storm_on(Fs::Pathfs(""));
+}
+
+// ---- the node layer with passthrough files ----
+
+mod passthrough_node {
+    use fuse_wire::node::{DirFill, Node, NodeFs, NodeOptions, NodeRef, OpenFile, Opened};
+    use fuse_wire::{Errno, FileAttr, FileKind, OpenFlags, RequestContext};
+    use std::ffi::CStr;
+    use std::fs::File;
+    use std::os::fd::AsFd;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A file whose content is a file of this machine, opened in
+    /// passthrough mode.
+    pub struct Backed(pub PathBuf);
+    struct Unused;
+    impl OpenFile for Unused {}
+
+    impl Node for Backed {
+        fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+            let m = std::fs::metadata(&self.0)?;
+            Ok(FileAttr::new(0, FileKind::RegularFile, 0o666).with_size(m.len()))
+        }
+        fn open(&self, ctx: &RequestContext<'_>, _: OpenFlags) -> Result<Opened, Errno> {
+            // Every open offers a backing file of its own; the layer keeps
+            // the first for all opens of the node while one is open.
+            let f = File::options().read(true).write(true).open(&self.0)?;
+            let b = ctx.open_backing(f.as_fd()).map_err(|e| {
+                eprintln!("open_backing: {e}");
+                Errno::EIO
+            })?;
+            Ok(Opened::new(Unused).passthrough(b))
+        }
+    }
+
+    pub struct Root(pub NodeRef);
+    impl Node for Root {
+        fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+            Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+        }
+        fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
+            match name.to_bytes() {
+                b"data" => Ok(self.0.clone()),
+                _ => Err(Errno::ENOENT),
+            }
+        }
+        fn readdir(
+            &self,
+            _: &RequestContext<'_>,
+            offset: u64,
+            out: &mut DirFill<'_, '_>,
+        ) -> Result<(), Errno> {
+            if offset == 0 {
+                out.add(b"data", 1, &self.0);
+            }
+            Ok(())
+        }
+    }
+
+    pub fn fs(backing: PathBuf) -> NodeFs {
+        let opts = NodeOptions {
+            passthrough: true,
+            attr_ttl: Duration::ZERO,
+            ..NodeOptions::default()
+        };
+        NodeFs::with_options(Arc::new(Root(Arc::new(Backed(backing)))), opts)
+    }
+}
+
+#[test]
+fn node_layer_files_in_passthrough_mode() {
+    use std::io::{Read, Seek, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !common::require_mount_capability() {
+        return;
+    }
+    let mp = common::TempMountpoint::new("layers-pt");
+    let backing = mp.root().join("backing");
+    fs::write(&backing, b"0123456789").expect("backing file");
+    // Bounded: abort our own connection (and fail loudly) if anything hangs.
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let (d, m) = (done.clone(), mp.path().to_path_buf());
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(120) {
+            if d.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("node_layer_files_in_passthrough_mode: timed out; aborting its connection");
+        let _ = common::abort_fuse_connection(&m);
+        std::process::abort();
+    });
+    let config = fuse_wire::SessionConfig {
+        workers: 2,
+        transport: common::test_transport(),
+        ..fuse_wire::SessionConfig::default()
+    };
+    let running = fuse_wire::spawn(
+        passthrough_node::fs(backing.clone()),
+        mp.path(),
+        &fuse_wire::MountOptions::default(),
+        config,
+    )
+    .expect("mount");
+    // INIT is answered by the session's thread: wait (bounded) for it.
+    let start = Instant::now();
+    while running.handle().negotiated().is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let granted = running
+        .handle()
+        .negotiated()
+        .is_some_and(|n| n.flags.contains(fuse_wire::InitFlags::PASSTHROUGH));
+    assert!(granted, "the kernel did not grant PASSTHROUGH");
+    let data = mp.path().join("data");
+    // Two opens at once, one read-write and one read-only: the kernel
+    // refuses a second backing file for the inode, so the layer must give
+    // both the first one.
+    let mut rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&data)
+        .expect("open rw");
+    let mut ro = fs::File::open(&data).expect("open ro while rw is open");
+    rw.write_all(b"abc").expect("write");
+    rw.flush().expect("flush");
+    let mut s = String::new();
+    ro.read_to_string(&mut s).expect("read");
+    assert_eq!(s, "abc3456789");
+    rw.seek(std::io::SeekFrom::Start(8)).expect("seek");
+    rw.write_all(b"XYZ").expect("write past the end");
+    drop((rw, ro));
+    assert_eq!(fs::read(&backing).expect("backing"), b"abc34567XYZ");
+    assert_eq!(fs::read(&data).expect("reopen"), b"abc34567XYZ");
+    let stats = running.handle().stats();
+    let count = |op: &str| stats.ops.get(op).map_or(0, |o| o.count);
+    assert_eq!(
+        (count("READ"), count("WRITE")),
+        (0, 0),
+        "reads and writes reached the daemon instead of the backing file"
+    );
+    assert!(count("OPEN") >= 3);
+    drop(running);
+    done.store(true, Ordering::Release);
+}
