@@ -127,19 +127,6 @@ fn stale() -> io::Error {
     err(libc::ESTALE)
 }
 
-/// Answers `$reply` with the error of `$e` and returns.
-macro_rules! tri {
-    ($reply:expr, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => {
-                log::debug!("error: {e}");
-                return $reply.io_error(&e);
-            }
-        }
-    };
-}
-
 /// Makes this thread act as the caller of `ctx` (uid, gid, groups and
 /// capabilities, as the library can know them) until the guard drops.
 fn as_caller(ctx: &RequestContext<'_>) -> Res<ActingAs> {
@@ -340,11 +327,6 @@ impl PassthroughFs {
         let st = sys::stat_fd(fd.as_fd())?;
         let found = self.inodes.lookup_or_insert(fd, &st);
         Ok((found, st))
-    }
-
-    fn reply_new_entry(&self, parent: &Arc<InodeData>, name: &CStr, reply: ReplyEntry) {
-        let (found, st) = tri!(reply, self.do_lookup(parent, name));
-        reply.entry(&self.entry(parent, &found, &st));
     }
 
     /// Open flags for a reopen or create on the source side.
@@ -587,11 +569,16 @@ impl PassthroughFs {
         created: bool,
         reply: ReplyCreate,
     ) {
-        let st = tri!(reply, sys::stat_fd(fd.as_fd()));
-        let path_fd = tri!(
-            reply,
-            sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), libc::O_PATH, 0)
-        );
+        let stat_and_path = sys::stat_fd(fd.as_fd()).and_then(|st| {
+            Ok((
+                st,
+                sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), libc::O_PATH, 0)?,
+            ))
+        });
+        let (st, path_fd) = match logged(stat_and_path) {
+            Ok(v) => v,
+            Err(e) => return reply.io_error(&e),
+        };
         let found = self.inodes.lookup_or_insert(path_fd, &st);
         if !created
             && flags & libc::O_TRUNC != 0
@@ -1020,6 +1007,624 @@ fn wait_for_lock(
     }
 }
 
+/// Logs a failed request's error at debug level, where its reply goes out.
+fn logged<T>(r: Res<T>) -> Res<T> {
+    if let Err(e) = &r {
+        log::debug!("error: {e}");
+    }
+    r
+}
+
+/// A getxattr or listxattr answer: the size needed, or the bytes.
+enum XattrOut {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// A CREATE-style request's file, opened as the caller, for
+/// `finish_create` to register while the caller's guard still holds.
+struct NewFile {
+    _as_caller: ActingAs,
+    parent: Arc<InodeData>,
+    fd: OwnedFd,
+    created: bool,
+}
+
+/// What a SETLK does once the handle is found.
+enum SetLk {
+    /// Done (or nothing to do): the result.
+    Done(Res<()>),
+    /// A type flock cannot take.
+    Invalid,
+    /// A blocking flock with this operation.
+    WaitFlock(Arc<Handle>, i32),
+    /// A blocking POSIX lock through this owner's descriptor.
+    WaitPosix(Arc<LockOwnerFd>, libc::flock),
+}
+
+/// The requests' work, done as the caller: each returns what its reply
+/// carries, and the `Filesystem` methods below answer with it.
+impl PassthroughFs {
+    /// The entry for `name` in `parent` just made: one counted lookup.
+    fn new_entry(&self, parent: &Arc<InodeData>, name: &CStr) -> Res<Entry> {
+        let (found, st) = self.do_lookup(parent, name)?;
+        Ok(self.entry(parent, &found, &st))
+    }
+
+    fn lookup_entry(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr) -> Res<Entry> {
+        let _as_caller = logged(as_caller(ctx))?;
+        log::debug!("lookup parent={parent} name={name:?}");
+        let parent = logged(self.inode(parent))?;
+        // A miss is routine: not logged.
+        let (found, st) = self.do_lookup(&parent, name)?;
+        Ok(self.entry(&parent, &found, &st))
+    }
+
+    fn getattr_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: Option<FileHandle>,
+    ) -> Res<(Duration, FileAttr)> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("getattr ino={ino} fh={fh:?}");
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
+            Some(h) => sys::stat_fd(h.fd())?,
+            None => {
+                let inode = self.inode(ino)?;
+                let inode_fd = self.fd(&inode)?;
+                sys::stat_fd(inode_fd.as_fd())?
+            }
+        };
+        Ok((self.opts.timeout, FileAttr::from_stat(&st)))
+    }
+
+    fn setattr_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        attr: &SetattrIn,
+    ) -> Res<(Duration, FileAttr)> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
+        let st = self.do_setattr(ctx, ino, attr)?;
+        if SetattrValid::from_bits_retain(attr.valid).contains(SetattrValid::MODE)
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.search_changed(ctx, ino, &inode);
+        }
+        Ok((self.opts.timeout, FileAttr::from_stat(&st)))
+    }
+
+    fn readlink_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode) -> Res<Vec<u8>> {
+        let _as_caller = as_caller(ctx)?;
+        let inode = self.inode(ino)?;
+        let inode_fd = self.fd(&inode)?;
+        sys::readlink_fd(inode_fd.as_fd())
+    }
+
+    fn symlink_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        target: &CStr,
+    ) -> Res<Entry> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("symlink parent={parent} name={name:?} target={target:?}");
+        let parent = self.inode(parent)?;
+        check_name(name)?;
+        let parent_fd = self.fd(&parent)?;
+        sys::symlinkat(target, parent_fd.as_fd(), name)?;
+        self.new_entry(&parent, name)
+    }
+
+    fn mknod_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: MknodRequest,
+    ) -> Res<Entry> {
+        let MknodRequest { mode, rdev } = req;
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
+        let parent = self.inode(parent)?;
+        check_name(name)?;
+        let (mode, umask) = self.caller_umask(ctx, mode);
+        let parent_fd = self.fd(&parent)?;
+        sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64)?;
+        drop(umask);
+        self.new_entry(&parent, name)
+    }
+
+    fn mkdir_as_caller(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32) -> Res<Entry> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
+        let parent = self.inode(parent)?;
+        check_name(name)?;
+        let (mode, umask) = self.caller_umask(ctx, mode);
+        let parent_fd = self.fd(&parent)?;
+        sys::mkdirat(parent_fd.as_fd(), name, mode)?;
+        drop(umask);
+        self.new_entry(&parent, name)
+    }
+
+    /// UNLINK (`flags` 0) or RMDIR (`AT_REMOVEDIR`).
+    fn unlink_as_caller(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, flags: i32) -> Res<()> {
+        let _as_caller = as_caller(ctx)?;
+        if flags & libc::AT_REMOVEDIR != 0 {
+            log::debug!("rmdir parent={parent} name={name:?}");
+        } else {
+            log::debug!("unlink parent={parent} name={name:?}");
+        }
+        let parent = self.inode(parent)?;
+        check_name(name)?;
+        let parent_fd = self.fd(&parent)?;
+        sys::unlinkat(parent_fd.as_fd(), name, flags)
+    }
+
+    fn rename_as_caller(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>) -> Res<()> {
+        let RenameRequest {
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+        } = *req;
+        let flags = flags.bits();
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
+        let old = self.inode(parent)?;
+        let new = self.inode(newparent)?;
+        check_name(name)?;
+        check_name(newname)?;
+        let old_fd = self.fd(&old)?;
+        let new_fd = self.fd(&new)?;
+        sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)
+    }
+
+    fn link_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        newparent: Inode,
+        newname: &CStr,
+    ) -> Res<Entry> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("link ino={ino} -> {newparent}/{newname:?}");
+        let inode = self.inode(ino)?;
+        let parent = self.inode(newparent)?;
+        check_name(newname)?;
+        let inode_fd = self.fd(&inode)?;
+        let parent_fd = self.fd(&parent)?;
+        let r = sys::linkat(
+            Dir::Fd(inode_fd.as_fd()),
+            EMPTY,
+            parent_fd.as_fd(),
+            newname,
+            libc::AT_EMPTY_PATH,
+        );
+        match r {
+            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) && !inode.is_symlink() => {
+                sys::linkat(
+                    Dir::Cwd,
+                    &proc_path(inode_fd.as_fd()),
+                    parent_fd.as_fd(),
+                    newname,
+                    libc::AT_SYMLINK_FOLLOW,
+                )?
+            }
+            r => r?,
+        }
+        drop((inode_fd, parent_fd));
+        self.new_entry(&parent, newname)
+    }
+
+    fn open_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        flags: i32,
+    ) -> Res<(FileHandle, FopenFlags, Option<BackingFile>)> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("open ino={ino} flags={flags:#o}");
+        let inode = self.inode(ino)?;
+        let inode_fd = self.fd(&inode)?;
+        let path = proc_path(inode_fd.as_fd());
+        let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
+                self.open_for_exec(&path, flags)?
+            }
+            r => r?,
+        };
+        drop(inode_fd);
+        if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
+            self.kill_suidgid(ctx, &inode)?;
+        }
+        self.new_handle(ctx, inode, fd, flags)
+    }
+
+    /// Acts as the caller (for as long as the guard lives), runs `log`
+    /// and finds `fh`.
+    fn caller_handle(
+        &self,
+        ctx: &RequestContext<'_>,
+        fh: FileHandle,
+        log: impl FnOnce(),
+    ) -> Res<(ActingAs, Arc<Handle>)> {
+        let as_caller = as_caller(ctx)?;
+        log();
+        Ok((as_caller, self.handle(fh)?))
+    }
+
+    fn write_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: WriteRequest<'_>,
+    ) -> Res<u32> {
+        let WriteRequest {
+            offset,
+            data,
+            write_flags,
+            ..
+        } = req;
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
+        let h = self.handle(fh)?;
+        let n = if data.is_in_pipe() && h.direct.is_none() {
+            // With splice_write: from the session's pipe into the source
+            // file, not through our memory (an O_APPEND source gets a
+            // pwrite, which appends, as below).
+            data.splice_to(h.fd(), offset)?
+        } else {
+            // In memory already, or fetched from the pipe into the
+            // page-aligned receive buffer (O_DIRECT handles).
+            h.write_at(data.fetch()?, offset)?
+        };
+        if write_flags.contains(WriteFlags::KILL_SUIDGID) {
+            self.kill_suidgid(ctx, &h.inode)?;
+        }
+        Ok(n as u32)
+    }
+
+    fn flush_handle(&self, ino: Inode, fh: FileHandle, owner: LockOwner) -> Res<()> {
+        // Not as the caller: closing descriptors checks no credentials, and
+        // finding out the caller's would cost a system call per close.
+        log::debug!("flush ino={ino} fh={fh}");
+        let h = self.handle(fh)?;
+        // The caller closed a descriptor of this file: that drops its
+        // process's POSIX locks on the file, whichever descriptor took them.
+        self.drop_lock_owner(&h.inode, owner.0);
+        // Closing a duplicate reports delayed write errors (NFS and the like).
+        drop(h.fd.try_clone()?);
+        Ok(())
+    }
+
+    /// FSYNC and FSYNCDIR.
+    fn fsync_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, datasync: bool) -> Res<()> {
+        let _as_caller = as_caller(ctx)?;
+        let h = self.handle(fh)?;
+        sys::fsync(h.fd(), datasync)
+    }
+
+    fn opendir_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode) -> Res<(FileHandle, FopenFlags)> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("opendir ino={ino}");
+        let inode = self.inode(ino)?;
+        let inode_fd = self.fd(&inode)?;
+        // Through /proc, which (like a native open) needs read but not
+        // search permission on the directory itself, unlike "." would.
+        let fd = sys::openat(
+            Dir::Cwd,
+            &proc_path(inode_fd.as_fd()),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )?;
+        drop(inode_fd);
+        let fh = self.handles.insert(Handle::new(fd, inode, false));
+        let flags = if self.opts.cache == Cache::Always {
+            FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((FileHandle(fh), flags))
+    }
+
+    fn statfs_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode) -> Res<Kstatfs> {
+        let _as_caller = as_caller(ctx)?;
+        let inode = self.inode(ino)?;
+        let inode_fd = self.fd(&inode)?;
+        let s = sys::fstatvfs(inode_fd.as_fd())?;
+        Ok(Kstatfs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+            ..Default::default()
+        })
+    }
+
+    fn setxattr_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        req: SetxattrRequest<'_>,
+    ) -> Res<()> {
+        let SetxattrRequest {
+            value,
+            flags,
+            setxattr_flags,
+        } = req;
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("setxattr ino={ino} name={name:?}");
+        let xi = self.xattr_inode(ino)?;
+        let xfd = self.fd(&xi)?;
+        let path = proc_path(xfd.as_fd());
+        sys::setxattr(&path, name, value, flags)?;
+        if setxattr_flags.contains(SetxattrFlags::ACL_KILL_SGID)
+            && name.to_bytes() == b"system.posix_acl_access"
+        {
+            // The caller may not keep S_ISGID (the kernel decided); we set the
+            // ACL with privileges that would have kept it, so clear it here.
+            let inode = self.inode(ino)?;
+            let inode_fd = self.fd(&inode)?;
+            let st = sys::stat_fd(inode_fd.as_fd())?;
+            if st.st_mode & libc::S_ISGID != 0 {
+                sys::chmod(&path, st.st_mode & 0o7777 & !libc::S_ISGID)?;
+            }
+        }
+        if name.to_bytes().starts_with(b"system.posix_acl")
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.acl_changed(ctx, ino, &inode);
+        }
+        Ok(())
+    }
+
+    /// GETXATTR (`name` given) or LISTXATTR.
+    fn xattr_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: Option<&CStr>,
+        size: u32,
+    ) -> Res<XattrOut> {
+        let _as_caller = as_caller(ctx)?;
+        match name {
+            Some(name) => log::debug!("getxattr ino={ino} name={name:?} size={size}"),
+            None => log::debug!("listxattr ino={ino} size={size}"),
+        }
+        let xi = self.xattr_inode(ino)?;
+        let xfd = self.fd(&xi)?;
+        let path = proc_path(xfd.as_fd());
+        let get = |buf: &mut [u8]| match name {
+            Some(name) => sys::getxattr(&path, name, buf),
+            None => sys::listxattr(&path, buf),
+        };
+        if size == 0 {
+            return Ok(XattrOut::Size(get(&mut [])? as u32));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = get(&mut buf)?;
+        buf.truncate(n);
+        Ok(XattrOut::Data(buf))
+    }
+
+    fn removexattr_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr) -> Res<()> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("removexattr ino={ino} name={name:?}");
+        let xi = self.xattr_inode(ino)?;
+        let xfd = self.fd(&xi)?;
+        let path = proc_path(xfd.as_fd());
+        sys::removexattr(&path, name)?;
+        if name.to_bytes().starts_with(b"system.posix_acl")
+            && let Ok(inode) = self.inode(ino)
+        {
+            self.acl_changed(ctx, ino, &inode);
+        }
+        Ok(())
+    }
+
+    fn access_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32) -> Res<()> {
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("access ino={ino} mask={mask:#o}");
+        let inode = self.inode(ino)?;
+        let inode_fd = self.fd(&inode)?;
+        let path = proc_path(inode_fd.as_fd());
+        sys::faccessat(&path, mask, libc::AT_EACCESS)
+    }
+
+    /// The start of an ATOMIC_OPEN: the open (or created) file, and the
+    /// guard to keep acting as the caller while `finish_create` registers
+    /// it; `None` for "." or "..".
+    fn open_in(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        flags: i32,
+        mode: u32,
+    ) -> Res<Option<NewFile>> {
+        let as_caller = as_caller(ctx)?;
+        log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
+        let parent = self.inode(parent)?;
+        check_name(name)?;
+        if is_dot_or_dotdot(name.to_bytes()) {
+            return Ok(None);
+        }
+        let (mode, umask) = self.caller_umask(ctx, mode);
+        let (fd, created) = self.open_at(&parent, name, flags, mode)?;
+        drop(umask);
+        Ok(Some(NewFile {
+            _as_caller: as_caller,
+            parent,
+            fd,
+            created,
+        }))
+    }
+
+    /// The start of a TMPFILE, as `open_in`.
+    fn open_tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, flags: i32, mode: u32) -> Res<NewFile> {
+        let as_caller = as_caller(ctx)?;
+        log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
+        let parent = self.inode(parent)?;
+        let oflags = self.source_flags(flags) | libc::O_TMPFILE;
+        let (mode, umask) = self.caller_umask(ctx, mode);
+        let parent_fd = self.fd(&parent)?;
+        let fd = sys::openat(Dir::Fd(parent_fd.as_fd()), c".", oflags, mode)?;
+        drop(umask);
+        drop(parent_fd);
+        Ok(NewFile {
+            _as_caller: as_caller,
+            parent,
+            fd,
+            created: true,
+        })
+    }
+
+    fn getlk_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LockRequest) -> Res<Lock> {
+        let LockRequest { owner, lock, .. } = req;
+        let _as_caller = as_caller(ctx)?;
+        let h = self.handle(fh)?;
+        let mut fl = to_flock(&lock)?;
+        // The owner's own locks never conflict with it: ask through its
+        // descriptor, or through the handle's, which holds none.
+        let mine = h.inode.lock_owners().get(&owner.0).cloned();
+        let probe = mine.as_ref().map_or(h.fd(), |o| o.fd.as_fd());
+        sys::fcntl_lock(probe, libc::F_OFD_GETLK, &mut fl)?;
+        let pid = if fl.l_type == libc::F_UNLCK as libc::c_short {
+            0
+        } else {
+            self.lock_holder(&h.inode, owner.0, &lock, &fl)
+        };
+        Ok(from_flock(&fl, pid))
+    }
+
+    /// A SETLK or SETLKW on handle `h`, up to the wait if it must block.
+    fn setlk_step(&self, ctx: &RequestContext<'_>, h: Arc<Handle>, req: LockRequest) -> Res<SetLk> {
+        let LockRequest {
+            owner,
+            lock,
+            sleep,
+            flock,
+        } = req;
+        if flock {
+            let mut op = match lock.typ {
+                libc::F_RDLCK => libc::LOCK_SH,
+                libc::F_WRLCK => libc::LOCK_EX,
+                libc::F_UNLCK => libc::LOCK_UN,
+                _ => return Ok(SetLk::Invalid),
+            };
+            if !sleep {
+                op |= libc::LOCK_NB;
+            }
+            if sleep && op != libc::LOCK_UN {
+                return Ok(SetLk::WaitFlock(h, op));
+            }
+            Ok(SetLk::Done(sys::flock(h.fd(), op)))
+        } else {
+            let fl = to_flock(&lock)?;
+            let unlock = lock.typ == libc::F_UNLCK;
+            let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
+            let o = match self.lock_owner_fd(&h, owner.0, pid, !unlock)? {
+                Some(o) => o,
+                // Nothing locked by this owner: nothing to unlock.
+                None => return Ok(SetLk::Done(Ok(()))),
+            };
+            if sleep && !unlock {
+                return Ok(SetLk::WaitPosix(o, fl));
+            }
+            let mut fl = fl;
+            Ok(SetLk::Done(sys::fcntl_lock(
+                o.fd.as_fd(),
+                libc::F_OFD_SETLK,
+                &mut fl,
+            )))
+        }
+    }
+
+    fn fallocate_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        fh: FileHandle,
+        req: FallocateRequest,
+    ) -> Res<()> {
+        let FallocateRequest { offset, length, mode } = req;
+        let _as_caller = as_caller(ctx)?;
+        let h = self.handle(fh)?;
+        sys::fallocate(h.fd(), mode, offset, length)
+    }
+
+    fn lseek_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LseekRequest) -> Res<u64> {
+        let LseekRequest { offset, whence } = req;
+        let _as_caller = as_caller(ctx)?;
+        let h = self.handle(fh)?;
+        // The kernel passes the caller's off_t through as u64: reinterpret it
+        // (a negative offset arrives as a huge value) and let the source
+        // filesystem judge it, so the errno is the one it gives natively.
+        sys::lseek(h.fd(), offset as i64, whence)
+    }
+
+    fn copy_as_caller(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest) -> Res<u64> {
+        let CopyFileRangeRequest {
+            fh_in,
+            off_in,
+            fh_out,
+            off_out,
+            len,
+            flags,
+            ..
+        } = *req;
+        let _as_caller = as_caller(ctx)?;
+        let hi = self.handle(fh_in)?;
+        let ho = self.handle(fh_out)?;
+        let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
+        let n = sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)?;
+        Ok(n as u64)
+    }
+
+    fn statx_as_caller(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: Option<FileHandle>,
+        req: StatxRequest,
+    ) -> Res<Statx> {
+        let StatxRequest { flags, mask } = req;
+        let _as_caller = as_caller(ctx)?;
+        log::debug!("statx ino={ino} mask={mask:#x}");
+        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
+        let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
+            Some(h) => sys::statx(h.fd(), at, mask)?,
+            None => {
+                let inode = self.inode(ino)?;
+                let inode_fd = self.fd(&inode)?;
+                sys::statx(inode_fd.as_fd(), at, mask)?
+            }
+        };
+        Ok(to_fuse_statx(&st))
+    }
+}
+
+/// Answers a GETXATTR or LISTXATTR.
+fn reply_xattr(reply: ReplyXattr, r: Res<XattrOut>) {
+    match logged(r) {
+        Ok(XattrOut::Size(n)) => reply.size(n),
+        Ok(XattrOut::Data(d)) => reply.data(&d),
+        Err(e) => reply.io_error(&e),
+    }
+}
+
 impl Filesystem for PassthroughFs {
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         if self.opts.writeback {
@@ -1077,13 +1682,7 @@ impl Filesystem for PassthroughFs {
     }
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("lookup parent={parent} name={name:?}");
-        let parent = tri!(reply, self.inode(parent));
-        match self.do_lookup(&parent, name) {
-            Ok((found, st)) => reply.entry(&self.entry(&parent, &found, &st)),
-            Err(e) => reply.io_error(&e),
-        }
+        reply.result(self.lookup_entry(ctx, parent, name));
     }
 
     fn forget(&self, _ctx: &RequestContext<'_>, ino: Inode, nlookup: u64) {
@@ -1098,39 +1697,16 @@ impl Filesystem for PassthroughFs {
     }
 
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("getattr ino={ino} fh={fh:?}");
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => tri!(reply, sys::stat_fd(h.fd())),
-            None => {
-                let inode = tri!(reply, self.inode(ino));
-                let inode_fd = tri!(reply, self.fd(&inode));
-                tri!(reply, sys::stat_fd(inode_fd.as_fd()))
-            }
-        };
-        reply.attr(self.opts.timeout, &FileAttr::from_stat(&st));
+        reply.result(logged(self.getattr_as_caller(ctx, ino, fh)));
     }
 
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
         // The kernel's struct: do_setattr follows its `valid` bits.
-        let attr = req.raw();
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
-        let st = tri!(reply, self.do_setattr(ctx, ino, attr));
-        if SetattrValid::from_bits_retain(attr.valid).contains(SetattrValid::MODE)
-            && let Ok(inode) = self.inode(ino)
-        {
-            self.search_changed(ctx, ino, &inode);
-        }
-        reply.attr(self.opts.timeout, &FileAttr::from_stat(&st));
+        reply.result(logged(self.setattr_as_caller(ctx, ino, req.raw())));
     }
 
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let inode = tri!(reply, self.inode(ino));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let target = tri!(reply, sys::readlink_fd(inode_fd.as_fd()));
-        reply.data(&target);
+        reply.result(logged(self.readlink_as_caller(ctx, ino)));
     }
 
     fn symlink(
@@ -1141,13 +1717,7 @@ impl Filesystem for PassthroughFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("symlink parent={parent} name={name:?} target={target:?}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        let parent_fd = tri!(reply, self.fd(&parent));
-        tri!(reply, sys::symlinkat(target, parent_fd.as_fd(), name));
-        self.reply_new_entry(&parent, name, reply);
+        reply.result(logged(self.symlink_as_caller(ctx, parent, name, target)));
     }
 
     fn mknod(
@@ -1158,72 +1728,28 @@ impl Filesystem for PassthroughFs {
         req: MknodRequest,
         reply: ReplyEntry,
     ) {
-        let MknodRequest { mode, rdev } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        let (mode, umask) = self.caller_umask(ctx, mode);
-        let parent_fd = tri!(reply, self.fd(&parent));
-        tri!(reply, sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64));
-        drop(umask);
-        self.reply_new_entry(&parent, name, reply);
+        reply.result(logged(self.mknod_as_caller(ctx, parent, name, req)));
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        let (mode, umask) = self.caller_umask(ctx, mode);
-        let parent_fd = tri!(reply, self.fd(&parent));
-        tri!(reply, sys::mkdirat(parent_fd.as_fd(), name, mode));
-        drop(umask);
-        self.reply_new_entry(&parent, name, reply);
+        reply.result(logged(self.mkdir_as_caller(ctx, parent, name, mode)));
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("unlink parent={parent} name={name:?}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        let parent_fd = tri!(reply, self.fd(&parent));
-        tri!(reply, sys::unlinkat(parent_fd.as_fd(), name, 0));
-        reply.ok();
+        reply.result(logged(self.unlink_as_caller(ctx, parent, name, 0)));
     }
 
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("rmdir parent={parent} name={name:?}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        let parent_fd = tri!(reply, self.fd(&parent));
-        tri!(reply, sys::unlinkat(parent_fd.as_fd(), name, libc::AT_REMOVEDIR));
-        reply.ok();
+        reply.result(logged(self.unlink_as_caller(
+            ctx,
+            parent,
+            name,
+            libc::AT_REMOVEDIR,
+        )));
     }
 
     fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
-        let RenameRequest {
-            parent,
-            name,
-            newparent,
-            newname,
-            flags,
-        } = *req;
-        let flags = flags.bits();
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("rename {parent}/{name:?} -> {newparent}/{newname:?} flags={flags:#x}");
-        let old = tri!(reply, self.inode(parent));
-        let new = tri!(reply, self.inode(newparent));
-        tri!(reply, check_name(name));
-        tri!(reply, check_name(newname));
-        let old_fd = tri!(reply, self.fd(&old));
-        let new_fd = tri!(reply, self.fd(&new));
-        tri!(
-            reply,
-            sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)
-        );
-        reply.ok();
+        reply.result(logged(self.rename_as_caller(ctx, req)));
     }
 
     fn link(
@@ -1234,68 +1760,24 @@ impl Filesystem for PassthroughFs {
         newname: &CStr,
         reply: ReplyEntry,
     ) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("link ino={ino} -> {newparent}/{newname:?}");
-        let inode = tri!(reply, self.inode(ino));
-        let parent = tri!(reply, self.inode(newparent));
-        tri!(reply, check_name(newname));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let parent_fd = tri!(reply, self.fd(&parent));
-        let r = sys::linkat(
-            Dir::Fd(inode_fd.as_fd()),
-            EMPTY,
-            parent_fd.as_fd(),
-            newname,
-            libc::AT_EMPTY_PATH,
-        );
-        match r {
-            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) && !inode.is_symlink() => {
-                tri!(
-                    reply,
-                    sys::linkat(
-                        Dir::Cwd,
-                        &proc_path(inode_fd.as_fd()),
-                        parent_fd.as_fd(),
-                        newname,
-                        libc::AT_SYMLINK_FOLLOW
-                    )
-                )
-            }
-            r => tri!(reply, r),
-        }
-        drop((inode_fd, parent_fd));
-        self.reply_new_entry(&parent, newname, reply);
+        reply.result(logged(self.link_as_caller(ctx, ino, newparent, newname)));
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
-        let flags = flags.bits();
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("open ino={ino} flags={flags:#o}");
-        let inode = tri!(reply, self.inode(ino));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let path = proc_path(inode_fd.as_fd());
-        let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
-                tri!(reply, self.open_for_exec(&path, flags))
-            }
-            r => tri!(reply, r),
-        };
-        drop(inode_fd);
-        if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(ctx, &inode));
-        }
-        match tri!(reply, self.new_handle(ctx, inode, fd, flags)) {
-            (fh, fl, None) => reply.opened(fh, fl),
-            (fh, fl, Some(b)) => reply.passthrough(fh, fl, &b),
+        match logged(self.open_as_caller(ctx, ino, flags.bits())) {
+            Ok((fh, fl, None)) => reply.opened(fh, fl),
+            Ok((fh, fl, Some(b))) => reply.passthrough(fh, fl, &b),
+            Err(e) => reply.io_error(&e),
         }
     }
 
     fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
         let ReadRequest { offset, size, .. } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
-        let h = tri!(reply, self.handle(fh));
+        let log = || log::debug!("read ino={ino} fh={fh} off={offset} size={size}");
+        let (_as_caller, h) = match logged(self.caller_handle(ctx, fh, log)) {
+            Ok(found) => found,
+            Err(e) => return reply.io_error(&e),
+        };
         if self.opts.splice && h.direct.is_none() && size as usize >= SPLICE_MIN {
             // From the source's page cache into the kernel's, not through our memory.
             return reply.splice_from(h.fd(), offset, size as usize);
@@ -1311,29 +1793,7 @@ impl Filesystem for PassthroughFs {
         req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
-        let WriteRequest {
-            offset,
-            data,
-            write_flags,
-            ..
-        } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
-        let h = tri!(reply, self.handle(fh));
-        let n = if data.is_in_pipe() && h.direct.is_none() {
-            // With splice_write: from the session's pipe into the source
-            // file, not through our memory (an O_APPEND source gets a
-            // pwrite, which appends, as below).
-            tri!(reply, data.splice_to(h.fd(), offset))
-        } else {
-            // In memory already, or fetched from the pipe into the
-            // page-aligned receive buffer (O_DIRECT handles).
-            tri!(reply, h.write_at(tri!(reply, data.fetch()), offset))
-        };
-        if write_flags.contains(WriteFlags::KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(ctx, &h.inode));
-        }
-        reply.written(n as u32);
+        reply.result(logged(self.write_as_caller(ctx, ino, fh, req)));
     }
 
     fn flush(
@@ -1344,16 +1804,7 @@ impl Filesystem for PassthroughFs {
         owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Not as the caller: closing descriptors checks no credentials, and
-        // finding out the caller's would cost a system call per close.
-        log::debug!("flush ino={ino} fh={fh}");
-        let h = tri!(reply, self.handle(fh));
-        // The caller closed a descriptor of this file: that drops its
-        // process's POSIX locks on the file, whichever descriptor took them.
-        self.drop_lock_owner(&h.inode, owner.0);
-        // Closing a duplicate reports delayed write errors (NFS and the like).
-        drop(tri!(reply, h.fd.try_clone()));
-        reply.ok();
+        reply.result(logged(self.flush_handle(ino, fh, owner)));
     }
 
     fn release(
@@ -1391,36 +1842,14 @@ impl Filesystem for PassthroughFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let h = tri!(reply, self.handle(fh));
-        tri!(reply, sys::fsync(h.fd(), datasync));
-        reply.ok();
+        reply.result(logged(self.fsync_as_caller(ctx, fh, datasync)));
     }
 
     fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _flags: OpenFlags, reply: ReplyOpen) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("opendir ino={ino}");
-        let inode = tri!(reply, self.inode(ino));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let fd = tri!(
-            reply,
-            // Through /proc, which (like a native open) needs read but not
-            // search permission on the directory itself, unlike "." would.
-            sys::openat(
-                Dir::Cwd,
-                &proc_path(inode_fd.as_fd()),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                0
-            )
-        );
-        drop(inode_fd);
-        let fh = self.handles.insert(Handle::new(fd, inode, false));
-        let flags = if self.opts.cache == Cache::Always {
-            FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
-        reply.opened(FileHandle(fh), flags);
+        match logged(self.opendir_as_caller(ctx, ino)) {
+            Ok((fh, flags)) => reply.opened(fh, flags),
+            Err(e) => reply.io_error(&e),
+        }
     }
 
     fn readdir(
@@ -1523,28 +1952,11 @@ impl Filesystem for PassthroughFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let h = tri!(reply, self.handle(fh));
-        tri!(reply, sys::fsync(h.fd(), datasync));
-        reply.ok();
+        reply.result(logged(self.fsync_as_caller(ctx, fh, datasync)));
     }
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let inode = tri!(reply, self.inode(ino));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let s = tri!(reply, sys::fstatvfs(inode_fd.as_fd()));
-        reply.statfs(&Kstatfs {
-            blocks: s.f_blocks,
-            bfree: s.f_bfree,
-            bavail: s.f_bavail,
-            files: s.f_files,
-            ffree: s.f_ffree,
-            bsize: s.f_bsize as u32,
-            namelen: s.f_namemax as u32,
-            frsize: s.f_frsize as u32,
-            ..Default::default()
-        });
+        reply.result(logged(self.statfs_as_caller(ctx, ino)));
     }
 
     fn setxattr(
@@ -1555,90 +1967,23 @@ impl Filesystem for PassthroughFs {
         req: SetxattrRequest<'_>,
         reply: ReplyEmpty,
     ) {
-        let SetxattrRequest {
-            value,
-            flags,
-            setxattr_flags,
-        } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("setxattr ino={ino} name={name:?}");
-        let xi = tri!(reply, self.xattr_inode(ino));
-        let xfd = tri!(reply, self.fd(&xi));
-        let path = proc_path(xfd.as_fd());
-        tri!(reply, sys::setxattr(&path, name, value, flags));
-        if setxattr_flags.contains(SetxattrFlags::ACL_KILL_SGID)
-            && name.to_bytes() == b"system.posix_acl_access"
-        {
-            // The caller may not keep S_ISGID (the kernel decided); we set the
-            // ACL with privileges that would have kept it, so clear it here.
-            let inode = tri!(reply, self.inode(ino));
-            let inode_fd = tri!(reply, self.fd(&inode));
-            let st = tri!(reply, sys::stat_fd(inode_fd.as_fd()));
-            if st.st_mode & libc::S_ISGID != 0 {
-                tri!(reply, sys::chmod(&path, st.st_mode & 0o7777 & !libc::S_ISGID));
-            }
-        }
-        if name.to_bytes().starts_with(b"system.posix_acl")
-            && let Ok(inode) = self.inode(ino)
-        {
-            self.acl_changed(ctx, ino, &inode);
-        }
-        reply.ok();
+        reply.result(logged(self.setxattr_as_caller(ctx, ino, name, req)));
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("getxattr ino={ino} name={name:?} size={size}");
-        let xi = tri!(reply, self.xattr_inode(ino));
-        let xfd = tri!(reply, self.fd(&xi));
-        let path = proc_path(xfd.as_fd());
-        if size == 0 {
-            let n = tri!(reply, sys::getxattr(&path, name, &mut []));
-            return reply.size(n as u32);
-        }
-        let mut buf = vec![0u8; size as usize];
-        let n = tri!(reply, sys::getxattr(&path, name, &mut buf));
-        reply.data(&buf[..n]);
+        reply_xattr(reply, self.xattr_as_caller(ctx, ino, Some(name), size));
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("listxattr ino={ino} size={size}");
-        let xi = tri!(reply, self.xattr_inode(ino));
-        let xfd = tri!(reply, self.fd(&xi));
-        let path = proc_path(xfd.as_fd());
-        if size == 0 {
-            let n = tri!(reply, sys::listxattr(&path, &mut []));
-            return reply.size(n as u32);
-        }
-        let mut buf = vec![0u8; size as usize];
-        let n = tri!(reply, sys::listxattr(&path, &mut buf));
-        reply.data(&buf[..n]);
+        reply_xattr(reply, self.xattr_as_caller(ctx, ino, None, size));
     }
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("removexattr ino={ino} name={name:?}");
-        let xi = tri!(reply, self.xattr_inode(ino));
-        let xfd = tri!(reply, self.fd(&xi));
-        let path = proc_path(xfd.as_fd());
-        tri!(reply, sys::removexattr(&path, name));
-        if name.to_bytes().starts_with(b"system.posix_acl")
-            && let Ok(inode) = self.inode(ino)
-        {
-            self.acl_changed(ctx, ino, &inode);
-        }
-        reply.ok();
+        reply.result(logged(self.removexattr_as_caller(ctx, ino, name)));
     }
 
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("access ino={ino} mask={mask:#o}");
-        let inode = tri!(reply, self.inode(ino));
-        let inode_fd = tri!(reply, self.fd(&inode));
-        let path = proc_path(inode_fd.as_fd());
-        tri!(reply, sys::faccessat(&path, mask, libc::AT_EACCESS));
-        reply.ok();
+        reply.result(logged(self.access_as_caller(ctx, ino, mask)));
     }
 
     fn atomic_open(
@@ -1650,30 +1995,19 @@ impl Filesystem for PassthroughFs {
         reply: ReplyCreate,
     ) {
         let (flags, mode) = (req.flags.bits(), req.mode);
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("create/atomic_open parent={parent} name={name:?} flags={flags:#o} mode={mode:o}");
-        let parent = tri!(reply, self.inode(parent));
-        tri!(reply, check_name(name));
-        if is_dot_or_dotdot(name.to_bytes()) {
-            return reply.error(Errno::EISDIR);
+        match logged(self.open_in(ctx, parent, name, flags, mode)) {
+            Ok(Some(f)) => self.finish_create(ctx, &f.parent, f.fd, flags, f.created, reply),
+            Ok(None) => reply.error(Errno::EISDIR),
+            Err(e) => reply.io_error(&e),
         }
-        let (mode, umask) = self.caller_umask(ctx, mode);
-        let (fd, created) = tri!(reply, self.open_at(&parent, name, flags, mode));
-        drop(umask);
-        self.finish_create(ctx, &parent, fd, flags, created, reply);
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
         let (flags, mode) = (req.flags.bits(), req.mode);
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
-        let parent = tri!(reply, self.inode(parent));
-        let oflags = self.source_flags(flags) | libc::O_TMPFILE;
-        let (mode, umask) = self.caller_umask(ctx, mode);
-        let parent_fd = tri!(reply, self.fd(&parent));
-        let fd = tri!(reply, sys::openat(Dir::Fd(parent_fd.as_fd()), c".", oflags, mode));
-        drop(umask);
-        self.finish_create(ctx, &parent, fd, flags, true, reply);
+        match logged(self.open_tmpfile(ctx, parent, flags, mode)) {
+            Ok(f) => self.finish_create(ctx, &f.parent, f.fd, flags, f.created, reply),
+            Err(e) => reply.io_error(&e),
+        }
     }
 
     fn getlk(
@@ -1684,21 +2018,7 @@ impl Filesystem for PassthroughFs {
         req: LockRequest,
         reply: ReplyLock,
     ) {
-        let LockRequest { owner, lock, .. } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let h = tri!(reply, self.handle(fh));
-        let mut fl = tri!(reply, to_flock(&lock));
-        // The owner's own locks never conflict with it: ask through its
-        // descriptor, or through the handle's, which holds none.
-        let mine = h.inode.lock_owners().get(&owner.0).cloned();
-        let probe = mine.as_ref().map_or(h.fd(), |o| o.fd.as_fd());
-        tri!(reply, sys::fcntl_lock(probe, libc::F_OFD_GETLK, &mut fl));
-        let pid = if fl.l_type == libc::F_UNLCK as libc::c_short {
-            0
-        } else {
-            self.lock_holder(&h.inode, owner.0, &lock, &fl)
-        };
-        reply.lock(from_flock(&fl, pid));
+        reply.result(logged(self.getlk_as_caller(ctx, fh, req)));
     }
 
     fn setlk(
@@ -1710,46 +2030,22 @@ impl Filesystem for PassthroughFs {
         reply: ReplyEmpty,
     ) {
         let LockRequest {
-            owner,
-            lock,
-            sleep,
-            flock,
+            lock, sleep, flock, ..
         } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
-        let h = tri!(reply, self.handle(fh));
-        let r = if flock {
-            let mut op = match lock.typ {
-                libc::F_RDLCK => libc::LOCK_SH,
-                libc::F_WRLCK => libc::LOCK_EX,
-                libc::F_UNLCK => libc::LOCK_UN,
-                _ => return reply.error(Errno::EINVAL),
-            };
-            if !sleep {
-                op |= libc::LOCK_NB;
-            }
-            if sleep && op != libc::LOCK_UN {
-                return wait_for_lock(ctx, reply, move || sys::flock(h.fd(), op));
-            }
-            sys::flock(h.fd(), op)
-        } else {
-            let mut fl = tri!(reply, to_flock(&lock));
-            let unlock = lock.typ == libc::F_UNLCK;
-            let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
-            let o = match tri!(reply, self.lock_owner_fd(&h, owner.0, pid, !unlock)) {
-                Some(o) => o,
-                // Nothing locked by this owner: nothing to unlock.
-                None => return reply.ok(),
-            };
-            if sleep && !unlock {
-                return wait_for_lock(ctx, reply, move || {
-                    sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl)
-                });
-            }
-            sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLK, &mut fl)
+        let log = || log::debug!("setlk ino={ino} fh={fh} {lock:?} sleep={sleep} flock={flock}");
+        let (_as_caller, h) = match logged(self.caller_handle(ctx, fh, log)) {
+            Ok(found) => found,
+            Err(e) => return reply.io_error(&e),
         };
-        tri!(reply, r);
-        reply.ok();
+        match logged(self.setlk_step(ctx, h, req)) {
+            Ok(SetLk::Done(r)) => reply.result(logged(r)),
+            Ok(SetLk::Invalid) => reply.error(Errno::EINVAL),
+            Ok(SetLk::WaitFlock(h, op)) => wait_for_lock(ctx, reply, move || sys::flock(h.fd(), op)),
+            Ok(SetLk::WaitPosix(o, mut fl)) => wait_for_lock(ctx, reply, move || {
+                sys::fcntl_lock(o.fd.as_fd(), libc::F_OFD_SETLKW, &mut fl)
+            }),
+            Err(e) => reply.io_error(&e),
+        }
     }
 
     fn fallocate(
@@ -1760,11 +2056,7 @@ impl Filesystem for PassthroughFs {
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        let FallocateRequest { offset, length, mode } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let h = tri!(reply, self.handle(fh));
-        tri!(reply, sys::fallocate(h.fd(), mode, offset, length));
-        reply.ok();
+        reply.result(logged(self.fallocate_as_caller(ctx, fh, req)));
     }
 
     fn lseek(
@@ -1775,35 +2067,11 @@ impl Filesystem for PassthroughFs {
         req: LseekRequest,
         reply: ReplyLseek,
     ) {
-        let LseekRequest { offset, whence } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let h = tri!(reply, self.handle(fh));
-        // The kernel passes the caller's off_t through as u64: reinterpret it
-        // (a negative offset arrives as a huge value) and let the source
-        // filesystem judge it, so the errno is the one it gives natively.
-        let r = tri!(reply, sys::lseek(h.fd(), offset as i64, whence));
-        reply.offset(r);
+        reply.result(logged(self.lseek_as_caller(ctx, fh, req)));
     }
 
     fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
-        let CopyFileRangeRequest {
-            fh_in,
-            off_in,
-            fh_out,
-            off_out,
-            len,
-            flags,
-            ..
-        } = *req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        let hi = tri!(reply, self.handle(fh_in));
-        let ho = tri!(reply, self.handle(fh_out));
-        let flags = tri!(reply, u32::try_from(flags).map_err(|_| err(libc::EINVAL)));
-        let n = tri!(
-            reply,
-            sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)
-        );
-        reply.copied(n as u64);
+        reply.result(logged(self.copy_as_caller(ctx, req)));
     }
 
     fn statx(
@@ -1814,20 +2082,10 @@ impl Filesystem for PassthroughFs {
         req: StatxRequest,
         reply: ReplyStatx,
     ) {
-        let StatxRequest { flags, mask } = req;
-        let _as_caller = tri!(reply, as_caller(ctx));
-        log::debug!("statx ino={ino} mask={mask:#x}");
-        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
-        let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => tri!(reply, sys::statx(h.fd(), at, mask)),
-            None => {
-                let inode = tri!(reply, self.inode(ino));
-                let inode_fd = tri!(reply, self.fd(&inode));
-                tri!(reply, sys::statx(inode_fd.as_fd(), at, mask))
-            }
-        };
-        reply.statx(self.opts.timeout, &to_fuse_statx(&st));
+        match logged(self.statx_as_caller(ctx, ino, fh, req)) {
+            Ok(st) => reply.statx(self.opts.timeout, &st),
+            Err(e) => reply.io_error(&e),
+        }
     }
 }
 
