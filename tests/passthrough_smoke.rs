@@ -567,7 +567,10 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
     let tm = TempMountpoint::new("pt-forget");
     let d = Daemon::start(&tm, opts);
     let pid = d.child.as_ref().expect("daemon").id();
-    let paths_at_start = common::open_path_fds(pid);
+    // The floor: what the daemon holds once the kernel has forgotten
+    // whatever it looked up while mounting (without that, an inode looked
+    // up at mount time and forgotten later would hide one still held).
+    let paths_at_start = common::evict_until_path_fds(pid, 0, Duration::from_millis(300));
     fs::create_dir_all(d.p("a/b/c")).unwrap();
     for i in 0..50 {
         fs::write(d.p(&format!("a/b/c/f{i}")), b"x").unwrap();
@@ -579,6 +582,12 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
     // Make the kernel evict the mount's dentries and inodes: it sends
     // FORGETs, and the daemon closes the O_PATH descriptors it held for them.
     common::evict_until_path_fds(pid, paths_at_start, Duration::from_secs(20));
+    // FORGETs the kernel queued are read before the next request: a few
+    // STATFS round trips (never cached) make sure they were read before
+    // the unmount, which drops unread ones.
+    for _ in 0..5 {
+        fs_type(&d.p(""));
+    }
     let json = d.stop();
     assert!(
         op_count(&json, "FORGET") + op_count(&json, "BATCH_FORGET") > 0,
