@@ -404,7 +404,10 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
     }
     let d = Daemon::start(Fs::Passthrough("threads=4"));
     let pid = d.pid().expect("daemon pid");
-    let (fds_at_start, paths_at_start) = (open_fds(pid), common::open_path_fds(pid));
+    // The floor: what the daemon holds once the kernel has forgotten what
+    // it looked up while mounting.
+    let paths_at_start = common::evict_until_path_fds(pid, 0, Duration::from_millis(300));
+    let fds_at_start = open_fds(pid);
     let mnt = d.mnt.clone();
     bounded(
         "building and walking a tree",
@@ -441,6 +444,11 @@ fn lookup_counts_return_to_zero_after_dropping_caches() {
     // Evict every unused dentry and inode: the kernel sends FORGET for each,
     // and the daemon closes the O_PATH descriptor of each inode forgotten.
     common::evict_until_path_fds(pid, paths_at_start, Duration::from_secs(20));
+    // FORGETs still queued in the kernel are dropped by the unmount: a few
+    // STATFS round trips (never cached) make the daemon read them first.
+    for _ in 0..5 {
+        common::statfs_round_trip(&d.mnt);
+    }
     let (fds_after, paths_after) = (open_fds(pid), common::open_path_fds(pid));
     let exit = d.finish();
     let inodes = exit.stats().get("inodes").and_then(Json::as_u64);

@@ -586,7 +586,7 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
     // STATFS round trips (never cached) make sure they were read before
     // the unmount, which drops unread ones.
     for _ in 0..5 {
-        fs_type(&d.p(""));
+        common::statfs_round_trip(&d.mnt);
     }
     let json = d.stop();
     assert!(

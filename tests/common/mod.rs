@@ -594,3 +594,16 @@ pub fn wait_for_mount(child: &mut std::process::Child, mnt: &Path, what: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// One STATFS round trip to the filesystem mounted at `mnt` (the kernel
+/// never caches it), so that the daemon has read the FORGETs the kernel
+/// queued before it: an unmount drops the unread ones.
+pub fn statfs_round_trip(mnt: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes()).expect("a path without NUL");
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a live C string and `st` is writable.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    assert_eq!(r, 0, "statfs {}: {}", mnt.display(), io::Error::last_os_error());
+}
