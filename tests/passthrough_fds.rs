@@ -149,24 +149,7 @@ impl Daemon {
     }
 
     fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match child.try_wait() {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = common::abort_fuse_connection(&self.mnt);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return None;
-                }
-            }
-        }
+        common::terminate_daemon(self.child.take()?, &self.mnt)
     }
 }
 

@@ -17,7 +17,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running daemon; SIGTERM (then SIGKILL) on drop, and the mount detached
 /// by the [`TempMountpoint`] if anything is left.
@@ -82,23 +82,7 @@ impl Daemon {
     }
 
     fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match child.try_wait() {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return None;
-                }
-            }
-        }
+        common::terminate_daemon(self.child.take()?, &self.mnt)
     }
 }
 
@@ -108,19 +92,9 @@ impl Drop for Daemon {
     }
 }
 
-/// The number after `"key": ` in `json` (a flat search is enough here).
-fn json_number(json: &str, key: &str) -> Option<u64> {
-    let at = json.find(&format!("\"{key}\": "))? + key.len() + 4;
-    json[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
-
 fn op_count(json: &str, op: &str) -> u64 {
     match json.find(&format!("\"{op}\": {{")) {
-        Some(at) => json_number(&json[at..], "count").unwrap_or(0),
+        Some(at) => common::json_number(&json[at..], "count").unwrap_or(0),
         None => 0,
     }
 }
@@ -593,7 +567,7 @@ fn lookup_counts_return_to_zero_after_the_kernel_forgets_with(opts: &str) {
         op_count(&json, "FORGET") + op_count(&json, "BATCH_FORGET") > 0,
         "{json}"
     );
-    assert_eq!(json_number(&json, "inodes"), Some(0), "{json}");
+    assert_eq!(common::json_number(&json, "inodes"), Some(0), "{json}");
 }
 
 #[test]

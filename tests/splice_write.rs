@@ -111,6 +111,7 @@ const SIZES: [usize; 6] = [1, 4096, 65_536, 131_073, 300_001, MAX_WRITE];
 /// passthrough_ll serving `tm.root()/src`; SIGTERM (then SIGKILL) on drop.
 struct Daemon {
     child: Option<Child>,
+    mnt: PathBuf,
     stats: PathBuf,
     src: PathBuf,
 }
@@ -141,6 +142,7 @@ impl Daemon {
         common::wait_for_mount(&mut child, tm.path(), "passthrough_ll");
         Daemon {
             child: Some(child),
+            mnt: tm.path().to_path_buf(),
             stats,
             src,
         }
@@ -156,13 +158,13 @@ impl Daemon {
         let json = fs::read_to_string(&self.stats).expect("stats file");
         let writes = json
             .find("\"WRITE\": {")
-            .and_then(|at| json_number(&json[at..], "count"))
+            .and_then(|at| common::json_number(&json[at..], "count"))
             .unwrap_or(0);
-        let spliced = json_number(&json, "spliced_writes").expect("spliced_writes in the statistics");
+        let spliced = common::json_number(&json, "spliced_writes").expect("spliced_writes in the statistics");
         if common::over_uring() {
             // The io_uring pass must really have used the rings.
             assert!(
-                json_number(&json, "uring").is_some_and(|n| n > 0),
+                common::json_number(&json, "uring").is_some_and(|n| n > 0),
                 "FUSE_WIRE_TEST_TRANSPORT=uring but no request went over io_uring: {json}"
             );
         }
@@ -170,23 +172,7 @@ impl Daemon {
     }
 
     fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match child.try_wait() {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return None;
-                }
-            }
-        }
+        common::terminate_daemon(self.child.take()?, &self.mnt)
     }
 }
 
@@ -194,15 +180,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.terminate();
     }
-}
-
-fn json_number(json: &str, key: &str) -> Option<u64> {
-    let at = json.find(&format!("\"{key}\": "))? + key.len() + 4;
-    json[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Writes every size of [`SIZES`] at several offsets into `name` on the

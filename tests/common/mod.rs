@@ -607,3 +607,37 @@ pub fn statfs_round_trip(mnt: &Path) {
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     assert_eq!(r, 0, "statfs {}: {}", mnt.display(), io::Error::last_os_error());
 }
+
+/// Stops a daemon mounted at `mnt`: SIGTERM, then (after 10 s) its FUSE
+/// connection aborted and SIGKILL. Its exit status, or `None` if it had
+/// to be killed.
+pub fn terminate_daemon(mut child: std::process::Child, mnt: &Path) -> Option<std::process::ExitStatus> {
+    // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = abort_fuse_connection(mnt);
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// The number after `"key": ` in the statistics JSON `json` (a flat search
+/// is enough for the daemons' output).
+pub fn json_number(json: &str, key: &str) -> Option<u64> {
+    let at = json.find(&format!("\"{key}\": "))? + key.len() + 4;
+    json[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
