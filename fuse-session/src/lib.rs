@@ -97,6 +97,7 @@ pub mod filesystem;
 pub mod init;
 pub mod inodes;
 mod interrupt;
+mod layer;
 pub mod mount;
 pub mod node;
 pub mod notify;

@@ -86,13 +86,13 @@
 //! // fuse_session::serve(fs, "/mnt/hello", &Default::default())?;
 //! ```
 
-use crate::attr::{FileAttr, FileKind};
+use crate::attr::FileAttr;
 use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
-use crate::notify::Notifier;
+use crate::layer::{NotifierSlot, Stored, lock};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -101,7 +101,7 @@ use fuse_proto::abi::Kstatfs;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::any::Any;
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A node of the tree, shared by the tree and the library.
@@ -407,7 +407,7 @@ struct Shared {
     root: usize,
     table: InodeTable<usize, Arc<Held>>,
     files: HandleTable<Arc<OpenEntry>>,
-    notifier: OnceLock<Notifier>,
+    notifier: NotifierSlot,
 }
 
 /// Serves a tree of [`Node`]s as a [`Filesystem`]; see the
@@ -421,10 +421,6 @@ pub struct NodeFs {
 }
 
 /// The identity of a node: its address, stable while an `Arc` is held.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn key_of(node: &NodeRef) -> usize {
     Arc::as_ptr(node) as *const () as usize
 }
@@ -445,7 +441,7 @@ impl NodeFs {
                     io: Mutex::default(),
                 })),
                 files: HandleTable::new(),
-                notifier: OnceLock::new(),
+                notifier: NotifierSlot::default(),
             }),
             opts,
         }
@@ -479,9 +475,7 @@ impl NodeFs {
     }
 
     fn remember_notifier(&self, ctx: &RequestContext<'_>) {
-        if self.shared.notifier.get().is_none() {
-            let _ = self.shared.notifier.set(ctx.notifier().clone());
-        }
+        self.shared.notifier.remember(ctx)
     }
 
     fn node(&self, ino: Inode) -> Result<NodeRef, Errno> {
@@ -489,10 +483,7 @@ impl NodeFs {
     }
 
     fn held(&self, ino: Inode) -> Result<Arc<Held>, Errno> {
-        self.shared.table.get(ino).ok_or_else(|| {
-            log::warn!("request for node {ino}, which the kernel was not given or forgot");
-            Errno::ESTALE
-        })
+        crate::layer::held(&self.shared.table, ino)
     }
 
     fn attr_of(node: &NodeRef, ctx: &RequestContext<'_>) -> Result<FileAttr, Errno> {
@@ -529,24 +520,21 @@ impl NodeFs {
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry>, Errno> {
-        self.shared.files.get(fh.0).ok_or_else(|| {
-            log::warn!("request for file handle {fh}, which is not open");
-            Errno::EBADF
-        })
+        crate::layer::open_file(&self.shared.files, fh)
     }
 
-    fn store_open(&self, held: Arc<Held>, opened: Opened) -> (FileHandle, FopenFlags, Option<BackingFile>) {
-        let backing = lock(&held.io).attach(opened.backing);
-        let mut flags = opened.flags;
-        if backing.is_some() {
-            flags &= FopenFlags::PASSTHROUGH_MASK;
-        }
+    fn store_open(&self, held: Arc<Held>, opened: Opened) -> Stored {
+        let (flags, backing) = crate::layer::attach_open(&held.io, opened.flags, opened.backing);
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             held,
             file: opened.file,
             passthrough: backing.is_some(),
         }));
-        (FileHandle(fh), flags, backing)
+        Stored {
+            fh: FileHandle(fh),
+            flags,
+            backing,
+        }
     }
 
     fn new_entry(
@@ -701,17 +689,11 @@ impl Filesystem for NodeFs {
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         self.remember_notifier(ctx);
-        let held = match self.held(ino) {
-            Ok(h) => h,
-            Err(e) => return reply.error(e),
-        };
-        match held.node.open(ctx, flags) {
-            Ok(opened) => match self.store_open(held, opened) {
-                (fh, flags, Some(b)) => reply.passthrough(fh, flags, &b),
-                (fh, flags, None) => reply.opened(fh, flags),
-            },
-            Err(e) => reply.error(e),
-        }
+        let r = self.held(ino).and_then(|held| {
+            let opened = held.node.open(ctx, flags)?;
+            Ok(self.store_open(held, opened))
+        });
+        crate::layer::reply_open(reply, r)
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
@@ -799,13 +781,8 @@ impl Filesystem for NodeFs {
         let r = (|| {
             let dir = self.node(ino)?;
             let me = Self::attr_of(&dir, ctx)?.ino;
-            for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
-                if reply
-                    .add(Inode(me), i as u64 + 1, FileKind::Directory, name)
-                    .is_full()
-                {
-                    return Ok(());
-                }
+            if crate::layer::add_dots(&mut reply, Inode(me), offset) {
+                return Ok(());
             }
             let mut fill = DirFill {
                 ctx,
@@ -899,11 +876,7 @@ impl Filesystem for NodeFs {
             let held = self.held(entry.ino)?;
             Ok::<_, Errno>((entry, self.store_open(held, opened)))
         })();
-        match r {
-            Ok((entry, (fh, flags, Some(b)))) => reply.passthrough(&entry, fh, flags, &b, true),
-            Ok((entry, (fh, flags, None))) => reply.created(&entry, fh, flags),
-            Err(e) => reply.error(e),
-        }
+        crate::layer::reply_create(reply, r)
     }
 }
 
@@ -1061,13 +1034,6 @@ pub struct Invalidator {
 }
 
 impl Invalidator {
-    fn notifier(&self) -> Result<&Notifier, crate::notify::NotifyError> {
-        self.shared
-            .notifier
-            .get()
-            .ok_or(crate::notify::NotifyError::NotReady)
-    }
-
     /// The node id the kernel knows `node` by, if it holds it.
     pub fn ino(&self, node: &NodeRef) -> Option<Inode> {
         match key_of(node) {
@@ -1078,18 +1044,12 @@ impl Invalidator {
 
     /// Drops `node`'s cached attributes and content (all of it).
     pub fn content(&self, node: &NodeRef) -> Result<(), crate::notify::NotifyError> {
-        match self.ino(node) {
-            Some(ino) => self.notifier()?.inval_inode(ino, 0, 0).map(drop),
-            None => Ok(()),
-        }
+        self.shared.notifier.inval_content(self.ino(node))
     }
 
     /// Drops the cached name `name` in directory `dir` (after a change the
     /// kernel did not make: the name now leads elsewhere, or nowhere).
     pub fn entry(&self, dir: &NodeRef, name: &[u8]) -> Result<(), crate::notify::NotifyError> {
-        match self.ino(dir) {
-            Some(ino) => self.notifier()?.inval_entry(ino, name, false).map(drop),
-            None => Ok(()),
-        }
+        self.shared.notifier.inval_entry(self.ino(dir), name)
     }
 }

@@ -88,7 +88,8 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
-use crate::notify::{Notifier, NotifyError};
+use crate::layer::{NotifierSlot, Stored, lock};
+use crate::notify::NotifyError;
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -100,7 +101,7 @@ use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 /// More names than this between a node and the root means the tree is
@@ -439,10 +440,6 @@ impl PNode {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 struct OpenEntry<F> {
     node: Arc<PNode>,
     file: F,
@@ -476,7 +473,7 @@ impl TreeLock {
 struct Shared<F: PathFilesystem> {
     fs: F,
     table: Arc<InodeTable<u64, Arc<PNode>>>,
-    notifier: Arc<OnceLock<Notifier>>,
+    notifier: Arc<NotifierSlot>,
     files: HandleTable<Arc<OpenEntry<F::File>>>,
     tree: TreeLock,
 }
@@ -548,9 +545,7 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn remember_notifier(&self, ctx: &RequestContext<'_>) {
-        if self.shared.notifier.get().is_none() {
-            let _ = self.shared.notifier.set(ctx.notifier().clone());
-        }
+        self.shared.notifier.remember(ctx)
     }
 
     /// The filesystem.
@@ -583,10 +578,7 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn node(&self, ino: Inode) -> Result<Arc<PNode>, Errno> {
-        self.shared.table.get(ino).ok_or_else(|| {
-            log::warn!("request for node {ino}, which the kernel was not given or forgot");
-            Errno::ESTALE
-        })
+        crate::layer::held(&self.shared.table, ino)
     }
 
     /// The path of `ino` (call with a tree lock held). `ENOENT` for a node
@@ -724,22 +716,11 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry<F::File>>, Errno> {
-        self.shared.files.get(fh.0).ok_or_else(|| {
-            log::warn!("request for file handle {fh}, which is not open");
-            Errno::EBADF
-        })
+        crate::layer::open_file(&self.shared.files, fh)
     }
 
-    fn store(
-        &self,
-        node: Arc<PNode>,
-        opened: PathOpened<F::File>,
-    ) -> (FileHandle, FopenFlags, Option<BackingFile>) {
-        let mut flags = opened.flags;
-        let backing = lock(&node.io).attach(opened.backing);
-        if backing.is_some() {
-            flags &= FopenFlags::PASSTHROUGH_MASK;
-        }
+    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Stored {
+        let (flags, backing) = crate::layer::attach_open(&node.io, opened.flags, opened.backing);
         let n = node.clone();
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             node,
@@ -747,7 +728,11 @@ impl<F: PathFilesystem> PathFs<F> {
             passthrough: backing.is_some(),
         }));
         lock(&n.open).push(fh);
-        (FileHandle(fh), flags, backing)
+        Stored {
+            fh: FileHandle(fh),
+            flags,
+            backing,
+        }
     }
 
     /// The file to go with a request on `ino`: the one given, or (for a
@@ -994,11 +979,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let opened = self.shared.fs.open(ctx, &self.path(ino)?, flags)?;
             Ok::<_, Errno>(self.store(node, opened))
         })();
-        match r {
-            Ok((fh, flags, Some(b))) => reply.passthrough(fh, flags, &b),
-            Ok((fh, flags, None)) => reply.opened(fh, flags),
-            Err(e) => reply.error(e),
-        }
+        crate::layer::reply_open(reply, r)
     }
 
     fn create(
@@ -1017,11 +998,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let node = self.node(entry.ino)?;
             Ok::<_, Errno>((entry, self.store(node, opened)))
         })();
-        match r {
-            Ok((entry, (fh, flags, Some(b)))) => reply.passthrough(&entry, fh, flags, &b, true),
-            Ok((entry, (fh, flags, None))) => reply.created(&entry, fh, flags),
-            Err(e) => reply.error(e),
-        }
+        crate::layer::reply_create(reply, r)
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
@@ -1129,10 +1106,8 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let path = self.path(ino)?;
-            for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
-                if reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full() {
-                    return Ok(());
-                }
+            if crate::layer::add_dots(&mut reply, ino, offset) {
+                return Ok(());
             }
             let mut fill = PathDirFill {
                 reply: &mut reply,
@@ -1203,14 +1178,10 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 #[derive(Clone)]
 pub struct PathInvalidator {
     table: Arc<InodeTable<u64, Arc<PNode>>>,
-    notifier: Arc<OnceLock<Notifier>>,
+    notifier: Arc<NotifierSlot>,
 }
 
 impl PathInvalidator {
-    fn notifier(&self) -> Result<&Notifier, NotifyError> {
-        self.notifier.get().ok_or(NotifyError::NotReady)
-    }
-
     /// The node id the kernel knows `path` by, if it holds one.
     pub fn ino(&self, path: &Path) -> Option<Inode> {
         use std::path::Component;
@@ -1234,18 +1205,12 @@ impl PathInvalidator {
 
     /// Drops the cached attributes and content of `path`.
     pub fn content(&self, path: &Path) -> Result<(), NotifyError> {
-        match self.ino(path) {
-            Some(ino) => self.notifier()?.inval_inode(ino, 0, 0).map(drop),
-            None => Ok(()),
-        }
+        self.notifier.inval_content(self.ino(path))
     }
 
     /// Drops the cached name `name` in directory `dir` (after a change the
     /// kernel did not make).
     pub fn entry(&self, dir: &Path, name: &[u8]) -> Result<(), NotifyError> {
-        match self.ino(dir) {
-            Some(ino) => self.notifier()?.inval_entry(ino, name, false).map(drop),
-            None => Ok(()),
-        }
+        self.notifier.inval_entry(self.ino(dir), name)
     }
 }

@@ -1,0 +1,153 @@
+//! The request plumbing the node layer ([`crate::node`]) and the path layer
+//! ([`crate::path`]) share on top of their inode table and open-file table:
+//! finding a node id or file handle the kernel sent (`ESTALE`, `EBADF`
+//! with a log line when it is not held), attaching an open to its node's
+//! I/O mode and answering OPEN and CREATE with or without a backing file,
+//! the "." and ".." entries of a listing, and the session's notifier kept
+//! for the layers' invalidators.
+//!
+//! It knows neither layer: the layers hand it their tables and values.
+
+use crate::backing::BackingFile;
+use crate::context::RequestContext;
+use crate::inodes::{HandleTable, InodeTable, OpenModes};
+use crate::notify::{Notifier, NotifyError};
+use crate::reply::{ReplyCreate, ReplyDirectory, ReplyOpen};
+use crate::types::{Entry, FileHandle, Inode};
+use crate::{FileKind, FopenFlags};
+use fuse_proto::Errno;
+use std::hash::Hash;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Locks `m`, also after a panic while it was held (the layers' state
+/// stays consistent between statements, and a panicking handler must not
+/// take the session down with it).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The value of node id `ino`, or `ESTALE` for a node the kernel was not
+/// given or has forgotten.
+pub(crate) fn held<K: Hash + Eq + Clone, V: Clone>(table: &InodeTable<K, V>, ino: Inode) -> Result<V, Errno> {
+    table.get(ino).ok_or_else(|| {
+        log::warn!("request for node {ino}, which the kernel was not given or forgot");
+        Errno::ESTALE
+    })
+}
+
+/// The open file `fh`, or `EBADF` for a handle that is not open.
+pub(crate) fn open_file<T: Clone>(files: &HandleTable<T>, fh: FileHandle) -> Result<T, Errno> {
+    files.get(fh.0).ok_or_else(|| {
+        log::warn!("request for file handle {fh}, which is not open");
+        Errno::EBADF
+    })
+}
+
+/// An open stored in a layer's file table: what OPEN or CREATE answers.
+pub(crate) struct Stored {
+    pub(crate) fh: FileHandle,
+    pub(crate) flags: FopenFlags,
+    /// The backing file the kernel is to pass through to, if any.
+    pub(crate) backing: Option<BackingFile>,
+}
+
+/// Attaches a new open of a node (whose I/O mode is `io`) offering
+/// `backing`: the flags to answer with (without those a passthrough open
+/// cannot carry) and the backing file it gets, if any.
+pub(crate) fn attach_open(
+    io: &Mutex<OpenModes>,
+    mut flags: FopenFlags,
+    backing: Option<BackingFile>,
+) -> (FopenFlags, Option<BackingFile>) {
+    let backing = lock(io).attach(backing);
+    if backing.is_some() {
+        flags &= FopenFlags::PASSTHROUGH_MASK;
+    }
+    (flags, backing)
+}
+
+/// Answers OPEN with a stored open, or the error.
+pub(crate) fn reply_open(reply: ReplyOpen, r: Result<Stored, Errno>) {
+    match r {
+        Ok(Stored {
+            fh,
+            flags,
+            backing: Some(b),
+        }) => reply.passthrough(fh, flags, &b),
+        Ok(Stored {
+            fh,
+            flags,
+            backing: None,
+        }) => reply.opened(fh, flags),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Answers CREATE with the new entry and its stored open, or the error.
+pub(crate) fn reply_create(reply: ReplyCreate, r: Result<(Entry, Stored), Errno>) {
+    match r {
+        Ok((
+            entry,
+            Stored {
+                fh,
+                flags,
+                backing: Some(b),
+            },
+        )) => reply.passthrough(&entry, fh, flags, &b, true),
+        Ok((
+            entry,
+            Stored {
+                fh,
+                flags,
+                backing: None,
+            },
+        )) => reply.created(&entry, fh, flags),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Adds the "." and ".." entries of a READDIR from `offset` (their cookies
+/// are 1 and 2; both lead to `ino`). Returns whether the reply is full.
+pub(crate) fn add_dots(reply: &mut ReplyDirectory, ino: Inode, offset: u64) -> bool {
+    [".", ".."]
+        .into_iter()
+        .enumerate()
+        .skip(offset as usize)
+        .any(|(i, name)| reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full())
+}
+
+/// The session's notifier, kept from the first request that brings it
+/// (the invalidators need it and are made before the session runs).
+#[derive(Default)]
+pub(crate) struct NotifierSlot(OnceLock<Notifier>);
+
+impl NotifierSlot {
+    /// Keeps the notifier of the session serving `ctx`, once.
+    pub(crate) fn remember(&self, ctx: &RequestContext<'_>) {
+        if self.0.get().is_none() {
+            let _ = self.0.set(ctx.notifier().clone());
+        }
+    }
+
+    fn get(&self) -> Result<&Notifier, NotifyError> {
+        self.0.get().ok_or(NotifyError::NotReady)
+    }
+
+    /// Drops the cached attributes and content of `ino` (nothing to drop
+    /// for `None`, a node the kernel does not hold).
+    pub(crate) fn inval_content(&self, ino: Option<Inode>) -> Result<(), NotifyError> {
+        match ino {
+            Some(ino) => self.get()?.inval_inode(ino, 0, 0).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the cached name `name` in directory `dir` (nothing to drop
+    /// for `None`).
+    pub(crate) fn inval_entry(&self, dir: Option<Inode>, name: &[u8]) -> Result<(), NotifyError> {
+        match dir {
+            Some(ino) => self.get()?.inval_entry(ino, name, false).map(drop),
+            None => Ok(()),
+        }
+    }
+}
