@@ -17,7 +17,7 @@
 use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
 use fuse_wire::proto::abi::Kstatfs;
 use fuse_wire::reply::ReplyData;
-use fuse_wire::session::{SessionConfig, Transport};
+use fuse_wire::session::SessionConfig;
 use fuse_wire::{
     CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, InitConfig, InitFlags, LseekRequest,
     MknodRequest, MountOptions, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest,
@@ -513,13 +513,9 @@ fn main() -> ExitCode {
             passthrough: false,
         },
     );
-    for o in ours {
+    for o in ours.into_iter().filter(|o| !session.take_option(o)) {
         match o.split_once('=') {
             Some(("source", dir)) => fs.source = PathBuf::from(dir),
-            Some(("threads", n)) if n.parse::<usize>().is_ok_and(|n| n > 0) => {
-                session.workers = n.parse().unwrap_or(1)
-            }
-            None if o == "uring" => session.transport = Transport::Uring,
             None if o == "passthrough" => fs.passthrough = true,
             _ => return usage(),
         }
@@ -532,13 +528,11 @@ fn main() -> ExitCode {
     match fuse_wire::serve_with(fs, &mountpoint, &mount, session) {
         Ok(report) => {
             if let Some(path) = stats {
-                let json = report.stats.to_json();
-                let extra = format!(
-                    "{{\"live_nodes\": {}, \"open_files\": {}, ",
-                    counts.live_nodes(),
-                    counts.open_files()
-                );
-                if let Err(e) = std::fs::write(&path, json.replacen('{', &extra, 1)) {
+                let counts = [
+                    ("live_nodes", counts.live_nodes() as u64),
+                    ("open_files", counts.open_files() as u64),
+                ];
+                if let Err(e) = std::fs::write(&path, report.stats.to_json_with(&counts)) {
                     eprintln!("pathfs: {}: {e}", path.display());
                 }
             }

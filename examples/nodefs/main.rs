@@ -15,7 +15,7 @@
 mod tree;
 
 use fuse_wire::node::{NodeFs, NodeOptions};
-use fuse_wire::session::{SessionConfig, Transport};
+use fuse_wire::session::SessionConfig;
 use fuse_wire::{MountOptions, serve_with};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,27 +43,19 @@ fn main() -> ExitCode {
     mount.default_permissions = true;
     mount.fsname.get_or_insert_with(|| "nodefs".into());
     let mut session = SessionConfig::default();
-    for o in ours {
-        match o.split_once('=') {
-            Some(("threads", n)) if n.parse::<usize>().is_ok_and(|n| n > 0) => {
-                session.workers = n.parse().unwrap_or(1)
-            }
-            None if o == "uring" => session.transport = Transport::Uring,
-            _ => return usage(),
-        }
+    if !ours.iter().all(|o| session.take_option(o)) {
+        return usage();
     }
     let fs = NodeFs::with_options(tree::root(), NodeOptions::default());
     let counts = fs.clone();
     match serve_with(fs, &mountpoint, &mount, session) {
         Ok(report) => {
             if let Some(path) = stats {
-                let json = report.stats.to_json();
-                let extra = format!(
-                    "{{\"live_nodes\": {}, \"open_files\": {}, ",
-                    counts.live_nodes(),
-                    counts.open_files()
-                );
-                if let Err(e) = std::fs::write(&path, json.replacen('{', &extra, 1)) {
+                let counts = [
+                    ("live_nodes", counts.live_nodes() as u64),
+                    ("open_files", counts.open_files() as u64),
+                ];
+                if let Err(e) = std::fs::write(&path, report.stats.to_json_with(&counts)) {
                     eprintln!("nodefs: {}: {e}", path.display());
                 }
             }

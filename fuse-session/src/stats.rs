@@ -197,7 +197,23 @@ impl Stats {
     /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...},
     /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...], "spliced_writes": N}}`.
     pub fn to_json(&self) -> String {
-        let mut s = String::from("{\"ops\": {");
+        self.to_json_with(&[])
+    }
+
+    /// As [`Stats::to_json`], with the caller's own numbers first (e.g. a
+    /// layer's live nodes, for a daemon's statistics file). The names are
+    /// written as given (no escaping).
+    ///
+    /// ```
+    /// let json = fuse_session::Stats::default().to_json_with(&[("live_nodes", 1), ("open_files", 0)]);
+    /// assert!(json.starts_with("{\"live_nodes\": 1, \"open_files\": 0, \"ops\": {}, \"transport\": {"), "{json}");
+    /// ```
+    pub fn to_json_with(&self, first: &[(&str, u64)]) -> String {
+        let mut s = String::from("{");
+        for (name, n) in first {
+            s.push_str(&format!("\"{name}\": {n}, "));
+        }
+        s.push_str("\"ops\": {");
         for (i, (name, o)) in self.ops.iter().enumerate() {
             if i > 0 {
                 s.push_str(", ");
