@@ -463,26 +463,77 @@ fn serve(
     (fs, guard, session.spawn().expect("spawn"))
 }
 
+/// A session with one worker on `transport`.
+fn one_worker(transport: Transport) -> SessionConfig {
+    SessionConfig {
+        workers: 1,
+        transport,
+        ..Default::default()
+    }
+}
+
+/// What a test holds while it runs: this file's lock, and `enable_uring`
+/// set as it wants (restored on drop, before the lock is released).
+struct Held {
+    _knob: KnobGuard,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// What [`start`] gives a test, in the order it binds them, so that they
+/// drop as a test's own locals did: the session first, then the mount,
+/// then what it [`Held`].
+type Started = (
+    Held,
+    PathBuf,
+    std::sync::Arc<TinyFs>,
+    MountGuard,
+    fuse_wire::session::RunningSession,
+    TransportInfo,
+);
+
+/// Takes the lock, sets the knob to `knob`, captures logs and serves a
+/// `TinyFs` at mountpoint `tag` with `config`, until the session reports
+/// its transport; `None` when the machine cannot (outside CI, where that
+/// fails).
+fn start(tag: &str, knob: bool, config: SessionConfig) -> Option<Started> {
+    let _serial = knob_lock();
+    if !require_uring_mount_capability() {
+        return None;
+    }
+    capture_logs();
+    let _knob = KnobGuard::set(knob);
+    let mp = mountpoint(tag);
+    let (fs, guard, running) = serve(&mp, config);
+    let info = wait_for_transport(running.handle());
+    Some((Held { _knob, _serial }, mp, fs, guard, running, info))
+}
+
+/// Unmounts and waits for the session to end, failing if its io_uring
+/// queue threads had to be stopped after the grace instead of ending by
+/// themselves.
+fn unmount_and_join(
+    guard: MountGuard,
+    running: fuse_wire::session::RunningSession,
+) -> fuse_wire::session::SessionReport {
+    let logs = log_len();
+    guard.unmount().expect("unmount");
+    let report = join_with_timeout(running).expect("session result");
+    let stopped = logged_since(logs, "io_uring queues still running");
+    assert!(
+        stopped.is_empty(),
+        "the queues did not end on unmount: {stopped:?}"
+    );
+    report
+}
+
 // ---------------------------------------------------------------- tests
 
 #[test]
 fn requests_are_served_over_the_rings() {
-    let _serial = knob_lock();
-    if !require_uring_mount_capability() {
+    let config = one_worker(Transport::Uring);
+    let Some((_held, mp, fs, guard, running, info)) = start("on", true, config) else {
         return;
-    }
-    capture_logs();
-    let _knob = KnobGuard::set(true);
-    let mp = mountpoint("on");
-    let (fs, guard, running) = serve(
-        &mp,
-        SessionConfig {
-            workers: 1,
-            transport: Transport::Uring,
-            ..Default::default()
-        },
-    );
-    let info = wait_for_transport(running.handle());
+    };
     let TransportInfo::Uring {
         queues,
         depth,
@@ -551,14 +602,7 @@ fn requests_are_served_over_the_rings() {
 
     // Unmount: the parked ring commands complete with ENOTCONN, the queue
     // threads end by themselves (not stopped after the grace), the session ends.
-    let logs = log_len();
-    guard.unmount().expect("unmount");
-    let report = join_with_timeout(running).expect("session result");
-    let stopped = logged_since(logs, "io_uring queues still running");
-    assert!(
-        stopped.is_empty(),
-        "the queues did not end on unmount: {stopped:?}"
-    );
+    let report = unmount_and_join(guard, running);
     assert!(report.transport.is_uring());
     assert!(report.stats.transport.uring >= t.uring);
     let _ = std::fs::remove_dir(&mp);
@@ -566,22 +610,10 @@ fn requests_are_served_over_the_rings() {
 
 #[test]
 fn knob_off_falls_back_to_dev_fuse_and_says_why() {
-    let _serial = knob_lock();
-    if !require_uring_mount_capability() {
+    let config = one_worker(Transport::Uring);
+    let Some((_held, mp, fs, guard, running, info)) = start("off", false, config) else {
         return;
-    }
-    capture_logs();
-    let _knob = KnobGuard::set(false);
-    let mp = mountpoint("off");
-    let (fs, guard, running) = serve(
-        &mp,
-        SessionConfig {
-            workers: 1,
-            transport: Transport::Uring,
-            ..Default::default()
-        },
-    );
-    let info = wait_for_transport(running.handle());
+    };
     assert_eq!(
         info,
         TransportInfo::DevFuse {
@@ -613,23 +645,13 @@ fn knob_off_falls_back_to_dev_fuse_and_says_why() {
 
 #[test]
 fn stop_ends_the_queue_threads_while_mounted() {
-    let _serial = knob_lock();
-    if !require_uring_mount_capability() {
+    let config = SessionConfig {
+        uring_queue_depth: 2,
+        ..one_worker(Transport::Auto)
+    };
+    let Some((_held, mp, fs, guard, running, info)) = start("stop", true, config) else {
         return;
-    }
-    capture_logs();
-    let _knob = KnobGuard::set(true);
-    let mp = mountpoint("stop");
-    let (fs, guard, running) = serve(
-        &mp,
-        SessionConfig {
-            workers: 1,
-            transport: Transport::Auto,
-            uring_queue_depth: 2,
-            ..Default::default()
-        },
-    );
-    let info = wait_for_transport(running.handle());
+    };
     assert!(matches!(info, TransportInfo::Uring { depth: 2, .. }), "{info}");
     std::fs::write(mp.join("x"), b"x").expect("write");
     assert!(fs.served("write", "uring") > 0);
@@ -690,22 +712,10 @@ impl Drop for Unblock<'_> {
 
 #[test]
 fn blocked_handlers_do_not_stall_their_queue() {
-    let _serial = knob_lock();
-    if !require_uring_mount_capability() {
+    let config = one_worker(Transport::Uring);
+    let Some((_held, mp, fs, guard, running, info)) = start("blocked", true, config) else {
         return;
-    }
-    capture_logs();
-    let _knob = KnobGuard::set(true);
-    let mp = mountpoint("blocked");
-    let (fs, guard, running) = serve(
-        &mp,
-        SessionConfig {
-            workers: 1,
-            transport: Transport::Uring,
-            ..Default::default()
-        },
-    );
-    let info = wait_for_transport(running.handle());
+    };
     let TransportInfo::Uring { depth, .. } = info else {
         panic!("expected the io_uring transport, got {info}");
     };
@@ -834,14 +844,7 @@ fn blocked_handlers_do_not_stall_their_queue() {
     drop(unblock);
 
     // Every thread of the queue ends on unmount, standbys included.
-    let logs = log_len();
-    guard.unmount().expect("unmount");
-    let report = join_with_timeout(running).expect("session result");
-    let stopped = logged_since(logs, "io_uring queues still running");
-    assert!(
-        stopped.is_empty(),
-        "the queues did not end on unmount: {stopped:?}"
-    );
+    let report = unmount_and_join(guard, running);
     assert_eq!(ring_threads(), 0, "ring threads outlived the session");
     assert!(report.transport.is_uring());
     let _ = std::fs::remove_dir(&mp);
