@@ -1390,7 +1390,7 @@ fn cases_for(op: Opcode, u: &mut Uniq) -> Vec<Case> {
             let x = target | 1;
             vec![case(
                 "INTERRUPT of nothing",
-                request(36, x, 0, &B::new().u64(target).done()),
+                interrupt(x, target),
                 &[],
                 err(x, libc::EAGAIN),
             )]
@@ -1684,6 +1684,56 @@ fn run_case(fake: &Fake<TestFs>, c: &Case) {
 }
 
 // ---------------------------------------------------------------------------
+// Scenario helpers
+// ---------------------------------------------------------------------------
+
+/// A session on a fresh [`TestFs`] with `config`, past INIT at 7.45.
+fn ready(config: SessionConfig) -> Fake<TestFs> {
+    let fake = Fake::start(TestFs::new(), config);
+    fake.init_ready(45, offer_745());
+    fake
+}
+
+/// LOOKUP of `name` in the root, unique `x`.
+fn lookup(x: u64, name: &str) -> Vec<u8> {
+    request(1, x, 1, &B::new().cstr(name).done())
+}
+
+/// GETATTR of node 5 (no file handle), unique `x`.
+fn getattr5(x: u64) -> Vec<u8> {
+    request(3, x, 5, &[0; 16])
+}
+
+/// INTERRUPT `x` of the request whose unique is `target`.
+fn interrupt(x: u64, target: u64) -> Vec<u8> {
+    request(36, x, 0, &B::new().u64(target).done())
+}
+
+/// Checks that a GETATTR of node 5 with unique `x` is answered now, with
+/// its exact attributes.
+fn assert_getattr5_served(fake: &Fake<TestFs>, what: &str, x: u64) {
+    assert_bytes(
+        what,
+        &fake.roundtrip(getattr5(x)),
+        &ok_reply(x, &attr_out_bytes(5)),
+    );
+}
+
+/// Sends LOOKUP "gate" with unique `x` and waits until `blocked` handlers
+/// (this one included) wait at the filesystem's gate.
+fn block_at_gate(fake: &Fake<TestFs>, x: u64, blocked: usize, what: &str) {
+    fake.send(lookup(x, "gate"));
+    wait_until(what, || fake.fs.count(|c| c.contains("name=gate")) == blocked);
+}
+
+/// Checks replies that may come in any order against `want`.
+fn assert_replies_in_any_order(what: &str, mut got: Vec<Vec<u8>>, mut want: Vec<Vec<u8>>) {
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{what}");
+}
+
+// ---------------------------------------------------------------------------
 // Dispatch of every opcode
 // ---------------------------------------------------------------------------
 
@@ -1887,7 +1937,7 @@ fn init_at_7_12_short_reply_and_old_layouts() {
     });
     // LOOKUP: the full 128-byte entry_out (minor >= 9).
     let x = 100;
-    let r = fake.roundtrip(request(1, x, 1, &B::new().cstr("hello").done()));
+    let r = fake.roundtrip(lookup(x, "hello"));
     assert_eq!(r.len(), 16 + 128);
     assert_bytes("LOOKUP at 7.12", &r, &ok_reply(x, &entry_bytes(10)));
     // CREATE with a 16-byte fuse_create_in (7.12 added the umask).
@@ -1943,7 +1993,7 @@ fn init_at_7_22_short_reply_and_splice_refused() {
         ],
     });
     let x = 100;
-    let r = fake.roundtrip(request(1, x, 1, &B::new().cstr("hello").done()));
+    let r = fake.roundtrip(lookup(x, "hello"));
     assert_eq!(r.len(), 16 + 128, "entry_out is 128 bytes since 7.9");
     assert_bytes("LOOKUP at 7.22", &r, &ok_reply(x, &entry_bytes(10)));
     let x = 102;
@@ -2070,11 +2120,7 @@ fn init_at_7_40_passthrough_granted() {
         refused: vec![],
     });
     let x = 100;
-    assert_bytes(
-        "GETATTR at 7.40",
-        &fake.roundtrip(request(3, x, 5, &B::new().zeros(16).done())),
-        &ok_reply(x, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "GETATTR at 7.40", x);
 }
 
 #[test]
@@ -2198,11 +2244,7 @@ fn init_newer_major_gets_our_major_then_a_second_init() {
     wait_until("negotiation", || fake.handle.negotiated().is_some());
     assert_eq!(fake.handle.negotiated().unwrap().minor, 45);
     let x = 10;
-    assert_bytes(
-        "GETATTR after the second INIT",
-        &fake.roundtrip(request(3, x, 5, &B::new().zeros(16).done())),
-        &ok_reply(x, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "GETATTR after the second INIT", x);
 }
 
 #[test]
@@ -2247,7 +2289,7 @@ fn requests_before_init_get_eio() {
     let fake = Fake::start(TestFs::new(), one_worker());
     assert_bytes(
         "LOOKUP before INIT",
-        &fake.roundtrip(request(1, 2, 1, &B::new().cstr("x").done())),
+        &fake.roundtrip(lookup(2, "x")),
         &err_reply(2, libc::EIO),
     );
     fake.send(request(2, 4, 1, &B::new().u64(1).done()));
@@ -2265,7 +2307,7 @@ fn requests_before_init_get_eio() {
     let x = 8;
     assert_bytes(
         "LOOKUP after INIT",
-        &fake.roundtrip(request(1, x, 1, &B::new().cstr("x").done())),
+        &fake.roundtrip(lookup(x, "x")),
         &ok_reply(x, &entry_bytes(10)),
     );
 }
@@ -2287,8 +2329,7 @@ fn filesystem_init_error_fails_the_session() {
 
 #[test]
 fn forgets_are_never_answered() {
-    let fake = Fake::start(TestFs::new(), SessionConfig::default());
-    fake.init_ready(45, offer_745());
+    let fake = ready(SessionConfig::default());
     fake.send(request(2, 10, 42, &B::new().u64(3).done()));
     let body = B::new()
         .u32(3)
@@ -2336,55 +2377,53 @@ fn two_workers() -> SessionConfig {
 
 #[test]
 fn interrupt_after_its_target() {
-    let fake = Fake::start(TestFs::new(), two_workers());
-    fake.init_ready(45, offer_745());
+    let fake = ready(two_workers());
+    // Sends LOOKUP `name` (unique `x`), waits for its handler to be under
+    // way (`running`), interrupts it (unique `x + 1`) and checks that
+    // only EINTR comes back and that the handler saw `seen`.
+    let interrupt_running = |x: u64, name: &str, running: &dyn Fn(&str) -> bool, seen: &str, what| {
+        fake.send(lookup(x, name));
+        wait_until(&format!("the {name} handler to be under way"), || {
+            fake.fs.count(|c| running(c)) == 1
+        });
+        fake.send(interrupt(x + 1, x));
+        assert_bytes(what, &fake.recv(), &err_reply(x, libc::EINTR));
+        fake.expect_silence("an INTERRUPT that found its target");
+        let calls = fake.fs.take();
+        assert!(calls.contains(&seen.to_string()), "{what}: {calls:?}");
+    };
 
     // The handler polls ctx.is_interrupted().
-    fake.send(request(1, 100, 1, &B::new().cstr("block-intr").done()));
-    wait_until("the handler to start", || {
-        fake.fs.count(|c| c.contains("name=block-intr")) == 1
-    });
-    fake.send(request(36, 101, 0, &B::new().u64(100).done()));
-    assert_bytes("interrupted LOOKUP", &fake.recv(), &err_reply(100, libc::EINTR));
-    fake.expect_silence("an INTERRUPT that found its target");
-    assert!(
-        fake.fs
-            .take()
-            .contains(&"block-intr interrupted=true".to_string())
+    let started = |c: &str| c.contains("name=block-intr");
+    interrupt_running(
+        100,
+        "block-intr",
+        &started,
+        "block-intr interrupted=true",
+        "interrupted LOOKUP",
     );
-
     // The handler registered a callback with ctx.on_interrupt.
-    fake.send(request(1, 102, 1, &B::new().cstr("cb-intr").done()));
-    wait_until("the handler to register its callback", || {
-        fake.fs.count(|c| c == "cb-intr registered") == 1
-    });
-    fake.send(request(36, 103, 0, &B::new().u64(102).done()));
-    assert_bytes(
-        "interrupted LOOKUP (callback)",
-        &fake.recv(),
-        &err_reply(102, libc::EINTR),
-    );
-    fake.expect_silence("an INTERRUPT that found its target");
-    assert!(fake.fs.take().contains(&"cb-intr callback=true".to_string()));
+    let registered = |c: &str| c == "cb-intr registered";
+    let what = "interrupted LOOKUP (callback)";
+    interrupt_running(102, "cb-intr", &registered, "cb-intr callback=true", what);
 }
 
 #[test]
 fn interrupt_before_its_target() {
-    let fake = Fake::start(TestFs::new(), two_workers());
-    fake.init_ready(45, offer_745());
+    let fake = ready(two_workers());
     assert_bytes(
         "INTERRUPT of a request not yet read",
-        &fake.roundtrip(request(36, 201, 0, &B::new().u64(200).done())),
+        &fake.roundtrip(interrupt(201, 200)),
         &err_reply(201, libc::EAGAIN),
     );
     assert_bytes(
         "the target starts interrupted",
-        &fake.roundtrip(request(1, 200, 1, &B::new().cstr("check-intr").done())),
+        &fake.roundtrip(lookup(200, "check-intr")),
         &err_reply(200, libc::EINTR),
     );
     assert_bytes(
         "another request is not interrupted",
-        &fake.roundtrip(request(1, 202, 1, &B::new().cstr("check-intr").done())),
+        &fake.roundtrip(lookup(202, "check-intr")),
         &err_reply(202, libc::ENOENT),
     );
     let calls: Vec<String> = fake
@@ -2405,51 +2444,31 @@ fn interrupt_before_its_target() {
 
 #[test]
 fn dropped_reply_and_panicking_handler_answer_eio() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
-    let lookup = |x: u64, name: &str| request(1, x, 1, &B::new().cstr(name).done());
-    assert_bytes(
-        "dropped reply",
-        &fake.roundtrip(lookup(10, "drop")),
-        &err_reply(10, libc::EIO),
-    );
-    assert_bytes(
-        "after a dropped reply",
-        &fake.roundtrip(lookup(12, "ok")),
-        &ok_reply(12, &entry_bytes(10)),
-    );
-    assert_bytes(
-        "panicking handler",
-        &fake.roundtrip(lookup(14, "panic")),
-        &err_reply(14, libc::EIO),
-    );
-    assert_bytes(
-        "after a panic",
-        &fake.roundtrip(lookup(16, "ok")),
-        &ok_reply(16, &entry_bytes(10)),
-    );
+    let fake = ready(one_worker());
+    for (what, x, name, want) in [
+        ("dropped reply", 10, "drop", err_reply(10, libc::EIO)),
+        ("after a dropped reply", 12, "ok", ok_reply(12, &entry_bytes(10))),
+        ("panicking handler", 14, "panic", err_reply(14, libc::EIO)),
+        ("after a panic", 16, "ok", ok_reply(16, &entry_bytes(10))),
+    ] {
+        assert_bytes(what, &fake.roundtrip(lookup(x, name)), &want);
+    }
     fake.expect_silence("nothing else");
 }
 
 #[test]
 fn a_reply_may_come_later_from_another_thread() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 10, 1, &B::new().cstr("later").done()));
+    let fake = ready(one_worker());
+    fake.send(lookup(10, "later"));
     // The only worker is free again: the next request is answered first.
-    assert_bytes(
-        "a request served meanwhile",
-        &fake.roundtrip(request(3, 12, 5, &[0; 16])),
-        &ok_reply(12, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "a request served meanwhile", 12);
     fake.fs.gate.open();
     assert_bytes("the late reply", &fake.recv(), &ok_reply(10, &entry_bytes(61)));
 }
 
 #[test]
 fn malformed_requests_get_errors_and_the_session_lives_on() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
+    let fake = ready(one_worker());
     // GETATTR with 8 of its 16 bytes.
     assert_bytes(
         "short body",
@@ -2498,11 +2517,7 @@ fn malformed_requests_get_errors_and_the_session_lives_on() {
         fake.fs.take().is_empty(),
         "nothing malformed reached the filesystem"
     );
-    assert_bytes(
-        "a good request afterwards",
-        &fake.roundtrip(request(3, 24, 5, &[0; 16])),
-        &ok_reply(24, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "a good request afterwards", 24);
 }
 
 // ---------------------------------------------------------------------------
@@ -2524,8 +2539,7 @@ fn notifications_before_init_are_not_ready() {
 
 #[test]
 fn notifications_have_exact_bytes() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
+    let fake = ready(one_worker());
     let n = fake.handle.notifier();
     let check = |what: &str, t: Result<fuse_wire::session::notify::Ticket, NotifyError>, want: Vec<u8>| {
         t.unwrap_or_else(|e| panic!("{what}: {e}")).wait().unwrap();
@@ -2590,8 +2604,7 @@ fn notifications_too_new_for_the_kernel() {
 
 #[test]
 fn retrieve_round_trip() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
+    let fake = ready(one_worker());
     let (ticket, rx) = fake.handle.notifier().retrieve(Inode(9), 4096, 100).unwrap();
     ticket.wait().unwrap();
     let got = fake.recv();
@@ -2630,18 +2643,13 @@ fn retrieve_round_trip() {
         }
     );
     fake.expect_silence("NOTIFY_REPLY");
-    assert_bytes(
-        "GETATTR after NOTIFY_REPLY",
-        &fake.roundtrip(request(3, 30, 5, &[0; 16])),
-        &ok_reply(30, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "GETATTR after NOTIFY_REPLY", 30);
 }
 
 #[test]
 fn notifier_inside_a_handler_does_not_deadlock() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 40, 1, &B::new().cstr("notify").done()));
+    let fake = ready(one_worker());
+    fake.send(lookup(40, "notify"));
     assert_bytes(
         "the handler's notification",
         &fake.recv(),
@@ -2810,13 +2818,12 @@ fn opcode_53_without_the_opt_in_or_at_7_45_is_copy_file_range_64() {
 
 #[test]
 fn statistics_count_requests_and_errors() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
+    let fake = ready(one_worker());
     for x in [10, 12, 14] {
-        fake.roundtrip(request(3, x, 5, &[0; 16]));
+        fake.roundtrip(getattr5(x));
     }
-    fake.roundtrip(request(1, 16, 1, &B::new().cstr("ok").done()));
-    fake.roundtrip(request(1, 18, 1, &B::new().cstr("enoent").done()));
+    fake.roundtrip(lookup(16, "ok"));
+    fake.roundtrip(lookup(18, "enoent"));
     fake.send(request(2, 20, 9, &B::new().u64(1).done()));
     fake.roundtrip(request(3, 22, 5, &[0; 8])); // malformed GETATTR
     fake.roundtrip(request(34, 24, 5, &B::new().u32(4).u32(0).done()));
@@ -2847,8 +2854,7 @@ fn splice_write_falls_back_to_reading_where_there_is_no_splice() {
         splice_write_min: 1,
         ..one_worker()
     };
-    let fake = Fake::start(TestFs::new(), cfg);
-    fake.init_ready(45, offer_745());
+    let fake = ready(cfg);
     let body = B::new()
         .u64(0x1234)
         .u64(4096)
@@ -2872,10 +2878,9 @@ fn splice_write_falls_back_to_reading_where_there_is_no_splice() {
 
 #[test]
 fn statistics_as_json() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    fake.init_ready(45, offer_745());
-    fake.roundtrip(request(3, 10, 5, &[0; 16]));
-    fake.roundtrip(request(1, 12, 1, &B::new().cstr("enoent").done()));
+    let fake = ready(one_worker());
+    fake.roundtrip(getattr5(10));
+    fake.roundtrip(lookup(12, "enoent"));
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(
         report.stats.to_json(),
@@ -2887,10 +2892,9 @@ fn statistics_as_json() {
 
 #[test]
 fn statistics_max_inflight_with_two_blocked_handlers() {
-    let fake = Fake::start(TestFs::new(), two_workers());
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 10, 1, &B::new().cstr("gate").done()));
-    fake.send(request(1, 12, 1, &B::new().cstr("gate").done()));
+    let fake = ready(two_workers());
+    fake.send(lookup(10, "gate"));
+    fake.send(lookup(12, "gate"));
     wait_until("both handlers to block", || {
         fake.fs.count(|c| c.contains("name=gate")) == 2
     });
@@ -2922,7 +2926,7 @@ fn unmount_ends_the_session_cleanly() {
         },
     );
     fake.init_ready(45, offer_745());
-    fake.roundtrip(request(3, 10, 5, &[0; 16]));
+    fake.roundtrip(getattr5(10));
     let report = fake.unmount_and_join().expect("a clean end");
     assert_eq!(report.workers_started, 3);
     assert_eq!(report.cloned_channels, 2);
@@ -2970,55 +2974,33 @@ fn destroy_then_unmount_with_several_workers_destroys_once() {
 
 #[test]
 fn workers_grow_while_handlers_are_stuck() {
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 3,
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    let gate = |x: u64| request(1, x, 1, &B::new().cstr("gate").done());
-    let getattr = |x: u64| request(3, x, 5, &[0; 16]);
-
-    fake.send(gate(100));
-    wait_until("the first handler to block", || {
-        fake.fs.count(|c| c.contains("name=gate")) == 1
+    let fake = ready(SessionConfig {
+        workers: 1,
+        max_workers: 3,
+        ..Default::default()
     });
-    assert_bytes(
-        "served while worker 1 is stuck",
-        &fake.roundtrip(getattr(102)),
-        &ok_reply(102, &attr_out_bytes(5)),
-    );
-    fake.send(gate(104));
-    wait_until("the second handler to block", || {
-        fake.fs.count(|c| c.contains("name=gate")) == 2
-    });
-    assert_bytes(
-        "served while workers 1 and 2 are stuck",
-        &fake.roundtrip(getattr(106)),
-        &ok_reply(106, &attr_out_bytes(5)),
-    );
-    fake.send(gate(108));
-    wait_until("the third handler to block", || {
-        fake.fs.count(|c| c.contains("name=gate")) == 3
-    });
+    // Each stuck handler leaves the next request to a new worker.
+    for (stuck, x) in [(1, 100), (2, 104)] {
+        block_at_gate(&fake, x, stuck, &format!("handler {stuck} to block"));
+        let what = format!("served while {stuck} worker(s) are stuck");
+        assert_getattr5_served(&fake, &what, x + 2);
+    }
+    block_at_gate(&fake, 108, 3, "handler 3 to block");
     // At max_workers, nothing more is served until a handler returns: the
     // reader beyond the cap queues it.
-    fake.send(getattr(110));
+    fake.send(getattr5(110));
     assert!(fake.recv_within(Duration::from_millis(300)).is_none());
     fake.fs.gate.open();
-    let mut got: Vec<Vec<u8>> = (0..4).map(|_| fake.recv()).collect();
-    got.sort();
-    let mut want = vec![
-        ok_reply(100, &entry_bytes(50)),
-        ok_reply(104, &entry_bytes(50)),
-        ok_reply(108, &entry_bytes(50)),
-        ok_reply(110, &attr_out_bytes(5)),
-    ];
-    want.sort();
-    assert_eq!(got, want);
+    assert_replies_in_any_order(
+        "the gates and the queued GETATTR",
+        (0..4).map(|_| fake.recv()).collect(),
+        vec![
+            ok_reply(100, &entry_bytes(50)),
+            ok_reply(104, &entry_bytes(50)),
+            ok_reply(108, &entry_bytes(50)),
+            ok_reply(110, &attr_out_bytes(5)),
+        ],
+    );
     let report = fake.unmount_and_join().unwrap();
     // Three workers, and the thread that kept reading beyond the cap.
     assert_eq!(report.workers_started, 4);
@@ -3029,13 +3011,12 @@ fn statistics_are_up_to_date_when_the_reply_arrives() {
     // The kernel sends each request only after the previous reply: at no
     // time are two in flight, whichever worker serves them, and a reply's
     // error is counted by the time the kernel has it.
-    let fake = Fake::start(TestFs::new(), two_workers());
-    fake.init_ready(45, offer_745());
+    let fake = ready(two_workers());
     for i in 0..300 {
         let x = 10 + 2 * i;
         assert_bytes(
             "sequential LOOKUP",
-            &fake.roundtrip(request(1, x, 1, &B::new().cstr("enoent").done())),
+            &fake.roundtrip(lookup(x, "enoent")),
             &err_reply(x, libc::ENOENT),
         );
         let live = fake.handle.stats().get(Opcode::Lookup);
@@ -3049,25 +3030,44 @@ fn statistics_are_up_to_date_when_the_reply_arrives() {
 // The pool: the reader beyond the cap, shrinking, deferred waits
 // ---------------------------------------------------------------------------
 
-#[test]
-fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 1,
-            grow_after: Duration::from_millis(10),
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
-    wait_until("the handler to block", || {
-        fake.fs.count(|c| c.contains("name=gate")) == 1
+/// A session with one worker at most, whose worker is stuck at the gate
+/// (LOOKUP 100), so that another thread has started to keep reading.
+fn stuck_at_the_cap() -> Fake<TestFs> {
+    let fake = ready(SessionConfig {
+        workers: 1,
+        max_workers: 1,
+        grow_after: Duration::from_millis(10),
+        ..Default::default()
     });
+    block_at_gate(&fake, 100, 1, "the handler to block");
     // The only worker is stuck: another thread starts to keep reading.
     wait_until("the reader beyond the cap", || fake.handle.workers() == 2);
-    fake.send(request(3, 102, 5, &[0; 16]));
+    fake
+}
+
+/// A pool of one to three workers that grew to three while two handlers
+/// were stuck at the gate (LOOKUPs 100 and 102), gate open again.
+fn grown_to_three(idle_timeout: Duration) -> Fake<TestFs> {
+    let fake = ready(SessionConfig {
+        workers: 1,
+        max_workers: 3,
+        grow_after: Duration::from_millis(10),
+        idle_timeout,
+        ..Default::default()
+    });
+    // The floor's only thread takes the first request and holds it.
+    fake.send(lookup(100, "gate"));
+    wait_until("a second worker", || fake.handle.workers() == 2);
+    fake.send(lookup(102, "gate"));
+    wait_until("a third worker", || fake.handle.workers() == 3);
+    fake.fs.gate.open();
+    fake
+}
+
+#[test]
+fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
+    let fake = stuck_at_the_cap();
+    fake.send(getattr5(102));
     assert!(
         fake.recv_within(Duration::from_millis(200)).is_none(),
         "a GETATTR was served beyond the cap"
@@ -3076,7 +3076,7 @@ fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
     wait_until("the FORGET to be applied at the cap", || {
         fake.fs.count(|c| c == "forget ino=9 nlookup=3") == 1
     });
-    fake.send(request(36, 106, 0, &B::new().u64(102).done()));
+    fake.send(interrupt(106, 102));
     assert_bytes(
         "the queued GETATTR, interrupted",
         &fake.recv(),
@@ -3100,57 +3100,28 @@ fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
 fn at_the_cap_an_interrupt_never_cancels_a_queued_release() {
     // The kernel sends RELEASE once: cancelled, the file would stay open in
     // the filesystem for good. It stays queued; the INTERRUPT gets EAGAIN.
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 1,
-            grow_after: Duration::from_millis(10),
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
-    wait_until("the handler to block", || {
-        fake.fs.count(|c| c.contains("name=gate")) == 1
-    });
-    wait_until("the reader beyond the cap", || fake.handle.workers() == 2);
+    let fake = stuck_at_the_cap();
     let release = B::new().u64(0x77).u32(0).u32(0).u64(0).done();
     fake.send(request(18, 102, 5, &release));
-    fake.send(request(36, 106, 0, &B::new().u64(102).done()));
+    fake.send(interrupt(106, 102));
     assert_bytes(
         "the INTERRUPT of the queued RELEASE",
         &fake.recv(),
         &err_reply(106, libc::EAGAIN),
     );
     fake.fs.gate.open();
-    let mut got = vec![fake.recv(), fake.recv()];
-    got.sort();
-    let mut want = vec![ok_reply(100, &entry_bytes(50)), ok_reply(102, &[])];
-    want.sort();
-    assert_eq!(got, want, "the gate, then the RELEASE, served");
+    assert_replies_in_any_order(
+        "the gate, then the RELEASE, served",
+        vec![fake.recv(), fake.recv()],
+        vec![ok_reply(100, &entry_bytes(50)), ok_reply(102, &[])],
+    );
     assert_eq!(fake.fs.count(|c| c.starts_with("release ino=5 fh=0x77")), 1);
     fake.expect_silence("nothing else");
 }
 
 #[test]
 fn workers_above_the_floor_end_after_the_idle_timeout() {
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 3,
-            grow_after: Duration::from_millis(10),
-            idle_timeout: Duration::from_millis(100),
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
-    wait_until("a second worker", || fake.handle.workers() == 2);
-    fake.send(request(1, 102, 1, &B::new().cstr("gate").done()));
-    wait_until("a third worker", || fake.handle.workers() == 3);
-    fake.fs.gate.open();
+    let fake = grown_to_three(Duration::from_millis(100));
     let mut got = vec![fake.recv(), fake.recv()];
     got.sort();
     assert_eq!(
@@ -3159,35 +3130,15 @@ fn workers_above_the_floor_end_after_the_idle_timeout() {
     );
     wait_until("the pool back at its floor", || fake.handle.workers() == 1);
     // The one left still serves.
-    assert_bytes(
-        "GETATTR after shrinking",
-        &fake.roundtrip(request(3, 104, 5, &[0; 16])),
-        &ok_reply(104, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "GETATTR after shrinking", 104);
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(report.workers_started, 3);
 }
 
 #[test]
 fn the_floor_threads_read_without_an_idle_timer() {
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 3,
-            grow_after: Duration::from_millis(10),
-            // Long: nobody retires during the test.
-            idle_timeout: Duration::from_secs(600),
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    // The floor's only thread takes the first request and holds it.
-    fake.send(request(1, 100, 1, &B::new().cstr("gate").done()));
-    wait_until("a second worker", || fake.handle.workers() == 2);
-    fake.send(request(1, 102, 1, &B::new().cstr("gate").done()));
-    wait_until("a third worker", || fake.handle.workers() == 3);
-    fake.fs.gate.open();
+    // Long: nobody retires during the test.
+    let fake = grown_to_three(Duration::from_secs(600));
     let reply = || {
         fake.kernel
             .recv(Duration::from_secs(10))
@@ -3220,18 +3171,14 @@ fn the_floor_threads_read_without_an_idle_timer() {
 
 #[test]
 fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
-    let fake = Fake::start(
-        TestFs::new(),
-        SessionConfig {
-            workers: 1,
-            max_workers: 1,
-            max_deferred_per_uid: 2,
-            track_inflight: true,
-            ..Default::default()
-        },
-    );
-    fake.init_ready(45, offer_745());
-    let deferred = |x: u64| request(1, x, 1, &B::new().cstr("deferred").done());
+    let fake = ready(SessionConfig {
+        workers: 1,
+        max_workers: 1,
+        max_deferred_per_uid: 2,
+        track_inflight: true,
+        ..Default::default()
+    });
+    let deferred = |x: u64| lookup(x, "deferred");
     fake.send(deferred(100));
     fake.send(deferred(102));
     wait_until("two waits deferred", || fake.fs.count(|c| c == "deferred") == 2);
@@ -3243,13 +3190,9 @@ fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
     );
     assert_eq!(fake.fs.count(|c| c == "deferred refused=PerUid"), 1);
     // The only worker is free for everything else.
-    assert_bytes(
-        "GETATTR while two waits are pending",
-        &fake.roundtrip(request(3, 106, 5, &[0; 16])),
-        &ok_reply(106, &attr_out_bytes(5)),
-    );
+    assert_getattr5_served(&fake, "GETATTR while two waits are pending", 106);
     // INTERRUPT reaches the deferred wait.
-    fake.send(request(36, 108, 0, &B::new().u64(100).done()));
+    fake.send(interrupt(108, 100));
     assert_bytes("the interrupted wait", &fake.recv(), &err_reply(100, libc::EINTR));
     fake.fs.gate.open();
     assert_bytes("the other wait", &fake.recv(), &ok_reply(102, &entry_bytes(51)));
