@@ -373,36 +373,6 @@ impl OpenModes {
     }
 }
 
-/// Answers GETXATTR or LISTXATTR with `value` as the kernel asks: its
-/// length when `size` is 0, `ERANGE` when it does not fit, else the bytes.
-pub(crate) fn reply_xattr(
-    reply: crate::reply::ReplyXattr,
-    size: u32,
-    value: Result<Vec<u8>, fuse_proto::Errno>,
-) {
-    match value {
-        Err(e) => reply.error(e),
-        Ok(v) if size == 0 => match u32::try_from(v.len()) {
-            Ok(n) => reply.size(n),
-            Err(_) => reply.error(fuse_proto::Errno::E2BIG),
-        },
-        Ok(v) if v.len() > size as usize => reply.error(fuse_proto::Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-    }
-}
-
-/// A name a request may carry for an entry of a directory: not empty, not
-/// "." or "..", without '/'. The kernel never sends others; a layer
-/// refuses them (`EINVAL`) before a filesystem sees them, so that a name
-/// can never step out of its directory (a path layer joins names).
-pub(crate) fn check_name(name: &std::ffi::CStr) -> Result<(), fuse_proto::Errno> {
-    match name.to_bytes() {
-        b"" | b"." | b".." => Err(fuse_proto::Errno::EINVAL),
-        n if n.contains(&b'/') => Err(fuse_proto::Errno::EINVAL),
-        _ => Ok(()),
-    }
-}
-
 /// The shard this thread allocates in next (rotating, starting at a
 /// per-thread place).
 fn thread_shard() -> usize {

@@ -1,10 +1,11 @@
 //! The request plumbing the node layer ([`crate::node`]) and the path layer
 //! ([`crate::path`]) share on top of their inode table and open-file table:
-//! finding a node id or file handle the kernel sent (`ESTALE`, `EBADF`
-//! with a log line when it is not held), attaching an open to its node's
-//! I/O mode and answering OPEN and CREATE with or without a backing file,
-//! the "." and ".." entries of a listing, and the session's notifier kept
-//! for the layers' invalidators.
+//! refusing names that could step out of a directory; finding a node id or
+//! file handle the kernel sent (`ESTALE`, `EBADF` with a log line when it
+//! is not held); answering GETXATTR and LISTXATTR by size; attaching an
+//! open to its node's I/O mode and answering OPEN and CREATE with or
+//! without a backing file; the "." and ".." entries of a listing; and the
+//! session's notifier, kept for the layers' invalidators.
 //!
 //! It knows neither layer: the layers hand it their tables and values.
 
@@ -12,10 +13,11 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::inodes::{HandleTable, InodeTable, OpenModes};
 use crate::notify::{Notifier, NotifyError};
-use crate::reply::{ReplyCreate, ReplyDirectory, ReplyOpen};
+use crate::reply::{ReplyCreate, ReplyDirectory, ReplyOpen, ReplyXattr};
 use crate::types::{Entry, FileHandle, Inode};
 use crate::{FileKind, FopenFlags};
 use fuse_proto::Errno;
+use std::ffi::CStr;
 use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -103,6 +105,32 @@ pub(crate) fn reply_create(reply: ReplyCreate, r: Result<(Entry, Stored), Errno>
             },
         )) => reply.created(&entry, fh, flags),
         Err(e) => reply.error(e),
+    }
+}
+
+/// Answers GETXATTR or LISTXATTR with `value` as the kernel asks: its
+/// length when `size` is 0, `ERANGE` when it does not fit, else the bytes.
+pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, value: Result<Vec<u8>, Errno>) {
+    match value {
+        Err(e) => reply.error(e),
+        Ok(v) if size == 0 => match u32::try_from(v.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        },
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+    }
+}
+
+/// A name a request may carry for an entry of a directory: not empty, not
+/// "." or "..", without '/'. The kernel never sends others; a layer
+/// refuses them (`EINVAL`) before a filesystem sees them, so that a name
+/// can never step out of its directory (a path layer joins names).
+pub(crate) fn check_name(name: &CStr) -> Result<(), Errno> {
+    match name.to_bytes() {
+        b"" | b"." | b".." => Err(Errno::EINVAL),
+        n if n.contains(&b'/') => Err(Errno::EINVAL),
+        _ => Ok(()),
     }
 }
 

@@ -91,8 +91,8 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
-use crate::layer::{NotifierSlot, Stored, lock};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::layer::{NotifierSlot, Stored, check_name, lock};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -835,11 +835,11 @@ impl Filesystem for NodeFs {
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
-        crate::inodes::reply_xattr(reply, size, self.node(ino).and_then(|n| n.getxattr(ctx, name)))
+        crate::layer::reply_xattr(reply, size, self.node(ino).and_then(|n| n.getxattr(ctx, name)))
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        crate::inodes::reply_xattr(reply, size, self.node(ino).and_then(|n| n.listxattr(ctx)))
+        crate::layer::reply_xattr(reply, size, self.node(ino).and_then(|n| n.listxattr(ctx)))
     }
 
     fn setxattr(

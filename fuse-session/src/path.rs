@@ -87,8 +87,8 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, check_name};
-use crate::layer::{NotifierSlot, Stored, lock};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::layer::{NotifierSlot, Stored, check_name, lock};
 use crate::notify::NotifyError;
 use crate::ops::*;
 use crate::reply::*;
@@ -1125,13 +1125,13 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let v = self
             .path(ino)
             .and_then(|p| self.shared.fs.getxattr(ctx, &p, name));
-        crate::inodes::reply_xattr(reply, size, v)
+        crate::layer::reply_xattr(reply, size, v)
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let _tree = self.shared.tree.read();
         let v = self.path(ino).and_then(|p| self.shared.fs.listxattr(ctx, &p));
-        crate::inodes::reply_xattr(reply, size, v)
+        crate::layer::reply_xattr(reply, size, v)
     }
 
     fn setxattr(
