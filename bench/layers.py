@@ -33,12 +33,14 @@ import argparse
 import json
 import math
 import os
-import select
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -112,12 +114,6 @@ class Daemon:
         self.log.close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of `pid`, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def mdtest(mnt: Path, pid: int, threads: int, seconds: float, max_files: int) -> tuple[dict, dict]:
     """Rates of the phases, and the daemon's CPU seconds over each (mdtest's
     --step handshake brackets every phase)."""
@@ -125,35 +121,17 @@ def mdtest(mnt: Path, pid: int, threads: int, seconds: float, max_files: int) ->
     work.mkdir()
     cmd = [str(TARGET / "release" / "mdtest"), "--dir", str(work), "--threads", str(threads),
            "--seconds", str(seconds), "--max-files", str(max_files), "--step"]
-    deadline = time.monotonic() + 120 + 20 * seconds
-    cpu, started = {}, 0.0
-    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cpu, started = {}, [0.0]
+
+    def on_step(when: str, name: str) -> None:
+        if when == "before":
+            started[0] = bench.cpu_seconds(pid) or 0.0
+        else:
+            cpu[name] = (bench.cpu_seconds(pid) or 0.0) - started[0]
     try:
-        pending = b""
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([p.stderr], [], [], left)[0]:
-                sys.exit(f"layers: mdtest on {mnt} did not finish in time")
-            chunk = os.read(p.stderr.fileno(), 4096)
-            if not chunk:
-                break
-            pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                words = line.decode(errors="replace").split()
-                if len(words) == 3 and words[0] == "mdtest-step":
-                    if words[1] == "before":
-                        started = cpu_seconds(pid)
-                    else:
-                        cpu[words[2]] = cpu_seconds(pid) - started
-                    p.stdin.write(b"\n")
-                    p.stdin.flush()
-        doc = json.loads(p.stdout.read())
-        p.wait(timeout=10)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        doc = json.loads(bench.run_stepped(cmd, on_step, 120 + 20 * seconds))
+    except subprocess.TimeoutExpired:
+        sys.exit(f"layers: mdtest on {mnt} did not finish in time")
     rates, costs = {}, {}
     for ph in doc["phases"]:
         if ph["name"] in PHASES:

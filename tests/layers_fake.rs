@@ -744,50 +744,27 @@ impl PathFilesystem for PathFlushChoice {
     }
 }
 
-/// The `fuse_open_out` of a CREATE reply: fh, open_flags, backing_id.
-fn created_open_out<F: Counted>(k: &Kernel<F>, name: &str) -> Vec<u8> {
-    let body = B::new()
-        .u32((libc::O_CREAT | libc::O_RDWR) as u32)
-        .u32(libc::S_IFREG | 0o644)
-        .u32(0)
-        .u32(0)
-        .name(name)
-        .done();
-    let (err, b) = k.call(CREATE, 1, &body);
-    assert_eq!(err, 0, "CREATE {name} failed");
-    b[128..].to_vec()
+/// Checks the `fuse_open_out` (fh, open_flags, backing_id) of CREATE
+/// replies: NOFLUSH by default, no flags for a file that asks for FLUSH.
+fn expect_flush_choice<F: Counted>(k: &Kernel<F>, layer: &str) {
+    const NOFLUSH: u32 = 1 << 5;
+    for (name, flags) in [("plain", NOFLUSH), ("flushed", 0)] {
+        let body = B::new()
+            .u32((libc::O_CREAT | libc::O_RDWR) as u32)
+            .u32(libc::S_IFREG | 0o644)
+            .u32(0)
+            .u32(0)
+            .name(name)
+            .done();
+        let (err, b) = k.call(CREATE, 1, &body);
+        assert_eq!(err, 0, "{layer}: CREATE {name} failed");
+        let want = B::new().u64(u64_at(&b, 128)).u32(flags).u32(0).done();
+        assert_eq!(b[128..], want[..], "{layer}: open flags of {name}");
+    }
 }
 
 #[test]
 fn layer_files_are_opened_without_flush_unless_they_ask_for_it() {
-    const NOFLUSH: u32 = 1 << 5;
-    let open_out = |fh: u64, flags: u32| B::new().u64(fh).u32(flags).u32(0).done();
-
-    let k = Kernel::start(Arc::new(FlushChoice));
-    let plain = created_open_out(&k, "plain");
-    assert_eq!(
-        plain,
-        open_out(u64_at(&plain, 0), NOFLUSH),
-        "node layer, default open"
-    );
-    let flushed = created_open_out(&k, "flushed");
-    assert_eq!(
-        flushed,
-        open_out(u64_at(&flushed, 0), 0),
-        "node layer, with_flush"
-    );
-
-    let k = Kernel::serve(PathFs::new(PathFlushChoice));
-    let plain = created_open_out(&k, "plain");
-    assert_eq!(
-        plain,
-        open_out(u64_at(&plain, 0), NOFLUSH),
-        "path layer, default open"
-    );
-    let flushed = created_open_out(&k, "flushed");
-    assert_eq!(
-        flushed,
-        open_out(u64_at(&flushed, 0), 0),
-        "path layer, with_flush"
-    );
+    expect_flush_choice(&Kernel::start(Arc::new(FlushChoice)), "node layer");
+    expect_flush_choice(&Kernel::serve(PathFs::new(PathFlushChoice)), "path layer");
 }
