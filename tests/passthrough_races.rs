@@ -14,6 +14,12 @@
 //! - a regular file: opened (not created) by the daemon, as the caller (a
 //!   caller the file's mode refuses gets `EACCES`).
 //!
+//! Without a negative entry the same happens when the name appears
+//! between the kernel's LOOKUP and its CREATE: a race, run many times
+//! against `passthrough_ll` and `pathfs` (the path layer's mirror), in
+//! which no open may fail with `EIO` (the kernel refusing a CREATE answered
+//! with a FIFO's attributes) or `ELOOP`.
+//!
 //! In none of these cases does the daemon hold a descriptor of the node
 //! other than an `O_PATH` one. The daemon runs with one worker
 //! (`threads=1,max_threads=1`), so a worker stuck in an open stops it.
@@ -69,18 +75,29 @@ fn bounded<T: Send + 'static>(
     what: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
+    bounded_for(STEP, d, fifos, what, f)
+}
+
+/// [`bounded`] with a deadline of `limit`.
+fn bounded_for<T: Send + 'static>(
+    limit: Duration,
+    d: &mut Daemon,
+    fifos: &[&Path],
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         let r = f();
         let _ = tx.send(());
         r
     });
-    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(STEP) {
+    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
         let wchans = daemon_wchans(d);
         release(d, fifos);
         let _ = rx.recv_timeout(STEP);
         panic!(
-            "{what}: no answer within {STEP:?}; the daemon's threads were waiting in {wchans:?}; \
+            "{what}: no answer within {limit:?}; the daemon's threads were waiting in {wchans:?}; \
              output:\n{}",
             d.output_tail()
         );
@@ -371,4 +388,90 @@ fn create_over_regular_file_opens_it() {
     assert_eq!(fs::read(&secret_src).expect("read the secret file"), b"root's");
     let exit = d.finish();
     assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// How many opens [`race_fifo_with_create`] makes.
+const RACE_OPENS: usize = 20_000;
+
+/// Opens through the mount (`O_CREAT | O_RDWR | O_NONBLOCK`) a name that a
+/// thread of the test keeps making and removing as a FIFO in the source,
+/// and removes through the mount whatever the open found (so that the next
+/// open asks LOOKUP and CREATE again), [`RACE_OPENS`] times. Each open
+/// gives the FIFO, a new regular file, `ENOENT` or `ESTALE` (the kernel's
+/// second walk lost the race too); an unfixed daemon gave `EIO` thousands
+/// of times.
+fn race_fifo_with_create(fs: Fs) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let mut d = Daemon::start(fs);
+    let src = d.source.clone().expect("a mirror has a source").join("x");
+    let mnt = d.mnt.join("x");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, flag) = (src.clone(), stop.clone());
+    let racer = std::thread::spawn(move || {
+        let c = cpath(&s);
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: `c` is a NUL-terminated path that outlives the calls.
+            unsafe {
+                libc::mkfifo(c.as_ptr(), 0o666);
+                libc::unlink(c.as_ptr());
+            }
+        }
+    });
+    let m = mnt.clone();
+    let counts = bounded_for(
+        Duration::from_secs(120),
+        &mut d,
+        &[&src, &mnt],
+        "opens raced with a FIFO appearing in the source",
+        move || {
+            let mut counts = std::collections::BTreeMap::<String, usize>::new();
+            for _ in 0..RACE_OPENS {
+                let outcome = match open(&m, libc::O_CREAT | libc::O_RDWR | libc::O_NONBLOCK, 0o644) {
+                    Ok(fd) => match fstat(&fd).map(|st| kind(&st)) {
+                        Ok(libc::S_IFIFO) => "fifo".to_string(),
+                        Ok(libc::S_IFREG) => "regular".to_string(),
+                        Ok(k) => format!("mode {k:o}"),
+                        Err(e) => format!("fstat {}", errno_name(e)),
+                    },
+                    Err(e) => errno_name(e),
+                };
+                // SAFETY: `c` is a NUL-terminated path that outlives the call.
+                unsafe { libc::unlink(cpath(&m).as_ptr()) };
+                *counts.entry(outcome).or_default() += 1;
+            }
+            counts
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().expect("racer thread");
+    let bad: Vec<_> = counts
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "fifo" | "regular" | "ENOENT" | "ESTALE"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{}: unexpected outcomes {bad:?} (all: {counts:?})",
+        d.label()
+    );
+    let opens = daemon_opens_of(&d, &src);
+    assert!(
+        opens.is_empty(),
+        "{}: the daemon opened the FIFO itself: {opens:?}",
+        d.label()
+    );
+    eprintln!("{}: {counts:?}", d.label());
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+#[test]
+fn race_fifo_with_create_passthrough() {
+    race_fifo_with_create(Fs::Passthrough(""));
+}
+
+#[test]
+fn race_fifo_with_create_pathfs() {
+    race_fifo_with_create(Fs::Pathfs(""));
 }
