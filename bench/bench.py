@@ -342,6 +342,40 @@ class Daemon:
         self.log.close()
 
 
+def run_stepped(cmd: list[str], on_step, timeout: float) -> str:
+    """Runs mdtest with `--step` in `cmd`: calls `on_step("before"|"after",
+    PHASE)` at each handshake, then lets it go on. Returns its stdout; raises
+    TimeoutExpired after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    # mdtest prints its JSON (a few KiB, well within a pipe) only at the end:
+    # follow stderr until it closes, then read stdout.
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        pending = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([p.stderr], [], [], left)[0]:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            chunk = os.read(p.stderr.fileno(), 4096)
+            if not chunk:
+                break
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                words = line.decode(errors="replace").split()
+                if len(words) == 3 and words[0] == "mdtest-step":
+                    on_step(words[1], words[2])
+                    p.stdin.write(b"\n")
+                    p.stdin.flush()
+        out = p.stdout.read()
+        p.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return out.decode(errors="replace")
+
+
 def read_json(path: Path):
     try:
         return json.loads(path.read_text())
@@ -693,42 +727,18 @@ class Suite:
         `--step` handshake on stderr/stdin). Returns mdtest's stdout."""
         if not meter:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
-        deadline = time.monotonic() + timeout * 4
-        # mdtest prints its JSON (a few KiB, well within a pipe) only at the end:
-        # follow stderr until it closes, then read stdout.
-        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def on_step(when: str, name: str) -> None:
+            wid = name if name.startswith("ls_") else f"md_{name}_t{threads}"
+            if when == "before":
+                meter.start()
+            else:
+                costs[wid] = meter.stop()
         try:
-            pending = b""
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([p.stderr], [], [], left)[0]:
-                    raise subprocess.TimeoutExpired(cmd, timeout)
-                chunk = os.read(p.stderr.fileno(), 4096)
-                if not chunk:
-                    break
-                pending += chunk
-                while b"\n" in pending:
-                    line, pending = pending.split(b"\n", 1)
-                    words = line.decode(errors="replace").split()
-                    if len(words) != 3 or words[0] != "mdtest-step":
-                        continue
-                    name = words[2]
-                    wid = name if name.startswith("ls_") else f"md_{name}_t{threads}"
-                    if words[1] == "before":
-                        meter.start()
-                    else:
-                        costs[wid] = meter.stop()
-                    p.stdin.write(b"\n")
-                    p.stdin.flush()
-            out = p.stdout.read()
-            p.wait(timeout=max(deadline - time.monotonic(), 1))
+            return run_stepped(cmd, on_step, timeout * 4)
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
             if meter.counter:
                 meter.counter.close()
-        return out.decode(errors="replace")
 
     def bonnie_run(self, root: Path, vals: dict, errs: dict, costs: dict, meter: Meter | None) -> None:
         """bonnie++'s file tests (no data tests: -s0): create, stat and delete

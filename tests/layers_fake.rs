@@ -686,3 +686,85 @@ fn a_path_filesystem_invalidates_its_own_paths_from_inside_a_method() {
     }
     k.fake.expect_silence("after the two lookups");
 }
+
+// ---- FLUSH only where a file asks for it ----
+
+/// A directory whose CREATE makes a file that asks for FLUSH when its name
+/// starts with "flushed".
+struct FlushChoice;
+impl Node for FlushChoice {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+    }
+    fn create(
+        &self,
+        _: &RequestContext<'_>,
+        name: &CStr,
+        _: fuse_wire::CreateRequest,
+    ) -> Result<(NodeRef, fuse_wire::node::Opened), Errno> {
+        let opened = fuse_wire::node::Opened::new(NoIo);
+        let opened = match name.to_bytes().starts_with(b"flushed") {
+            true => opened.with_flush(),
+            false => opened,
+        };
+        Ok((Arc::new(Leaf), opened))
+    }
+}
+struct NoIo;
+impl fuse_wire::node::OpenFile for NoIo {}
+
+/// The same for the path layer.
+struct PathFlushChoice;
+impl PathFilesystem for PathFlushChoice {
+    type File = ();
+    fn getattr(
+        &self,
+        _: &RequestContext<'_>,
+        path: Option<&std::path::Path>,
+        _: Option<&()>,
+    ) -> Result<FileAttr, Errno> {
+        let kind = match path.map(|p| p.as_os_str() == "/") {
+            Some(true) => FileKind::Directory,
+            _ => FileKind::RegularFile,
+        };
+        Ok(FileAttr::new(0, kind, 0o644))
+    }
+    fn create(
+        &self,
+        _: &RequestContext<'_>,
+        path: &std::path::Path,
+        _: fuse_wire::CreateRequest,
+    ) -> Result<(FileAttr, fuse_wire::path::PathOpened<()>), Errno> {
+        let opened = fuse_wire::path::PathOpened::new(());
+        let flushed = path
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"flushed"));
+        let opened = if flushed { opened.with_flush() } else { opened };
+        Ok((FileAttr::new(0, FileKind::RegularFile, 0o644), opened))
+    }
+}
+
+/// Checks the `fuse_open_out` (fh, open_flags, backing_id) of CREATE
+/// replies: NOFLUSH by default, no flags for a file that asks for FLUSH.
+fn expect_flush_choice<F: Counted>(k: &Kernel<F>, layer: &str) {
+    const NOFLUSH: u32 = 1 << 5;
+    for (name, flags) in [("plain", NOFLUSH), ("flushed", 0)] {
+        let body = B::new()
+            .u32((libc::O_CREAT | libc::O_RDWR) as u32)
+            .u32(libc::S_IFREG | 0o644)
+            .u32(0)
+            .u32(0)
+            .name(name)
+            .done();
+        let (err, b) = k.call(CREATE, 1, &body);
+        assert_eq!(err, 0, "{layer}: CREATE {name} failed");
+        let want = B::new().u64(u64_at(&b, 128)).u32(flags).u32(0).done();
+        assert_eq!(b[128..], want[..], "{layer}: open flags of {name}");
+    }
+}
+
+#[test]
+fn layer_files_are_opened_without_flush_unless_they_ask_for_it() {
+    expect_flush_choice(&Kernel::start(Arc::new(FlushChoice)), "node layer");
+    expect_flush_choice(&Kernel::serve(PathFs::new(PathFlushChoice)), "path layer");
+}

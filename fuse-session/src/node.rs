@@ -283,7 +283,10 @@ pub trait OpenFile: Any + Send + Sync {
         Err(Errno::EINVAL)
     }
 
-    /// FLUSH (each `close(2)`): its error is what `close` returns.
+    /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
+    /// only for files opened [`Opened::with_flush`] (and, with writeback
+    /// caching, for every file: the kernel then writes dirty pages back on
+    /// close); for the others the kernel skips the round trip.
     fn flush(&self, ctx: &RequestContext<'_>, lock_owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, lock_owner);
         Ok(())
@@ -337,13 +340,23 @@ pub struct Opened {
 }
 
 impl Opened {
-    /// `file`, no flags, no backing file.
+    /// `file`, no backing file, flags `NOFLUSH` only: closing it sends no
+    /// FLUSH (see [`Opened::with_flush`]).
     pub fn new(file: impl OpenFile) -> Opened {
         Opened {
             file: Box::new(file),
-            flags: FopenFlags::empty(),
+            flags: FopenFlags::NOFLUSH,
             backing: None,
         }
+    }
+
+    /// Have the kernel send FLUSH at every `close(2)` of this file, for an
+    /// [`OpenFile::flush`] that reports errors at close (data written back
+    /// to a server) or drops the closing owner's locks. Without it, a close
+    /// costs no round trip.
+    pub fn with_flush(mut self) -> Opened {
+        self.flags.remove(FopenFlags::NOFLUSH);
+        self
     }
 
     /// With `flags` added.

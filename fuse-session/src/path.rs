@@ -243,7 +243,10 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::EINVAL)
     }
 
-    /// FLUSH (each `close(2)`).
+    /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
+    /// only for files opened [`PathOpened::with_flush`] (and, with
+    /// writeback caching, for every file); for the others the kernel skips
+    /// the round trip.
     fn flush(&self, ctx: &RequestContext<'_>, file: &Self::File, owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, file, owner);
         Ok(())
@@ -378,13 +381,22 @@ pub struct PathOpened<F> {
 }
 
 impl<F> PathOpened<F> {
-    /// `file`, no flags, no backing file.
+    /// `file`, no backing file, flags `NOFLUSH` only: closing it sends no
+    /// FLUSH (see [`PathOpened::with_flush`]).
     pub fn new(file: F) -> Self {
         PathOpened {
             file,
-            flags: FopenFlags::empty(),
+            flags: FopenFlags::NOFLUSH,
             backing: None,
         }
+    }
+
+    /// Have the kernel send FLUSH at every `close(2)` of this file, for a
+    /// [`PathFilesystem::flush`] that reports errors at close or drops the
+    /// closing owner's locks. Without it, a close costs no round trip.
+    pub fn with_flush(mut self) -> Self {
+        self.flags.remove(FopenFlags::NOFLUSH);
+        self
     }
 
     /// With `flags` added.
