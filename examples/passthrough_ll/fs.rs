@@ -562,7 +562,7 @@ impl PassthroughFs {
     /// is then revalidated by a LOOKUP, and the kernel opens the FIFO or
     /// device itself (or follows the symbolic link, or refuses the
     /// directory) as on any filesystem. A file removed in between is
-    /// retried.
+    /// retried, a few times (then `ESTALE` too).
     fn open_at(&self, parent: &Arc<InodeData>, name: &CStr, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
         let create = flags & libc::O_CREAT != 0;
@@ -599,7 +599,8 @@ impl PassthroughFs {
             )?;
             return Ok((fd, false));
         }
-        Err(err(libc::EAGAIN))
+        // The name keeps appearing and vanishing: the kernel walks again.
+        Err(stale())
     }
 
     /// Registers the open `fd` (created or not) as an inode and a handle,
