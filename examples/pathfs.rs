@@ -103,20 +103,13 @@ impl Mirror {
         self.source.join(path.strip_prefix("/").unwrap_or(path))
     }
 
-    /// The attributes of a new node, given to the caller when we are root.
     /// The attributes of a new node, given to the caller when we are root
     /// (its group stays the directory's in a set-group-ID directory).
     fn created(&self, ctx: &RequestContext<'_>, real: &Path) -> Result<FileAttr, Errno> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let m = std::fs::symlink_metadata(real)?;
-        let sgid_dir = real
-            .parent()
-            .and_then(|p| p.metadata().ok())
-            .is_some_and(|d| d.mode() & 0o2000 != 0);
-        let gid = if sgid_dir { m.gid() } else { ctx.gid() };
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 && (m.uid(), m.gid()) != (ctx.uid(), gid) {
-            std::os::unix::fs::lchown(real, Some(ctx.uid()), Some(gid))?;
+        if let Some((uid, gid)) = self.new_owner(ctx, real, &m) {
+            std::os::unix::fs::lchown(real, Some(uid), Some(gid))?;
             if !m.is_symlink() && m.mode() & 0o6000 != 0 {
                 // chown cleared the set-ID bits the creator asked for.
                 std::fs::set_permissions(real, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
@@ -125,28 +118,68 @@ impl Mirror {
         Ok(FileAttr::from(&std::fs::symlink_metadata(real)?))
     }
 
-    fn open_real(
-        &self,
-        ctx: &RequestContext<'_>,
-        real: &Path,
-        flags: i32,
-        mode: u32,
-    ) -> Result<PathOpened<File>, Errno> {
+    /// [`Self::created`] for the file just created at `real` and open as
+    /// `file`: changed through the descriptor, whatever becomes of the name.
+    fn created_file(&self, ctx: &RequestContext<'_>, real: &Path, file: &File) -> Result<FileAttr, Errno> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let m = file.metadata()?;
+        if let Some((uid, gid)) = self.new_owner(ctx, real, &m) {
+            std::os::unix::fs::fchown(file, Some(uid), Some(gid))?;
+            if m.mode() & 0o6000 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+            }
+        }
+        Ok(FileAttr::from(&file.metadata()?))
+    }
+
+    /// The owner to give the new node `real` (attributes `m`), if it must
+    /// change: the caller, when we are root.
+    fn new_owner(&self, ctx: &RequestContext<'_>, real: &Path, m: &std::fs::Metadata) -> Option<(u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        let sgid_dir = real
+            .parent()
+            .and_then(|p| p.metadata().ok())
+            .is_some_and(|d| d.mode() & 0o2000 != 0);
+        let gid = if sgid_dir { m.gid() } else { ctx.gid() };
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        (root && (m.uid(), m.gid()) != (ctx.uid(), gid)).then_some((ctx.uid(), gid))
+    }
+
+    /// `open(real, flags, mode)`, as a `File`.
+    fn open_path(real: &Path, flags: i32, mode: u32) -> Result<File, Errno> {
         let c = cpath(real)?;
-        // Never blocks in open(2): the kernel opens fifos and devices
-        // itself, so only a misbehaving request names one; O_NONBLOCK is
-        // cleared again unless asked for.
         // SAFETY: a valid C string; the fd returned is owned by the File below.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC, mode) };
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
         check(fd)?;
         // SAFETY: `fd` was just opened and is owned by nobody else.
-        let file = unsafe { File::from_raw_fd(fd) };
-        if flags & libc::O_NONBLOCK == 0 {
-            // SAFETY: plain fcntl on an fd we hold.
-            check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Opens the regular file at `real` with `flags`. The kernel sends OPEN
+    /// for regular files only, but the name may have been replaced in the
+    /// source behind the mount's back, by a FIFO (whose open blocks), a
+    /// device node (whose open acts on the device) or a symbolic link
+    /// (which leads anywhere, and we may be root). So the name is opened
+    /// `O_PATH | O_NOFOLLOW` (which opens nothing), checked, and reopened
+    /// through `/proc/self/fd/N`, that same inode. Anything but a regular
+    /// file is answered `ESTALE`: the kernel then looks the name up again
+    /// and opens what it finds itself.
+    fn open_regular(real: &Path, flags: i32) -> Result<File, Errno> {
+        let path = Self::open_path(real, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        if !path.metadata()?.file_type().is_file() {
+            return Err(Errno::ESTALE);
         }
+        let proc = format!("/proc/self/fd/{}", path.as_raw_fd());
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
+        Self::open_path(Path::new(&proc), flags, 0)
+    }
+
+    /// `file` as an open file of the layer, with a backing file in
+    /// passthrough mode.
+    fn opened(&self, ctx: &RequestContext<'_>, file: File) -> PathOpened<File> {
         if !self.passthrough {
-            return Ok(PathOpened::new(file));
+            return PathOpened::new(file);
         }
         // The backing file serves every open of the inode (the layer keeps
         // the first): open it for reading and writing when allowed.
@@ -156,10 +189,10 @@ impl Mirror {
             .or_else(|_| File::open(&proc))
             .ok()
             .and_then(|b| ctx.open_backing(b.as_fd()).ok());
-        Ok(match backing {
+        match backing {
             Some(b) => PathOpened::new(file).passthrough(b),
             None => PathOpened::new(file),
-        })
+        }
     }
 }
 
@@ -318,9 +351,18 @@ impl PathFilesystem for Mirror {
         path: &Path,
         flags: OpenFlags,
     ) -> Result<PathOpened<File>, Errno> {
-        self.open_real(ctx, &self.real(path), flags.bits() & !libc::O_NOFOLLOW, 0)
+        let file = Self::open_regular(&self.real(path), flags.bits())?;
+        Ok(self.opened(ctx, file))
     }
 
+    /// Creates the file with `O_EXCL` (and `O_NOFOLLOW`), whatever the
+    /// caller asked: the kernel sends CREATE for a name it believes
+    /// missing, and has checked only the caller's right to create in the
+    /// directory. A name that exists after all (made in the source behind
+    /// the mount's back) is not opened here, where we may be root and it
+    /// may be anything: unless the caller asked for `O_EXCL`, `ESTALE`
+    /// makes the kernel look the name up again and open what it finds
+    /// with its own checks.
     fn create(
         &self,
         ctx: &RequestContext<'_>,
@@ -328,8 +370,17 @@ impl PathFilesystem for Mirror {
         req: CreateRequest,
     ) -> Result<(FileAttr, PathOpened<File>), Errno> {
         let real = self.real(path);
-        let opened = self.open_real(ctx, &real, req.flags.bits() | libc::O_CREAT, req.mode)?;
-        Ok((self.created(ctx, &real)?, opened))
+        let flags = req.flags.bits();
+        let file = match Self::open_path(
+            &real,
+            flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            req.mode,
+        ) {
+            Ok(file) => file,
+            Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => return Err(Errno::ESTALE),
+            Err(e) => return Err(e),
+        };
+        Ok((self.created_file(ctx, &real, &file)?, self.opened(ctx, file)))
     }
 
     fn read(&self, _: &RequestContext<'_>, file: &File, req: ReadRequest, reply: ReplyData) {

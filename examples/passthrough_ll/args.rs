@@ -63,6 +63,9 @@ filesystem options (-o):
                        entry/attribute timeouts 0 / 1 s / 86400 s; never opens
                        with DIRECT_IO, always with KEEP_CACHE (default auto)
     timeout=SECS       entry/attribute timeout (overrides cache's)
+    negative_timeout=SECS
+                       how long the kernel may cache that a name does not exist
+                       (default 0: every miss is looked up again)
     writeback, no_writeback   kernel writeback cache (default off)
     xattr, no_xattr    extended attributes and POSIX ACLs (default off); with
                        default_permissions the kernel checks the ACLs too
@@ -205,6 +208,15 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                     return Err(format!("timeout={t}: out of range"));
                 }
                 timeout = Some(t);
+            }
+            "negative_timeout" => {
+                let t: f64 = value()?
+                    .parse()
+                    .map_err(|_| format!("negative_timeout={}: not a number of seconds", v.unwrap_or("")))?;
+                if !(0.0..=1e9).contains(&t) {
+                    return Err(format!("negative_timeout={t}: out of range"));
+                }
+                fs.negative_timeout = Duration::from_secs_f64(t);
             }
             "writeback" => fs.writeback = flag(true)?,
             "no_writeback" => fs.writeback = flag(false)?,
@@ -424,6 +436,10 @@ mod tests {
         assert_eq!(a.fs.timeout, Duration::from_millis(2500));
         assert!(run(&["-o", "cache=sometimes", "/m"]).is_err());
         assert!(run(&["-o", "timeout=x", "/m"]).is_err());
+        assert_eq!(run(&["/m"]).unwrap().fs.negative_timeout, Duration::ZERO);
+        let a = run(&["-o", "negative_timeout=30", "/m"]).unwrap();
+        assert_eq!(a.fs.negative_timeout, Duration::from_secs(30));
+        assert!(run(&["-o", "negative_timeout=-1", "/m"]).is_err());
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct FsOptions {
     pub cache: Cache,
     /// Entry and attribute timeout.
     pub timeout: Duration,
+    /// How long the kernel may cache a name's absence (`negative_timeout=`).
+    pub negative_timeout: Duration,
     pub writeback: bool,
     pub xattr: bool,
     pub flock: bool,
@@ -63,6 +65,7 @@ impl Default for FsOptions {
         Self {
             cache: Cache::Auto,
             timeout: Duration::from_secs(1),
+            negative_timeout: Duration::ZERO,
             writeback: false,
             xattr: false,
             flock: false,
@@ -226,6 +229,18 @@ impl PassthroughFs {
         } else {
             Duration::ZERO
         }
+    }
+
+    /// How long the kernel may cache that a name is missing in `parent`
+    /// (`None`: not at all), by the rule of [`Self::child_ttl`]: below a
+    /// directory that not everyone may search, each walk is asked again.
+    fn negative_ttl(&self, parent: Inode) -> Option<Duration> {
+        let ttl = self.opts.negative_timeout;
+        if ttl.is_zero() {
+            return None;
+        }
+        let dir = self.inode(parent).ok()?;
+        (self.opts.default_permissions || self.searchable_by_all(&dir)).then_some(ttl)
     }
 
     /// Whether everyone may search `dir` (remembered until a chmod or ACL
@@ -531,16 +546,29 @@ impl PassthroughFs {
         }
     }
 
-    /// Lookup + open (+ create) for CREATE, atomic open and TMPFILE.
+    /// Lookup + open (+ create) for CREATE and atomic open.
+    ///
+    /// Creating with `O_EXCL` tells exactly whether this call created the
+    /// file. A name that exists is never opened by name: it may be anything
+    /// someone put in the source behind the mount's back (the kernel sends
+    /// CREATE for a name it believes missing), and opening a FIFO blocks
+    /// this worker until a writer or reader comes, opening a device node
+    /// acts on the device. So the name is first opened `O_PATH` (which
+    /// opens nothing), and only a regular file (or, for an atomic open
+    /// without `O_CREAT`, a directory) is reopened, through
+    /// `/proc/self/fd/N`: that same inode, whatever happens to the name
+    /// meanwhile. Anything else is answered `ESTALE`, on which the kernel
+    /// walks the path again with `LOOKUP_REVAL`: its cached negative entry
+    /// is then revalidated by a LOOKUP, and the kernel opens the FIFO or
+    /// device itself (or follows the symbolic link, or refuses the
+    /// directory) as on any filesystem. A file removed in between is
+    /// retried, a few times (then `ESTALE` too).
     fn open_at(&self, parent: &Arc<InodeData>, name: &CStr, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
         let oflags = self.source_flags(flags) | libc::O_NOFOLLOW;
         let create = flags & libc::O_CREAT != 0;
         let exclusive = flags & libc::O_EXCL != 0;
         let pfd = self.fd(parent)?;
         let dir = Dir::Fd(pfd.as_fd());
-        // Creating with O_EXCL tells exactly whether this call created the
-        // file; an existing one is then opened without O_CREAT. A file
-        // removed in between is retried.
         for _ in 0..8 {
             if create {
                 match sys::openat(dir, name, oflags | libc::O_CREAT | libc::O_EXCL, mode) {
@@ -549,13 +577,30 @@ impl PassthroughFs {
                     Err(e) => return Err(e),
                 }
             }
-            match sys::openat(dir, name, oflags, 0) {
-                Ok(fd) => return Ok((fd, false)),
+            let path_fd = match sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+                Ok(fd) => fd,
                 Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => continue,
                 Err(e) => return Err(e),
+            };
+            let kind = sys::stat_fd(path_fd.as_fd())?.st_mode & libc::S_IFMT;
+            if kind != libc::S_IFREG && (create || kind != libc::S_IFDIR) {
+                log::debug!(
+                    "open of {name:?}: not a regular file (mode {kind:o}); the kernel looks it up again"
+                );
+                return Err(stale());
             }
+            // The magic link is what O_NOFOLLOW would refuse; it leads to
+            // the inode just checked, never elsewhere.
+            let fd = sys::openat(
+                Dir::Cwd,
+                &proc_path(path_fd.as_fd()),
+                oflags & !libc::O_NOFOLLOW,
+                0,
+            )?;
+            return Ok((fd, false));
         }
-        Err(err(libc::EAGAIN))
+        // The name keeps appearing and vanishing: the kernel walks again.
+        Err(stale())
     }
 
     /// Registers the open `fd` (created or not) as an inode and a handle,
@@ -1682,7 +1727,13 @@ impl Filesystem for PassthroughFs {
     }
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        reply.result(self.lookup_entry(ctx, parent, name));
+        match self.lookup_entry(ctx, parent, name) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match self.negative_ttl(parent) {
+                Some(ttl) => reply.negative(ttl),
+                None => reply.io_error(&e),
+            },
+            r => reply.result(r),
+        }
     }
 
     fn forget(&self, _ctx: &RequestContext<'_>, ino: Inode, nlookup: u64) {

@@ -1,0 +1,477 @@
+//! Names that change in the source directory behind `passthrough_ll`'s
+//! back, on real mounts: the kernel holds a negative entry for a name
+//! (`-o negative_timeout=`), something else appears under that name in the
+//! source, and a caller opens the name with `O_CREAT` through the mount, so
+//! the kernel sends CREATE for a name that now exists. The daemon must
+//! never open what it finds unless it is a regular file:
+//!
+//! - a FIFO: the caller gets the FIFO, opened by the kernel (a blocking
+//!   writer waits for a reader in the kernel, not in a daemon worker, and
+//!   the daemon keeps answering meanwhile);
+//! - a character device (1:3, as `/dev/null`): opened by the kernel, on a
+//!   mount with `dev`;
+//! - a symbolic link: followed by the kernel, as on any filesystem;
+//! - a regular file: opened (not created) by the daemon, as the caller (a
+//!   caller the file's mode refuses gets `EACCES`).
+//!
+//! Without a negative entry the same happens when the name appears
+//! between the kernel's LOOKUP and its CREATE: a race, run many times
+//! against `passthrough_ll` and `pathfs` (the path layer's mirror), in
+//! which no open may fail with `EIO` (the kernel refusing a CREATE answered
+//! with a FIFO's attributes) or `ELOOP`.
+//!
+//! In none of these cases does the daemon hold a descriptor of the node
+//! other than an `O_PATH` one. The daemon runs with one worker
+//! (`threads=1,max_threads=1`), so a worker stuck in an open stops it.
+//! Every step has a deadline; on timeout the test releases the FIFO, aborts
+//! its FUSE connection, kills its daemon and fails saying what it waited for.
+//!
+//! Needs root and `/dev/fuse` (skips loudly without, fails under `CI=true`).
+
+mod common;
+mod posix_support;
+
+use posix_support::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long one step may take before the test gives up on it.
+const STEP: Duration = Duration::from_secs(10);
+
+const OPTS: &str = "negative_timeout=60,threads=1,max_threads=1,dev";
+
+/// Frees whatever a stuck step waits for: opens each of `fifos` for
+/// reading and writing (on threads of their own, which keep them open for
+/// a while), which releases every opener waiting on that FIFO (a FIFO
+/// reached through the mount is the kernel's own, apart from the source's
+/// one), then aborts the mount's FUSE connection and kills the daemon.
+fn release(d: &mut Daemon, fifos: &[&Path]) {
+    let (tx, rx) = mpsc::channel();
+    for f in fifos {
+        let (f, tx) = (f.to_path_buf(), tx.clone());
+        std::thread::spawn(move || {
+            let held = open(&f, libc::O_RDWR | libc::O_NONBLOCK, 0);
+            let _ = tx.send(());
+            std::thread::sleep(STEP);
+            drop(held);
+        });
+    }
+    for _ in fifos {
+        let _ = rx.recv_timeout(Duration::from_secs(2));
+    }
+    if let Err(e) = common::abort_fuse_connection(&d.mnt) {
+        eprintln!("aborting the FUSE connection of {}: {e}", d.mnt.display());
+    }
+    d.kill();
+}
+
+/// Runs `f` on a thread and waits at most [`STEP`] for it; on timeout
+/// releases everything (see [`release`]) and panics with `what`.
+fn bounded<T: Send + 'static>(
+    d: &mut Daemon,
+    fifos: &[&Path],
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    bounded_for(STEP, d, fifos, what, f)
+}
+
+/// [`bounded`] with a deadline of `limit`.
+fn bounded_for<T: Send + 'static>(
+    limit: Duration,
+    d: &mut Daemon,
+    fifos: &[&Path],
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let r = f();
+        let _ = tx.send(());
+        r
+    });
+    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+        let wchans = daemon_wchans(d);
+        release(d, fifos);
+        let _ = rx.recv_timeout(STEP);
+        panic!(
+            "{what}: no answer within {limit:?}; the daemon's threads were waiting in {wchans:?}; \
+             output:\n{}",
+            d.output_tail()
+        );
+    }
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Where each thread of the daemon sleeps in the kernel (`/proc/PID/task/*/wchan`).
+fn daemon_wchans(d: &Daemon) -> Vec<String> {
+    let Some(pid) = d.pid() else {
+        return Vec::new();
+    };
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| fs::read_to_string(e.path().join("wchan")).ok())
+        .collect()
+}
+
+/// The descriptors the daemon holds on `path` that are not `O_PATH` ones
+/// (`/proc/PID/fd` targets and `fdinfo` flags), as `fd flags` strings.
+fn daemon_opens_of(d: &Daemon, path: &Path) -> Vec<String> {
+    let Some(pid) = d.pid() else {
+        return Vec::new();
+    };
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| fs::read_link(e.path()).is_ok_and(|t| t == path))
+        .filter_map(|e| {
+            let fd = e.file_name().to_string_lossy().into_owned();
+            let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())?;
+            (flags & libc::O_PATH as u32 == 0).then(|| format!("fd {fd} flags {flags:o}"))
+        })
+        .collect()
+}
+
+/// A running daemon with the kernel holding a negative entry for `name`,
+/// which then appears in the source made by `make(source path)`.
+fn mount_with_negative_entry(name: &str, make: impl FnOnce(&Path)) -> Option<(Daemon, PathBuf, PathBuf)> {
+    if !common::require_mount_capability() {
+        return None;
+    }
+    let mut d = Daemon::start(Fs::Passthrough(OPTS));
+    let src = d.source.clone().expect("passthrough has a source").join(name);
+    let mnt = d.mnt.join(name);
+    let m = mnt.clone();
+    let missing = bounded(&mut d, &[], "the first lookup", move || stat(&m, false));
+    assert_eq!(
+        missing.err(),
+        Some(libc::ENOENT),
+        "{} exists before the test made it",
+        mnt.display()
+    );
+    make(&src);
+    Some((d, src, mnt))
+}
+
+fn mkfifo(p: &Path) {
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    let r = unsafe { libc::mkfifo(cpath(p).as_ptr(), 0o666) };
+    assert_eq!(r, 0, "mkfifo {}: {}", p.display(), errno_name(errno()));
+}
+
+fn kind(st: &libc::stat) -> u32 {
+    st.st_mode & libc::S_IFMT
+}
+
+/// `open(O_CREAT | O_RDWR)` of a name that is a FIFO in the source (an
+/// `O_RDWR` open of a FIFO never waits): the kernel opens the FIFO. An
+/// unfixed daemon opened it itself and answered with its attributes, which
+/// the kernel refuses for a CREATE (`EIO`).
+#[test]
+fn create_over_fifo_opens_the_fifo() {
+    let Some((mut d, src, mnt)) = mount_with_negative_entry("fifo", mkfifo) else {
+        return;
+    };
+    let m = mnt.clone();
+    let r = bounded(
+        &mut d,
+        &[&src, &mnt],
+        "open(O_CREAT | O_RDWR) of a FIFO",
+        move || {
+            let fd = open(&m, libc::O_CREAT | libc::O_RDWR, 0o644)?;
+            fstat(&fd)
+        },
+    );
+    let st = r.unwrap_or_else(|e| panic!("open(O_CREAT | O_RDWR) of {}: {}", mnt.display(), errno_name(e)));
+    assert_eq!(kind(&st), libc::S_IFIFO, "opened something else than the FIFO");
+    let opens = daemon_opens_of(&d, &src);
+    assert!(opens.is_empty(), "the daemon opened the FIFO itself: {opens:?}");
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// A blocking `open(O_CREAT | O_WRONLY)` of a name that is a FIFO in the
+/// source waits for a reader in the kernel's FIFO open, while the daemon
+/// (one worker) keeps answering; a reader then completes it. An unfixed
+/// daemon's only worker waited in the FIFO open itself, so the STATFS
+/// below found no one to answer it.
+#[test]
+fn create_over_fifo_leaves_the_daemon_responsive() {
+    let Some((mut d, src, mnt)) = mount_with_negative_entry("fifo", mkfifo) else {
+        return;
+    };
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let m = mnt.clone();
+    let writer = std::thread::spawn(move || {
+        // SAFETY: gettid(2) has no preconditions.
+        let _ = tid_tx.send(unsafe { libc::gettid() });
+        let fd = open(&m, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
+        fstat(&fd)
+    });
+    let tid = tid_rx.recv_timeout(STEP).expect("the writer thread starts");
+    // Until someone waits for a partner on the FIFO: the writer in the
+    // kernel (fixed), or the daemon's worker (unfixed). Without wchan
+    // support the deadline passes and the STATFS below still tells.
+    let wchan = format!("/proc/self/task/{tid}/wchan");
+    let deadline = Instant::now() + STEP;
+    while Instant::now() < deadline {
+        let writer_waits = fs::read_to_string(&wchan).is_ok_and(|w| w.contains("wait_for_partner"));
+        if writer_waits || daemon_wchans(&d).iter().any(|w| w.contains("wait_for_partner")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let m = d.mnt.clone();
+    bounded(
+        &mut d,
+        &[&src, &mnt],
+        "STATFS while a caller waits on the FIFO (the daemon is stuck opening it?)",
+        move || common::statfs_round_trip(&m),
+    );
+    // The reader that lets the writer's open complete: through the mount,
+    // the FIFO the writer waits on (the kernel's, not the source's).
+    let m = mnt.clone();
+    let reader = bounded(
+        &mut d,
+        &[&src, &mnt],
+        "open(O_RDONLY | O_NONBLOCK) of the FIFO",
+        move || open(&m, libc::O_RDONLY | libc::O_NONBLOCK, 0),
+    )
+    .unwrap_or_else(|e| panic!("open {} for reading: {}", mnt.display(), errno_name(e)));
+    let (done_tx, done_rx) = mpsc::channel();
+    let joiner = std::thread::spawn(move || {
+        let r = writer.join();
+        let _ = done_tx.send(());
+        r
+    });
+    if done_rx.recv_timeout(STEP).is_err() {
+        release(&mut d, &[&src, &mnt]);
+        let _ = done_rx.recv_timeout(STEP);
+        panic!("the writer's open did not complete within {STEP:?} of a reader opening the FIFO");
+    }
+    let r = joiner.join().expect("joiner").expect("writer thread");
+    let st = r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
+    assert_eq!(kind(&st), libc::S_IFIFO, "opened something else than the FIFO");
+    drop(reader);
+    let opens = daemon_opens_of(&d, &src);
+    assert!(opens.is_empty(), "the daemon opened the FIFO itself: {opens:?}");
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// A character device node (1:3, as `/dev/null`) under the name: opened by
+/// the kernel (the mount has `dev`), never by the daemon.
+#[test]
+fn create_over_device_node_opens_the_device() {
+    let Some((mut d, src, mnt)) = mount_with_negative_entry("null", |p| {
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let r = unsafe { libc::mknod(cpath(p).as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(r, 0, "mknod {}: {}", p.display(), errno_name(errno()));
+    }) else {
+        return;
+    };
+    let m = mnt.clone();
+    let r = bounded(
+        &mut d,
+        &[],
+        "open(O_CREAT | O_WRONLY) of a device node",
+        move || {
+            let fd = open(&m, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
+            Ok((fstat(&fd)?, write(&fd, b"x")?))
+        },
+    );
+    let (st, n) =
+        r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
+    assert_eq!(kind(&st), libc::S_IFCHR, "opened something else than the device");
+    assert_eq!(st.st_rdev, libc::makedev(1, 3));
+    assert_eq!(n, 1, "a write to the null device");
+    let opens = daemon_opens_of(&d, &src);
+    assert!(opens.is_empty(), "the daemon opened the device itself: {opens:?}");
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// A symbolic link to a regular file under the name: followed, as
+/// `open(O_CREAT)` without `O_NOFOLLOW` does on any filesystem (an unfixed
+/// daemon answered `ELOOP`).
+#[test]
+fn create_over_symlink_follows_it() {
+    let Some((mut d, src, mnt)) = mount_with_negative_entry("link", |p| {
+        fs::write(p.with_file_name("target"), b"").expect("write the link's target");
+        std::os::unix::fs::symlink("target", p).expect("symlink");
+    }) else {
+        return;
+    };
+    let m = mnt.clone();
+    let r = bounded(
+        &mut d,
+        &[],
+        "open(O_CREAT | O_WRONLY) of a symbolic link",
+        move || {
+            let fd = open(&m, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
+            write(&fd, b"through the link")
+        },
+    );
+    r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
+    let target = src.with_file_name("target");
+    assert_eq!(fs::read(&target).expect("read the target"), b"through the link");
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// A regular file under the name: opened, not created (its content stays
+/// until the caller writes), reached through the one inode the daemon
+/// checked.
+#[test]
+fn create_over_regular_file_opens_it() {
+    let Some((mut d, src, mnt)) = mount_with_negative_entry("file", |p| {
+        fs::write(p, b"already here").expect("write the file");
+    }) else {
+        return;
+    };
+    let m = mnt.clone();
+    let r = bounded(
+        &mut d,
+        &[],
+        "open(O_CREAT | O_RDWR) of a regular file",
+        move || {
+            let fd = open(&m, libc::O_CREAT | libc::O_RDWR, 0o644)?;
+            Ok((fstat(&fd)?, pread(&fd, 64, 0)?))
+        },
+    );
+    let (st, data) =
+        r.unwrap_or_else(|e| panic!("open(O_CREAT | O_RDWR) of {}: {}", mnt.display(), errno_name(e)));
+    assert_eq!(kind(&st), libc::S_IFREG);
+    assert_eq!(data, b"already here");
+    let m = mnt.clone();
+    let excl = bounded(
+        &mut d,
+        &[],
+        "open(O_CREAT | O_EXCL) of an existing file",
+        move || open(&m, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644).map(drop),
+    );
+    assert_eq!(excl.err(), Some(libc::EEXIST));
+    assert_eq!(fs::read(&src).expect("read the file"), b"already here");
+
+    // A file of root's, mode 0600, appears under a name the kernel holds
+    // negative; another user's open(O_CREAT) of it is refused by the mode.
+    let secret_mnt = d.mnt.join("secret");
+    let secret_src = src.with_file_name("secret");
+    let m = secret_mnt.clone();
+    let missing = bounded(&mut d, &[], "the lookup of a missing name", move || {
+        stat(&m, false)
+    });
+    assert_eq!(missing.err(), Some(libc::ENOENT));
+    fs::write(&secret_src, b"root's").expect("write the secret file");
+    set_mode(&secret_src, 0o600);
+    let m = secret_mnt.clone();
+    let other = bounded(
+        &mut d,
+        &[],
+        "another user's open(O_CREAT) of root's file",
+        move || {
+            as_user(NOBODY, NOGROUP, &[], || {
+                open(&m, libc::O_CREAT | libc::O_RDWR | libc::O_TRUNC, 0o666).map(drop)
+            })
+        },
+    );
+    assert_eq!(other.err(), Some(libc::EACCES), "nobody opened root's 0600 file");
+    assert_eq!(fs::read(&secret_src).expect("read the secret file"), b"root's");
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// How many opens [`race_fifo_with_create`] makes.
+const RACE_OPENS: usize = 20_000;
+
+/// Opens through the mount (`O_CREAT | O_RDWR | O_NONBLOCK`) a name that a
+/// thread of the test keeps making and removing as a FIFO in the source,
+/// and removes through the mount whatever the open found (so that the next
+/// open asks LOOKUP and CREATE again), [`RACE_OPENS`] times. Each open
+/// gives the FIFO, a new regular file, `ENOENT` or `ESTALE` (the kernel's
+/// second walk lost the race too); an unfixed daemon gave `EIO` thousands
+/// of times.
+fn race_fifo_with_create(fs: Fs) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let mut d = Daemon::start(fs);
+    let src = d.source.clone().expect("a mirror has a source").join("x");
+    let mnt = d.mnt.join("x");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, flag) = (src.clone(), stop.clone());
+    let racer = std::thread::spawn(move || {
+        let c = cpath(&s);
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: `c` is a NUL-terminated path that outlives the calls.
+            unsafe {
+                libc::mkfifo(c.as_ptr(), 0o666);
+                libc::unlink(c.as_ptr());
+            }
+        }
+    });
+    let m = mnt.clone();
+    let counts = bounded_for(
+        Duration::from_secs(120),
+        &mut d,
+        &[&src, &mnt],
+        "opens raced with a FIFO appearing in the source",
+        move || {
+            let mut counts = std::collections::BTreeMap::<String, usize>::new();
+            for _ in 0..RACE_OPENS {
+                let outcome = match open(&m, libc::O_CREAT | libc::O_RDWR | libc::O_NONBLOCK, 0o644) {
+                    Ok(fd) => match fstat(&fd).map(|st| kind(&st)) {
+                        Ok(libc::S_IFIFO) => "fifo".to_string(),
+                        Ok(libc::S_IFREG) => "regular".to_string(),
+                        Ok(k) => format!("mode {k:o}"),
+                        Err(e) => format!("fstat {}", errno_name(e)),
+                    },
+                    Err(e) => errno_name(e),
+                };
+                // SAFETY: `c` is a NUL-terminated path that outlives the call.
+                unsafe { libc::unlink(cpath(&m).as_ptr()) };
+                *counts.entry(outcome).or_default() += 1;
+            }
+            counts
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    racer.join().expect("racer thread");
+    let bad: Vec<_> = counts
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "fifo" | "regular" | "ENOENT" | "ESTALE"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{}: unexpected outcomes {bad:?} (all: {counts:?})",
+        d.label()
+    );
+    let opens = daemon_opens_of(&d, &src);
+    assert!(
+        opens.is_empty(),
+        "{}: the daemon opened the FIFO itself: {opens:?}",
+        d.label()
+    );
+    eprintln!("{}: {counts:?}", d.label());
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+#[test]
+fn race_fifo_with_create_passthrough() {
+    race_fifo_with_create(Fs::Passthrough(""));
+}
+
+#[test]
+fn race_fifo_with_create_pathfs() {
+    race_fifo_with_create(Fs::Pathfs(""));
+}
