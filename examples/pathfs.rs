@@ -13,11 +13,35 @@
 //! root. `passthrough` opens files in kernel passthrough mode when the
 //! kernel allows it. With `--stats FILE` it writes the session's statistics
 //! as JSON at exit, with `live_nodes` and `open_files`.
+//!
+//! The kernel checks a request against the node it knows, but pathfs acts
+//! on a name, which whoever can write the source directory may replace in
+//! between (by a symbolic link, or a hard link to any file, even one
+//! outside the source), and pathfs may be root. So, the rule here:
+//!
+//! - paths are resolved under the source by `openat2` with
+//!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: no symbolic link is followed,
+//!   in the middle of a path nor at its end;
+//! - what is changed is changed through an `O_PATH | O_NOFOLLOW`
+//!   descriptor of the node, checked first (`fchownat` with
+//!   `AT_EMPTY_PATH`; `chmod`, `truncate`, `link` and xattr calls on
+//!   `/proc/self/fd/N`, which is that same inode, a symbolic link itself);
+//! - a node just created is given to its caller only if it still is what
+//!   was created: of that file type, the daemon's own, singly linked (not
+//!   a hard link to another file);
+//! - a SETATTR, SETXATTR, REMOVEXATTR or LINK by name from a caller other
+//!   than root acts only on a node that caller owns (or, for a size, a
+//!   time set to now or a `user.*` attribute, may write by its mode bits;
+//!   for LINK, the `fs.protected_hardlinks` rule), as the kernel checked on
+//!   the node it knows: a name swapped for a hard link to someone else's
+//!   file is refused (`EPERM`). Groups the library cannot know, and ACLs,
+//!   count as no grant for these rechecks.
 
 use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
 use fuse_wire::proto::abi::Kstatfs;
 use fuse_wire::reply::ReplyData;
 use fuse_wire::session::SessionConfig;
+use fuse_wire::session::credentials;
 use fuse_wire::{
     CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, InitConfig, InitFlags, LseekRequest,
     MknodRequest, MountOptions, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest,
@@ -26,15 +50,24 @@ use fuse_wire::{
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub struct Mirror {
-    source: PathBuf,
+    /// The source directory (`O_PATH`), every name is resolved under it;
+    /// `None` if it could not be opened (every request fails).
+    source: Option<OwnedFd>,
     passthrough: bool,
+}
+
+/// A name in a directory of the source: the directory, opened without
+/// following symbolic links, and the last component (`.` for the root).
+struct At {
+    dir: File,
+    name: CString,
 }
 
 fn cpath(p: &Path) -> Result<CString, Errno> {
@@ -90,40 +123,128 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
     libc::timespec { tv_sec, tv_nsec }
 }
 
+/// `/proc/self/fd/N` for `fd`: the very inode `fd` refers to, even for an
+/// `O_PATH` descriptor of a symbolic link (the link itself, not followed).
+fn proc_path(fd: &impl AsRawFd) -> CString {
+    // A decimal number holds no NUL.
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
+}
+
+/// `openat(dir, name, flags, mode)`, as a `File`.
+fn open_at(dir: &impl AsRawFd, name: &CStr, flags: i32, mode: u32) -> Result<File, Errno> {
+    // SAFETY: a valid C string; the fd returned is owned by the File below.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    check(fd)?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
 impl Mirror {
     /// A mirror of `source` (without passthrough).
     pub fn new(source: PathBuf) -> Mirror {
+        let source = Self::open_path(&source, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .ok()
+            .map(OwnedFd::from);
         Mirror {
             source,
             passthrough: false,
         }
     }
 
-    fn real(&self, path: &Path) -> PathBuf {
-        self.source.join(path.strip_prefix("/").unwrap_or(path))
+    /// Opens `path` (relative to the source; empty for the source itself)
+    /// with `flags`, never following a symbolic link nor leaving the
+    /// source. A symbolic link at the end is opened itself with
+    /// `O_PATH | O_NOFOLLOW`, and refused (`ELOOP`) otherwise.
+    fn resolve(&self, rel: &Path, flags: i32) -> Result<File, Errno> {
+        let source = self.source.as_ref().ok_or(Errno::EIO)?;
+        let c = if rel.as_os_str().is_empty() {
+            c".".to_owned()
+        } else {
+            cpath(rel)?
+        };
+        // SAFETY: all-zero is a valid open_how (its fields are integers).
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (flags | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: a valid C string and open_how of the size given; the fd
+        // returned is owned by the File below.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                source.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        check(fd as libc::c_int)?;
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        Ok(unsafe { File::from_raw_fd(fd as libc::c_int) })
     }
 
-    /// The attributes of a new node, given to the caller when we are root
-    /// (its group stays the directory's in a set-group-ID directory).
-    fn created(&self, ctx: &RequestContext<'_>, real: &Path) -> Result<FileAttr, Errno> {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let m = std::fs::symlink_metadata(real)?;
-        if let Some((uid, gid)) = self.new_owner(ctx, real, &m) {
-            std::os::unix::fs::lchown(real, Some(uid), Some(gid))?;
-            if !m.is_symlink() && m.mode() & 0o6000 != 0 {
+    fn rel(path: &Path) -> &Path {
+        path.strip_prefix("/").unwrap_or(path)
+    }
+
+    /// The node at `path`, opened `O_PATH | O_NOFOLLOW` (see
+    /// [`Self::resolve`]).
+    fn node(&self, path: &Path) -> Result<File, Errno> {
+        self.resolve(Self::rel(path), libc::O_PATH | libc::O_NOFOLLOW)
+    }
+
+    /// The directory of `path` and its last component.
+    fn at(&self, path: &Path) -> Result<At, Errno> {
+        let rel = Self::rel(path);
+        let (parent, name) = match (rel.parent(), rel.file_name()) {
+            (Some(p), Some(n)) => (p, cpath(Path::new(n))?),
+            _ => (Path::new(""), c".".to_owned()),
+        };
+        Ok(At {
+            dir: self.resolve(parent, libc::O_PATH | libc::O_DIRECTORY)?,
+            name,
+        })
+    }
+
+    /// The attributes of a node just created as `kind` (`S_IFMT` bits) at
+    /// `at`, given to the caller when we are root (its group stays the
+    /// directory's in a set-group-ID directory). The node is opened
+    /// `O_PATH` and changed only if it still is the one created: of that
+    /// kind, the daemon's own and with no other link (not a name swapped in
+    /// the source meanwhile, for a hard link to a file elsewhere). Otherwise
+    /// `ESTALE`.
+    fn created(&self, ctx: &RequestContext<'_>, at: &At, kind: u32) -> Result<FileAttr, Errno> {
+        use std::os::unix::fs::MetadataExt;
+        let node = open_at(&at.dir, &at.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let m = node.metadata()?;
+        if let Some((uid, gid)) = self.new_owner(ctx, &at.dir, &m) {
+            let fresh = if kind == libc::S_IFDIR {
+                m.nlink() <= 2
+            } else {
+                m.nlink() == 1
+            };
+            // SAFETY: geteuid has no preconditions.
+            let ours = m.uid() == unsafe { libc::geteuid() };
+            if m.mode() & libc::S_IFMT != kind || !ours || !fresh {
+                return Err(Errno::ESTALE);
+            }
+            // SAFETY: an fd we hold and an empty C string, with AT_EMPTY_PATH.
+            check(unsafe { libc::fchownat(node.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })?;
+            if kind != libc::S_IFLNK && m.mode() & 0o6000 != 0 {
                 // chown cleared the set-ID bits the creator asked for.
-                std::fs::set_permissions(real, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+                let p = proc_path(&node);
+                // SAFETY: a valid C string (this very inode).
+                check(unsafe { libc::chmod(p.as_ptr(), m.mode() & 0o7777) })?;
             }
         }
-        Ok(FileAttr::from(&std::fs::symlink_metadata(real)?))
+        Ok(FileAttr::from(&node.metadata()?))
     }
 
-    /// [`Self::created`] for the file just created at `real` and open as
+    /// [`Self::created`] for the file just created in `dir` and open as
     /// `file`: changed through the descriptor, whatever becomes of the name.
-    fn created_file(&self, ctx: &RequestContext<'_>, real: &Path, file: &File) -> Result<FileAttr, Errno> {
+    fn created_file(&self, ctx: &RequestContext<'_>, dir: &File, file: &File) -> Result<FileAttr, Errno> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let m = file.metadata()?;
-        if let Some((uid, gid)) = self.new_owner(ctx, real, &m) {
+        if let Some((uid, gid)) = self.new_owner(ctx, dir, &m) {
             std::os::unix::fs::fchown(file, Some(uid), Some(gid))?;
             if m.mode() & 0o6000 != 0 {
                 file.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
@@ -132,18 +253,77 @@ impl Mirror {
         Ok(FileAttr::from(&file.metadata()?))
     }
 
-    /// The owner to give the new node `real` (attributes `m`), if it must
+    /// The owner to give a new node of `dir` (attributes `m`), if it must
     /// change: the caller, when we are root.
-    fn new_owner(&self, ctx: &RequestContext<'_>, real: &Path, m: &std::fs::Metadata) -> Option<(u32, u32)> {
+    fn new_owner(&self, ctx: &RequestContext<'_>, dir: &File, m: &std::fs::Metadata) -> Option<(u32, u32)> {
         use std::os::unix::fs::MetadataExt;
-        let sgid_dir = real
-            .parent()
-            .and_then(|p| p.metadata().ok())
-            .is_some_and(|d| d.mode() & 0o2000 != 0);
+        let sgid_dir = dir.metadata().is_ok_and(|d| d.mode() & 0o2000 != 0);
         let gid = if sgid_dir { m.gid() } else { ctx.gid() };
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         (root && (m.uid(), m.gid()) != (ctx.uid(), gid)).then_some((ctx.uid(), gid))
+    }
+
+    /// Whether the caller of `ctx` may change the node `m` by name as the
+    /// kernel allowed it on the node it knows: root may; others must own
+    /// it, or (`write`) may write it by its mode bits, or hold `cap`. A node
+    /// that fails this is not the one the kernel checked (a name swapped
+    /// for a hard link to someone else's file): `EPERM`.
+    fn may_change(
+        ctx: &RequestContext<'_>,
+        m: &std::fs::Metadata,
+        write: bool,
+        cap: u32,
+    ) -> Result<(), Errno> {
+        use std::os::unix::fs::MetadataExt;
+        if ctx.uid() == 0 || m.uid() == ctx.uid() {
+            return Ok(());
+        }
+        let caller = ctx.caller();
+        if write && (Self::mode_allows(ctx, m, 0o2) || caller.has_capability(credentials::cap::DAC_OVERRIDE))
+        {
+            return Ok(());
+        }
+        if caller.has_capability(cap) {
+            return Ok(());
+        }
+        Err(Errno::EPERM)
+    }
+
+    /// Whether the mode bits of `m` give the caller of `ctx` (who does not
+    /// own it) all of `bits` (`0o4` read, `0o2` write), from the group's
+    /// bits or the others'. Groups that cannot be known count as none.
+    fn mode_allows(ctx: &RequestContext<'_>, m: &std::fs::Metadata, bits: u32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let group = m.gid() == ctx.gid() || ctx.caller().in_group(m.gid());
+        let class = if group {
+            (m.mode() >> 3) & 0o7
+        } else {
+            m.mode() & 0o7
+        };
+        class & bits == bits
+    }
+
+    /// Whether the caller of `ctx` may make a new name for the node `m`:
+    /// the kernel's `fs.protected_hardlinks` rule, applied here whatever
+    /// that setting, since the node may not be the one the kernel checked.
+    /// Root may; others must own it, or it must be a regular file without
+    /// set-user-ID (nor executable set-group-ID) that they may read and
+    /// write.
+    fn may_link(ctx: &RequestContext<'_>, m: &std::fs::Metadata) -> Result<(), Errno> {
+        use std::os::unix::fs::MetadataExt;
+        let setid = m.mode() & 0o4000 != 0 || m.mode() & 0o2010 == 0o2010;
+        let ok = ctx.uid() == 0
+            || m.uid() == ctx.uid()
+            || (m.is_file() && !setid && Self::mode_allows(ctx, m, 0o6))
+            || ctx.caller().has_capability(credentials::cap::FOWNER);
+        if ok { Ok(()) } else { Err(Errno::EPERM) }
+    }
+
+    /// Whether a change to the extended attribute `name` needs the node's
+    /// owner: all but `user.*`, which need only write permission.
+    fn xattr_needs_owner(name: &CStr) -> bool {
+        !name.to_bytes().starts_with(b"user.")
     }
 
     /// `open(real, flags, mode)`, as a `File`.
@@ -156,7 +336,7 @@ impl Mirror {
         Ok(unsafe { File::from_raw_fd(fd) })
     }
 
-    /// Opens the regular file at `real` with `flags`. The kernel sends OPEN
+    /// Opens the regular file at `path` with `flags`. The kernel sends OPEN
     /// for regular files only, but the name may have been replaced in the
     /// source behind the mount's back, by a FIFO (whose open blocks), a
     /// device node (whose open acts on the device) or a symbolic link
@@ -165,8 +345,8 @@ impl Mirror {
     /// through `/proc/self/fd/N`, that same inode. Anything but a regular
     /// file is answered `ESTALE`: the kernel then looks the name up again
     /// and opens what it finds itself.
-    fn open_regular(real: &Path, flags: i32) -> Result<File, Errno> {
-        let path = Self::open_path(real, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+    fn open_regular(&self, path: &Path, flags: i32) -> Result<File, Errno> {
+        let path = self.node(path)?;
         if !path.metadata()?.file_type().is_file() {
             return Err(Errno::ESTALE);
         }
@@ -216,7 +396,7 @@ impl PathFilesystem for Mirror {
     ) -> Result<FileAttr, Errno> {
         let m = match (file, path) {
             (Some(f), _) => f.metadata()?,
-            (None, Some(p)) => std::fs::symlink_metadata(self.real(p))?,
+            (None, Some(p)) => self.node(p)?.metadata()?,
             (None, None) => return Err(Errno::ENOENT),
         };
         Ok(FileAttr::from(&m))
@@ -252,77 +432,145 @@ impl PathFilesystem for Mirror {
                 }
                 Ok(FileAttr::from(&f.metadata()?))
             }
-            // By name, never opening it (a fifo would block an open).
+            // By name, through an O_PATH descriptor of the node (never
+            // opening it: a fifo would block an open), checked first.
             (None, Some(p)) => {
-                let real = self.real(p);
-                let c = cpath(&real)?;
-                if let Some(perm) = req.perm {
-                    // SAFETY: a valid C string.
-                    check(unsafe {
-                        libc::fchmodat(
-                            libc::AT_FDCWD,
-                            c.as_ptr(),
-                            perm as libc::mode_t,
-                            libc::AT_SYMLINK_NOFOLLOW,
-                        )
-                    })?;
+                use credentials::cap;
+                let node = self.node(p)?;
+                let m = node.metadata()?;
+                let now = |t: Option<TimeOrNow>| matches!(t, None | Some(TimeOrNow::Now));
+                if req.perm.is_some() {
+                    Self::may_change(ctx, &m, false, cap::FOWNER)?;
                 }
                 if req.uid.is_some() || req.gid.is_some() {
-                    std::os::unix::fs::lchown(&real, req.uid, req.gid)?;
+                    Self::may_change(ctx, &m, false, cap::CHOWN)?;
                 }
-                if let Some(size) = req.size {
-                    // SAFETY: a valid C string.
-                    check(unsafe { libc::truncate(c.as_ptr(), size as i64) })?;
+                if req.size.is_some() {
+                    Self::may_change(ctx, &m, true, cap::DAC_OVERRIDE)?;
                 }
                 if times {
-                    // SAFETY: a valid C string and two timespecs.
+                    let touch = now(req.atime) && now(req.mtime);
+                    Self::may_change(ctx, &m, touch, cap::FOWNER)?;
+                }
+                let proc = proc_path(&node);
+                if let Some(perm) = req.perm {
+                    if m.file_type().is_symlink() {
+                        return Err(Errno::EOPNOTSUPP);
+                    }
+                    // SAFETY: a valid C string (this very inode).
+                    check(unsafe { libc::chmod(proc.as_ptr(), perm as libc::mode_t) })?;
+                }
+                if req.uid.is_some() || req.gid.is_some() {
+                    let (uid, gid) = (req.uid.unwrap_or(u32::MAX), req.gid.unwrap_or(u32::MAX));
+                    // SAFETY: an fd we hold and an empty C string, with AT_EMPTY_PATH.
                     check(unsafe {
-                        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+                        libc::fchownat(node.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH)
                     })?;
                 }
-                self.getattr(ctx, path, None)
+                if let Some(size) = req.size {
+                    if m.is_dir() {
+                        return Err(Errno::EISDIR);
+                    }
+                    if !m.is_file() {
+                        return Err(Errno::EINVAL);
+                    }
+                    // SAFETY: a valid C string (this very inode, a regular file).
+                    check(unsafe { libc::truncate(proc.as_ptr(), size as i64) })?;
+                }
+                if times {
+                    // SAFETY: an fd we hold, an empty C string with
+                    // AT_EMPTY_PATH and two timespecs.
+                    check(unsafe {
+                        libc::utimensat(node.as_raw_fd(), c"".as_ptr(), t.as_ptr(), libc::AT_EMPTY_PATH)
+                    })?;
+                }
+                Ok(FileAttr::from(&node.metadata()?))
             }
             (None, None) => Err(Errno::ENOENT),
         }
     }
 
     fn readlink(&self, _: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
-        Ok(std::fs::read_link(self.real(path))?.into_os_string().into_vec())
+        let at = self.at(path)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: an fd we hold, a valid C string and a buffer of the length given.
+        let n = unsafe {
+            libc::readlinkat(
+                at.dir.as_raw_fd(),
+                at.name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
     }
 
     fn mknod(&self, ctx: &RequestContext<'_>, path: &Path, req: MknodRequest) -> Result<FileAttr, Errno> {
-        let real = self.real(path);
-        let c = cpath(&real)?;
-        // SAFETY: a valid C string.
-        check(unsafe { libc::mknod(c.as_ptr(), req.mode as libc::mode_t, req.rdev as libc::dev_t) })?;
-        self.created(ctx, &real)
+        let at = self.at(path)?;
+        // SAFETY: an fd we hold and a valid C string.
+        check(unsafe {
+            libc::mknodat(
+                at.dir.as_raw_fd(),
+                at.name.as_ptr(),
+                req.mode as libc::mode_t,
+                req.rdev as libc::dev_t,
+            )
+        })?;
+        let kind = match req.mode & libc::S_IFMT {
+            0 => libc::S_IFREG,
+            k => k,
+        };
+        self.created(ctx, &at, kind)
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
-        let real = self.real(path);
-        let c = cpath(&real)?;
-        // SAFETY: a valid C string.
-        check(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })?;
-        self.created(ctx, &real)
+        let at = self.at(path)?;
+        // SAFETY: an fd we hold and a valid C string.
+        check(unsafe { libc::mkdirat(at.dir.as_raw_fd(), at.name.as_ptr(), mode as libc::mode_t) })?;
+        self.created(ctx, &at, libc::S_IFDIR)
     }
 
     fn symlink(&self, ctx: &RequestContext<'_>, path: &Path, target: &CStr) -> Result<FileAttr, Errno> {
-        let real = self.real(path);
-        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target.to_bytes()), &real)?;
-        self.created(ctx, &real)
+        let at = self.at(path)?;
+        // SAFETY: valid C strings and an fd we hold.
+        check(unsafe { libc::symlinkat(target.as_ptr(), at.dir.as_raw_fd(), at.name.as_ptr()) })?;
+        self.created(ctx, &at, libc::S_IFLNK)
     }
 
-    fn link(&self, _: &RequestContext<'_>, from: &Path, to: &Path) -> Result<FileAttr, Errno> {
-        std::fs::hard_link(self.real(from), self.real(to))?;
-        Ok(FileAttr::from(&std::fs::symlink_metadata(self.real(to))?))
+    /// Links the very node checked (through `/proc/self/fd/N` of its
+    /// `O_PATH` descriptor), not whatever the name has become.
+    fn link(&self, ctx: &RequestContext<'_>, from: &Path, to: &Path) -> Result<FileAttr, Errno> {
+        let (node, b) = (self.node(from)?, self.at(to)?);
+        Self::may_link(ctx, &node.metadata()?)?;
+        let p = proc_path(&node);
+        // SAFETY: valid C strings and an fd we hold; following the magic
+        // link gives the node itself, even a symbolic link.
+        check(unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                b.dir.as_raw_fd(),
+                b.name.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        })?;
+        Ok(FileAttr::from(&node.metadata()?))
     }
 
     fn unlink(&self, _: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
-        Ok(std::fs::remove_file(self.real(path))?)
+        let at = self.at(path)?;
+        // SAFETY: an fd we hold and a valid C string.
+        check(unsafe { libc::unlinkat(at.dir.as_raw_fd(), at.name.as_ptr(), 0) })
     }
 
     fn rmdir(&self, _: &RequestContext<'_>, path: &Path) -> Result<(), Errno> {
-        Ok(std::fs::remove_dir(self.real(path))?)
+        let at = self.at(path)?;
+        // SAFETY: an fd we hold and a valid C string.
+        check(unsafe { libc::unlinkat(at.dir.as_raw_fd(), at.name.as_ptr(), libc::AT_REMOVEDIR) })
     }
 
     fn rename(
@@ -332,14 +580,14 @@ impl PathFilesystem for Mirror {
         to: &Path,
         flags: RenameFlags,
     ) -> Result<(), Errno> {
-        let (a, b) = (cpath(&self.real(from))?, cpath(&self.real(to))?);
-        // SAFETY: valid C strings.
+        let (a, b) = (self.at(from)?, self.at(to)?);
+        // SAFETY: fds we hold and valid C strings.
         check(unsafe {
             libc::renameat2(
-                libc::AT_FDCWD,
-                a.as_ptr(),
-                libc::AT_FDCWD,
-                b.as_ptr(),
+                a.dir.as_raw_fd(),
+                a.name.as_ptr(),
+                b.dir.as_raw_fd(),
+                b.name.as_ptr(),
                 flags.bits(),
             )
         })
@@ -351,7 +599,7 @@ impl PathFilesystem for Mirror {
         path: &Path,
         flags: OpenFlags,
     ) -> Result<PathOpened<File>, Errno> {
-        let file = Self::open_regular(&self.real(path), flags.bits())?;
+        let file = self.open_regular(path, flags.bits())?;
         Ok(self.opened(ctx, file))
     }
 
@@ -369,10 +617,11 @@ impl PathFilesystem for Mirror {
         path: &Path,
         req: CreateRequest,
     ) -> Result<(FileAttr, PathOpened<File>), Errno> {
-        let real = self.real(path);
+        let at = self.at(path)?;
         let flags = req.flags.bits();
-        let file = match Self::open_path(
-            &real,
+        let file = match open_at(
+            &at.dir,
+            &at.name,
             flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             req.mode,
         ) {
@@ -380,7 +629,7 @@ impl PathFilesystem for Mirror {
             Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => return Err(Errno::ESTALE),
             Err(e) => return Err(e),
         };
-        Ok((self.created_file(ctx, &real, &file)?, self.opened(ctx, file)))
+        Ok((self.created_file(ctx, &at.dir, &file)?, self.opened(ctx, file)))
     }
 
     fn read(&self, _: &RequestContext<'_>, file: &File, req: ReadRequest, reply: ReplyData) {
@@ -408,12 +657,13 @@ impl PathFilesystem for Mirror {
         out: &mut PathDirFill<'_>,
     ) -> Result<(), Errno> {
         // The source's own cookies (telldir), stable while entries come and go.
-        let c = cpath(&self.real(path))?;
-        // SAFETY: a valid C string; the stream is closed below.
-        let dir = unsafe { libc::opendir(c.as_ptr()) };
+        let fd = self.resolve(Self::rel(path), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // SAFETY: an fd we own, given to the stream (closed with it below).
+        let dir = unsafe { libc::fdopendir(fd.as_raw_fd()) };
         if dir.is_null() {
             return Err(io::Error::last_os_error().into());
         }
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
         // SAFETY: `dir` is an open stream; `offset` is 0 or a cookie it gave.
         unsafe { libc::seekdir(dir, offset as libc::c_long) };
         loop {
@@ -476,29 +726,34 @@ impl PathFilesystem for Mirror {
     }
 
     fn getxattr(&self, _: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<Vec<u8>, Errno> {
-        let c = cpath(&self.real(path))?;
+        let node = self.node(path)?;
+        let c = proc_path(&node);
         // SAFETY: valid C strings and a buffer of the length given.
-        sized(|buf| unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+        sized(|buf| unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
     }
 
     fn listxattr(&self, _: &RequestContext<'_>, path: &Path) -> Result<Vec<u8>, Errno> {
-        let c = cpath(&self.real(path))?;
+        let node = self.node(path)?;
+        let c = proc_path(&node);
         // SAFETY: a valid C string and a buffer of the length given.
-        sized(|buf| unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+        sized(|buf| unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
     }
 
     fn setxattr(
         &self,
-        _: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         path: &Path,
         name: &CStr,
         value: &[u8],
         flags: i32,
     ) -> Result<(), Errno> {
-        let c = cpath(&self.real(path))?;
+        let node = self.node(path)?;
+        let write = !Self::xattr_needs_owner(name);
+        Self::may_change(ctx, &node.metadata()?, write, credentials::cap::FOWNER)?;
+        let c = proc_path(&node);
         // SAFETY: valid C strings and a value of the length given.
         check(unsafe {
-            libc::lsetxattr(
+            libc::setxattr(
                 c.as_ptr(),
                 name.as_ptr(),
                 value.as_ptr().cast(),
@@ -508,18 +763,21 @@ impl PathFilesystem for Mirror {
         })
     }
 
-    fn removexattr(&self, _: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<(), Errno> {
-        let c = cpath(&self.real(path))?;
+    fn removexattr(&self, ctx: &RequestContext<'_>, path: &Path, name: &CStr) -> Result<(), Errno> {
+        let node = self.node(path)?;
+        let write = !Self::xattr_needs_owner(name);
+        Self::may_change(ctx, &node.metadata()?, write, credentials::cap::FOWNER)?;
+        let c = proc_path(&node);
         // SAFETY: valid C strings.
-        check(unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) })
+        check(unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) })
     }
 
     fn statfs(&self, _: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
-        let c = cpath(&self.real(path))?;
+        let node = self.node(path)?;
         // SAFETY: all-zero is a valid statvfs.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid C string and a statvfs to fill.
-        check(unsafe { libc::statvfs(c.as_ptr(), &mut st) })?;
+        // SAFETY: an fd we hold (fstatvfs works on O_PATH) and a statvfs to fill.
+        check(unsafe { libc::fstatvfs(node.as_raw_fd(), &mut st) })?;
         Ok(Kstatfs {
             blocks: st.f_blocks,
             bfree: st.f_bfree,
@@ -557,23 +815,22 @@ fn main() -> ExitCode {
     };
     mount.default_permissions = true;
     mount.fsname.get_or_insert_with(|| "pathfs".into());
-    let (mut session, mut fs) = (
-        SessionConfig::default(),
-        Mirror {
-            source: PathBuf::new(),
-            passthrough: false,
-        },
-    );
+    let (mut session, mut source, mut passthrough) = (SessionConfig::default(), None, false);
     for o in ours.into_iter().filter(|o| !session.take_option(o)) {
         match o.split_once('=') {
-            Some(("source", dir)) => fs.source = PathBuf::from(dir),
-            None if o == "passthrough" => fs.passthrough = true,
+            Some(("source", dir)) => source = Some(PathBuf::from(dir)),
+            None if o == "passthrough" => passthrough = true,
             _ => return usage(),
         }
     }
-    if !fs.source.is_dir() {
+    let Some(source) = source.filter(|s| s.is_dir()) else {
+        return usage();
+    };
+    let mut fs = Mirror::new(source);
+    if fs.source.is_none() {
         return usage();
     }
+    fs.passthrough = passthrough;
     let fs = PathFs::new(fs);
     let counts = fs.clone();
     match fuse_wire::serve_with(fs, &mountpoint, &mount, session) {
