@@ -475,3 +475,276 @@ fn race_fifo_with_create_passthrough() {
 fn race_fifo_with_create_pathfs() {
     race_fifo_with_create(Fs::Pathfs(""));
 }
+
+/// How many times a caller repeats each operation against a racer that
+/// swaps the name in the source.
+const SWAP_ROUNDS: usize = 3_000;
+
+const NOBODY: u32 = 65534;
+const NOGROUP: u32 = 65534;
+
+/// Makes the current *thread* (raw system calls: the C library's would
+/// change every thread) act as nobody:nogroup without supplementary groups.
+fn thread_becomes_nobody() {
+    // SAFETY: raw credential system calls on this thread only, no memory
+    // passed but a null list of zero groups.
+    let ok = unsafe {
+        libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+            && libc::syscall(libc::SYS_setresgid, NOGROUP, NOGROUP, NOGROUP) == 0
+            && libc::syscall(libc::SYS_setresuid, NOBODY, NOBODY, NOBODY) == 0
+    };
+    assert!(ok, "becoming nobody: {}", errno_name(errno()));
+}
+
+/// A root-owned file (mode 0600) outside the source, which no request
+/// through the mount may change, and what it was.
+struct Canary {
+    path: PathBuf,
+    was: String,
+    content: Vec<u8>,
+}
+
+impl Canary {
+    fn new(dir: &Path) -> Canary {
+        let path = dir.join("canary");
+        let content = b"root's own canary\n".repeat(64);
+        fs::write(&path, &content).expect("write canary");
+        set_owner(&path, 0, 0);
+        set_mode(&path, 0o600);
+        let was = Self::shape(&path);
+        Canary { path, was, content }
+    }
+
+    fn shape(p: &Path) -> String {
+        let st = stat(p, false).expect("stat canary");
+        format!(
+            "mode {:o} uid {} gid {} size {}",
+            st.st_mode, st.st_uid, st.st_gid, st.st_size
+        )
+    }
+
+    /// What changed, if anything.
+    fn changes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let now = Self::shape(&self.path);
+        if now != self.was {
+            out.push(format!("canary was {}, now {now}", self.was));
+        }
+        if content(&self.path).ok().as_deref() != Some(&self.content[..]) {
+            out.push("canary's content changed".into());
+        }
+        out
+    }
+}
+
+/// Replaces `name` in the source, over and over until `stop`: by a symbolic
+/// link to the canary, by a hard link to it, by a regular file of nobody's
+/// (when `regular`), or by nothing.
+fn swapper(
+    src: PathBuf,
+    name: &'static str,
+    canary: PathBuf,
+    regular: bool,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let target = src.join(name);
+        let (s, h, f) = (
+            src.join(format!(".{name}-s")),
+            src.join(format!(".{name}-h")),
+            src.join(format!(".{name}-f")),
+        );
+        let (ct, cs, ch, cf, cc) = (cpath(&target), cpath(&s), cpath(&h), cpath(&f), cpath(&canary));
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: NUL-terminated paths that outlive the calls.
+            unsafe {
+                libc::rmdir(ct.as_ptr());
+                libc::symlink(cc.as_ptr(), cs.as_ptr());
+                libc::rename(cs.as_ptr(), ct.as_ptr());
+                libc::rmdir(ct.as_ptr());
+                libc::link(cc.as_ptr(), ch.as_ptr());
+                libc::rename(ch.as_ptr(), ct.as_ptr());
+                if regular {
+                    let fd = libc::open(
+                        cf.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                        0o666,
+                    );
+                    if fd >= 0 {
+                        libc::write(fd, b"nobody's\n".as_ptr().cast(), 9);
+                        libc::fchown(fd, NOBODY, NOGROUP);
+                        libc::fchmod(fd, 0o666);
+                        libc::close(fd);
+                    }
+                    libc::rename(cf.as_ptr(), ct.as_ptr());
+                    std::thread::yield_now();
+                } else {
+                    libc::unlink(ct.as_ptr());
+                }
+            }
+        }
+    })
+}
+
+/// Which names a [`race_as_nobody`] run swaps and what its caller does.
+#[derive(Clone, Copy, Debug)]
+enum Swap {
+    /// `mknod n` (regular, mode 06755) and `mkdir d` (mode 03777), each
+    /// removed again; `n` and `d` become symbolic and hard links to the
+    /// canary.
+    Created,
+    /// `lchown`, `truncate`, `chmod 06777`, `utimensat(now)` and `link` of
+    /// `f`, a file of nobody's (mode 0666) that becomes a symbolic or hard
+    /// link to the canary.
+    Setattr,
+    /// `mknod x` through a descriptor of the directory `a`, which the
+    /// caller itself (no race: `a` is its own) has just replaced in the
+    /// source by a symbolic link to the directory outside the source that
+    /// holds the canary; the kernel still knows `a` as a directory.
+    Parent,
+}
+
+/// A caller (nobody) works through the mount, [`SWAP_ROUNDS`] times, while
+/// a racer swaps the names it uses in the source (world-writable, as a
+/// shared directory would be), as `swap` says, for links to a root-owned
+/// canary outside the source, or a directory for a link to outside. The
+/// daemon runs as root: the canary and the outside directory must be
+/// unchanged afterwards (mode, owner, size, content; no new entry). Outcomes
+/// of the caller's calls are counted and printed, not checked: any errno
+/// is fine, the canary is what matters.
+fn race_as_nobody(fs: Fs, swap: Swap) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let mut d = Daemon::start(fs);
+    let src = d.source.clone().expect("a mirror has a source");
+    set_mode(&src, 0o777);
+    let outside = d.outside.clone();
+    let canary = Canary::new(&outside);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racers = match swap {
+        Swap::Created => vec![
+            swapper(src.clone(), "n", canary.path.clone(), false, stop.clone()),
+            swapper(src.clone(), "d", canary.path.clone(), false, stop.clone()),
+        ],
+        Swap::Setattr => vec![swapper(src.clone(), "f", canary.path.clone(), true, stop.clone())],
+        Swap::Parent => Vec::new(),
+    };
+    let (mnt, s, o) = (d.mnt.clone(), src.clone(), outside.clone());
+    let counts = bounded_for(
+        Duration::from_secs(180),
+        &mut d,
+        &[],
+        &format!("a caller's requests raced with names swapped in the source ({swap:?})"),
+        move || {
+            thread_becomes_nobody();
+            let mut counts = std::collections::BTreeMap::<String, usize>::new();
+            let mut count = |what: &str, r: libc::c_int| {
+                let k = if r == 0 { "ok".into() } else { errno_name(errno()) };
+                *counts.entry(format!("{what} {k}")).or_default() += 1;
+            };
+            let c = |name: &str| cpath(&mnt.join(name));
+            let (n, dd, f, f2, a) = (c("n"), c("d"), c("f"), c("f2"), c("a"));
+            let (src_a, away, outside) = (cpath(&s.join("a")), cpath(&s.join(".a-away")), cpath(&o));
+            // No race in `Parent`: a few rounds show it.
+            let rounds = if matches!(swap, Swap::Parent) {
+                100
+            } else {
+                SWAP_ROUNDS
+            };
+            for _ in 0..rounds {
+                // SAFETY: NUL-terminated paths that outlive the calls; a
+                // null times pointer means now.
+                unsafe {
+                    match swap {
+                        Swap::Created => {
+                            count("mknod", libc::mknod(n.as_ptr(), libc::S_IFREG | 0o6755, 0));
+                            libc::unlink(n.as_ptr());
+                            count("mkdir", libc::mkdir(dd.as_ptr(), 0o3777));
+                            libc::rmdir(dd.as_ptr());
+                        }
+                        Swap::Setattr => {
+                            count("lchown", libc::lchown(f.as_ptr(), NOBODY, NOGROUP));
+                            count("truncate", libc::truncate(f.as_ptr(), 0));
+                            count("chmod", libc::chmod(f.as_ptr(), 0o6777));
+                            count(
+                                "utimes",
+                                libc::utimensat(libc::AT_FDCWD, f.as_ptr(), std::ptr::null(), 0),
+                            );
+                            count("link", libc::link(f.as_ptr(), f2.as_ptr()));
+                            libc::unlink(f2.as_ptr());
+                        }
+                        Swap::Parent => {
+                            libc::mkdir(src_a.as_ptr(), 0o777);
+                            let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                            let dir = libc::open(a.as_ptr(), flags);
+                            if dir < 0 {
+                                count("open a", dir);
+                                continue;
+                            }
+                            // Fresh attributes: the kernel asks nothing
+                            // about `a` for a while (the path layer's ttl).
+                            let mut st: libc::stat = std::mem::zeroed();
+                            libc::fstat(dir, &mut st);
+                            libc::rename(src_a.as_ptr(), away.as_ptr());
+                            libc::symlink(outside.as_ptr(), src_a.as_ptr());
+                            count(
+                                "mknod a/x",
+                                libc::mknodat(dir, c"x".as_ptr(), libc::S_IFREG | 0o644, 0),
+                            );
+                            libc::unlink(src_a.as_ptr());
+                            libc::rename(away.as_ptr(), src_a.as_ptr());
+                            libc::close(dir);
+                        }
+                    }
+                }
+            }
+            counts
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in racers {
+        r.join().expect("racer thread");
+    }
+    eprintln!("{} {swap:?}: {counts:?}", d.label());
+    let mut bad = canary.changes();
+    let strays: Vec<_> = fs::read_dir(&outside)
+        .expect("read outside")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n != "canary")
+        .collect();
+    if !strays.is_empty() {
+        bad.push(format!("created outside the source: {strays:?}"));
+    }
+    assert!(
+        bad.is_empty(),
+        "{} {swap:?}: {bad:?} (outcomes: {counts:?})",
+        d.label()
+    );
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// An unfixed pathfs gave the new node to its caller by name (`lchown`,
+/// then a `chmod` that follows symbolic links): the canary became nobody's,
+/// mode 06755.
+#[test]
+fn created_node_swapped_pathfs() {
+    race_as_nobody(Fs::Pathfs(""), Swap::Created);
+}
+
+/// An unfixed pathfs truncated through a symbolic link, and chowned and
+/// chmodded a hard link by name: the canary became nobody's, mode 06777,
+/// empty.
+#[test]
+fn setattr_by_name_swapped_pathfs() {
+    race_as_nobody(Fs::Pathfs(""), Swap::Setattr);
+}
+
+/// An unfixed pathfs followed a directory swapped for a symbolic link in
+/// the middle of a path: `x` was created outside the source.
+#[test]
+fn parent_swapped_for_symlink_pathfs() {
+    race_as_nobody(Fs::Pathfs(""), Swap::Parent);
+}
