@@ -26,6 +26,12 @@
 //! Every step has a deadline; on timeout the test releases the FIFO, aborts
 //! its FUSE connection, kills its daemon and fails saying what it waited for.
 //!
+//! pathfs, run as root, also acts by name after the kernel's checks: the
+//! `*_swapped_pathfs` cases have a caller (nobody) create nodes and change
+//! a file through the mount while the names are swapped in the source for
+//! symbolic or hard links to a root-owned canary outside the source (or a
+//! directory for a link to outside), and check the canary is untouched.
+//!
 //! Needs root and `/dev/fuse` (skips loudly without, fails under `CI=true`).
 
 mod common;
