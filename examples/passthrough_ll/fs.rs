@@ -524,24 +524,22 @@ impl PassthroughFs {
         sys::openat(Dir::Cwd, path, self.source_flags(flags), 0)
     }
 
-    /// The mode to create a node with, and this thread's umask set to the
-    /// caller's until the guard drops. The kernel leaves the umask to us
-    /// (`DONT_MASK`) because the source applies it only where the parent
-    /// directory has no default ACL; where it has one, the ACL decides.
-    fn caller_umask(&self, ctx: &RequestContext<'_>, mode: u32) -> (u32, Option<sys::ThreadUmask>) {
-        let Some(umask) = ctx.umask() else {
-            return (mode, None);
+    /// The mode to create a node with, after giving this thread the
+    /// caller's umask. The kernel leaves the umask to us (`DONT_MASK`)
+    /// because the source applies it only where the parent directory has no
+    /// default ACL; where it has one, the ACL decides. Without `DONT_MASK`
+    /// the kernel has applied it, and the thread's umask must be 0.
+    fn caller_umask(&self, ctx: &RequestContext<'_>, mode: u32) -> u32 {
+        let umask = match ctx.umask() {
+            Some(u) if ctx.negotiated().flags.contains(InitFlags::DONT_MASK) => u & 0o777,
+            _ => 0,
         };
-        if !ctx.negotiated().flags.contains(InitFlags::DONT_MASK) {
-            // The kernel has applied it.
-            return (mode, None);
-        }
-        match sys::thread_umask(umask & 0o777) {
-            Ok(guard) => (mode, Some(guard)),
+        match sys::thread_umask(umask) {
+            Ok(()) => mode,
             Err(e) => {
                 // Default ACLs then get the umask applied on top.
                 log::warn!("cannot give this thread its own umask: {e}");
-                (mode & !umask, None)
+                mode & !umask
             }
         }
     }
@@ -1176,10 +1174,9 @@ impl PassthroughFs {
         log::debug!("mknod parent={parent} name={name:?} mode={mode:o}");
         let parent = self.inode(parent)?;
         check_name(name)?;
-        let (mode, umask) = self.caller_umask(ctx, mode);
+        let mode = self.caller_umask(ctx, mode);
         let parent_fd = self.fd(&parent)?;
         sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64)?;
-        drop(umask);
         self.new_entry(&parent, name)
     }
 
@@ -1188,10 +1185,9 @@ impl PassthroughFs {
         log::debug!("mkdir parent={parent} name={name:?} mode={mode:o}");
         let parent = self.inode(parent)?;
         check_name(name)?;
-        let (mode, umask) = self.caller_umask(ctx, mode);
+        let mode = self.caller_umask(ctx, mode);
         let parent_fd = self.fd(&parent)?;
         sys::mkdirat(parent_fd.as_fd(), name, mode)?;
-        drop(umask);
         self.new_entry(&parent, name)
     }
 
@@ -1506,9 +1502,8 @@ impl PassthroughFs {
         if is_dot_or_dotdot(name.to_bytes()) {
             return Ok(None);
         }
-        let (mode, umask) = self.caller_umask(ctx, mode);
+        let mode = self.caller_umask(ctx, mode);
         let (fd, created) = self.open_at(&parent, name, flags, mode)?;
-        drop(umask);
         Ok(Some(NewFile {
             _as_caller: as_caller,
             parent,
@@ -1523,10 +1518,9 @@ impl PassthroughFs {
         log::debug!("tmpfile parent={parent} flags={flags:#o} mode={mode:o}");
         let parent = self.inode(parent)?;
         let oflags = self.source_flags(flags) | libc::O_TMPFILE;
-        let (mode, umask) = self.caller_umask(ctx, mode);
+        let mode = self.caller_umask(ctx, mode);
         let parent_fd = self.fd(&parent)?;
         let fd = sys::openat(Dir::Fd(parent_fd.as_fd()), c".", oflags, mode)?;
-        drop(umask);
         drop(parent_fd);
         Ok(NewFile {
             _as_caller: as_caller,

@@ -355,36 +355,33 @@ pub fn set_umask(mask: u32) -> u32 {
 }
 
 thread_local! {
-    /// Whether this thread has its own umask (its own `fs_struct`).
-    static OWN_UMASK: Cell<bool> = const { Cell::new(false) };
+    /// This thread's own umask, once it has one (its own `fs_struct`).
+    static OWN_UMASK: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-/// This thread's umask set to `mask` until the guard drops.
+/// Gives this thread the umask `mask`, for the creates it makes next.
 ///
 /// The umask lives in the `fs_struct` that threads share; the first call on
 /// a thread gives it a copy of its own (`unshare(CLONE_FS)`: same root and
-/// working directory), so that other threads keep theirs.
-pub fn thread_umask(mask: u32) -> io::Result<ThreadUmask> {
-    if !OWN_UMASK.get() {
-        // SAFETY: unshare changes only this thread's kernel state; CLONE_FS
-        // is allowed in a multithreaded process.
-        check(unsafe { libc::unshare(libc::CLONE_FS) })?;
-        OWN_UMASK.set(true);
+/// working directory), so that other threads keep theirs. The mask stays
+/// until the next call, which makes no system call when the mask is the
+/// same (callers usually share one umask): every create on a worker goes
+/// through here, so none sees a mask left by another caller.
+pub fn thread_umask(mask: u32) -> io::Result<()> {
+    match OWN_UMASK.get() {
+        Some(current) if current == mask => return Ok(()),
+        Some(_) => {}
+        // The process's umask is 0 (main), which is what "no mask" needs.
+        None if mask == 0 => return Ok(()),
+        None => {
+            // SAFETY: unshare changes only this thread's kernel state;
+            // CLONE_FS is allowed in a multithreaded process.
+            check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+        }
     }
-    Ok(ThreadUmask {
-        previous: set_umask(mask),
-    })
-}
-
-/// Restores this thread's previous umask when dropped (see [`thread_umask`]).
-pub struct ThreadUmask {
-    previous: u32,
-}
-
-impl Drop for ThreadUmask {
-    fn drop(&mut self) {
-        set_umask(self.previous);
-    }
+    set_umask(mask);
+    OWN_UMASK.set(Some(mask));
+    Ok(())
 }
 
 /// Raises the soft limit of open files to the hard limit (without file
