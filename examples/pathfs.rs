@@ -10,7 +10,7 @@
 //!
 //! Permission checks are the kernel's (`default_permissions` is always
 //! on); new files are given to the caller's uid and gid when pathfs runs as
-//! root. `passthrough` opens files in kernel passthrough mode when the
+//! root (see below). `passthrough` opens files in kernel passthrough mode when the
 //! kernel allows it. With `--stats FILE` it writes the session's statistics
 //! as JSON at exit, with `live_nodes` and `open_files`.
 //!
@@ -26,9 +26,10 @@
 //!   descriptor of the node, checked first (`fchownat` with
 //!   `AT_EMPTY_PATH`; `chmod`, `truncate`, `link` and xattr calls on
 //!   `/proc/self/fd/N`, which is that same inode, a symbolic link itself);
-//! - a node just created is given to its caller only if it still is what
-//!   was created: of that file type, the daemon's own, singly linked (not
-//!   a hard link to another file);
+//! - MKNOD, MKDIR and SYMLINK create as their caller (the library's
+//!   credential switching), so nothing is chowned or chmodded afterwards;
+//!   CREATE, which holds the new file open, gives it to its caller through
+//!   that descriptor;
 //! - a SETATTR, SETXATTR, REMOVEXATTR or LINK by name from a caller other
 //!   than root acts only on a node that caller owns (or, for a size, a
 //!   time set to now or a `user.*` attribute, may write by its mode bits;
@@ -205,42 +206,28 @@ impl Mirror {
         })
     }
 
-    /// The attributes of a node just created as `kind` (`S_IFMT` bits) at
-    /// `at`, given to the caller when we are root (its group stays the
-    /// directory's in a set-group-ID directory). The node is opened
-    /// `O_PATH` and changed only if it still is the one created: of that
-    /// kind, the daemon's own and with no other link (not a name swapped in
-    /// the source meanwhile, for a hard link to a file elsewhere). Otherwise
-    /// `ESTALE`.
-    fn created(&self, ctx: &RequestContext<'_>, at: &At, kind: u32) -> Result<FileAttr, Errno> {
+    /// The attributes of the node just created at `at`. MKNOD, MKDIR and
+    /// SYMLINK create as their caller ([`Caller::act_as`]), so the node is
+    /// the caller's (its group the directory's in a set-group-ID
+    /// directory) with the set-ID bits the kernel let through, and nothing
+    /// is changed after the fact, by a name that could have been swapped
+    /// meanwhile for a link to another file. A name that no longer is of
+    /// the `kind` created (`S_IFMT` bits) is answered `ESTALE`: the kernel
+    /// refuses attributes of another type for a new node.
+    ///
+    /// [`Caller::act_as`]: credentials::Caller::act_as
+    fn created(at: &At, kind: u32) -> Result<FileAttr, Errno> {
         use std::os::unix::fs::MetadataExt;
-        let node = open_at(&at.dir, &at.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        let m = node.metadata()?;
-        if let Some((uid, gid)) = self.new_owner(ctx, &at.dir, &m) {
-            let fresh = if kind == libc::S_IFDIR {
-                m.nlink() <= 2
-            } else {
-                m.nlink() == 1
-            };
-            // SAFETY: geteuid has no preconditions.
-            let ours = m.uid() == unsafe { libc::geteuid() };
-            if m.mode() & libc::S_IFMT != kind || !ours || !fresh {
-                return Err(Errno::ESTALE);
-            }
-            // SAFETY: an fd we hold and an empty C string, with AT_EMPTY_PATH.
-            check(unsafe { libc::fchownat(node.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })?;
-            if kind != libc::S_IFLNK && m.mode() & 0o6000 != 0 {
-                // chown cleared the set-ID bits the creator asked for.
-                let p = proc_path(&node);
-                // SAFETY: a valid C string (this very inode).
-                check(unsafe { libc::chmod(p.as_ptr(), m.mode() & 0o7777) })?;
-            }
+        let m = open_at(&at.dir, &at.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?.metadata()?;
+        if m.mode() & libc::S_IFMT != kind {
+            return Err(Errno::ESTALE);
         }
-        Ok(FileAttr::from(&node.metadata()?))
+        Ok(FileAttr::from(&m))
     }
 
-    /// [`Self::created`] for the file just created in `dir` and open as
-    /// `file`: changed through the descriptor, whatever becomes of the name.
+    /// The attributes of the file just created in `dir` and open as `file`
+    /// (by CREATE, as the daemon), given to the caller when we are root:
+    /// changed through the descriptor, whatever becomes of the name.
     fn created_file(&self, ctx: &RequestContext<'_>, dir: &File, file: &File) -> Result<FileAttr, Errno> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let m = file.metadata()?;
@@ -511,6 +498,7 @@ impl PathFilesystem for Mirror {
 
     fn mknod(&self, ctx: &RequestContext<'_>, path: &Path, req: MknodRequest) -> Result<FileAttr, Errno> {
         let at = self.at(path)?;
+        let as_caller = ctx.caller().act_as()?;
         // SAFETY: an fd we hold and a valid C string.
         check(unsafe {
             libc::mknodat(
@@ -520,25 +508,30 @@ impl PathFilesystem for Mirror {
                 req.rdev as libc::dev_t,
             )
         })?;
+        drop(as_caller);
         let kind = match req.mode & libc::S_IFMT {
             0 => libc::S_IFREG,
             k => k,
         };
-        self.created(ctx, &at, kind)
+        Self::created(&at, kind)
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
         let at = self.at(path)?;
+        let as_caller = ctx.caller().act_as()?;
         // SAFETY: an fd we hold and a valid C string.
         check(unsafe { libc::mkdirat(at.dir.as_raw_fd(), at.name.as_ptr(), mode as libc::mode_t) })?;
-        self.created(ctx, &at, libc::S_IFDIR)
+        drop(as_caller);
+        Self::created(&at, libc::S_IFDIR)
     }
 
     fn symlink(&self, ctx: &RequestContext<'_>, path: &Path, target: &CStr) -> Result<FileAttr, Errno> {
         let at = self.at(path)?;
+        let as_caller = ctx.caller().act_as()?;
         // SAFETY: valid C strings and an fd we hold.
         check(unsafe { libc::symlinkat(target.as_ptr(), at.dir.as_raw_fd(), at.name.as_ptr()) })?;
-        self.created(ctx, &at, libc::S_IFLNK)
+        drop(as_caller);
+        Self::created(&at, libc::S_IFLNK)
     }
 
     /// Links the very node checked (through `/proc/self/fd/N` of its
