@@ -453,6 +453,9 @@ fn path_layer_counts_and_moves_names_with_renames_and_unlinks() {
     let src = std::env::temp_dir().join(format!("fuse-wire-layers-fake-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir(&src).unwrap();
+    // pathfs creates nodes as their caller (uid 1000 here, and the fake
+    // kernel checks nothing): let it.
+    std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let k = Kernel::serve(PathFs::new(pathfs::Mirror::new(src.clone())));
     let path = |ino: u64| k.fs().path_of(Inode(ino)).map(|p| p.display().to_string());
 
