@@ -487,6 +487,9 @@ fn race_fifo_with_create_pathfs() {
 const SWAP_ROUNDS: usize = 3_000;
 
 const NOBODY: u32 = 65534;
+
+/// What [`race_as_nobody`] counts when a LINK gave the canary a new name.
+const LINKED_CANARY: &str = "link made a canary link";
 const NOGROUP: u32 = 65534;
 
 /// Makes the current *thread* (raw system calls: the C library's would
@@ -637,6 +640,7 @@ fn race_as_nobody(fs: Fs, swap: Swap) {
         Swap::Parent => Vec::new(),
     };
     let (mnt, s, o) = (d.mnt.clone(), src.clone(), outside.clone());
+    let canary_ino = stat(&canary.path, false).expect("stat canary").st_ino;
     let counts = bounded_for(
         Duration::from_secs(180),
         &mut d,
@@ -652,6 +656,7 @@ fn race_as_nobody(fs: Fs, swap: Swap) {
             let c = |name: &str| cpath(&mnt.join(name));
             let (n, dd, f, f2, a) = (c("n"), c("d"), c("f"), c("f2"), c("a"));
             let (src_a, away, outside) = (cpath(&s.join("a")), cpath(&s.join(".a-away")), cpath(&o));
+            let src_f2 = cpath(&s.join("f2"));
             // No race in `Parent`: a few rounds show it.
             let rounds = if matches!(swap, Swap::Parent) {
                 100
@@ -678,6 +683,12 @@ fn race_as_nobody(fs: Fs, swap: Swap) {
                                 libc::utimensat(libc::AT_FDCWD, f.as_ptr(), std::ptr::null(), 0),
                             );
                             count("link", libc::link(f.as_ptr(), f2.as_ptr()));
+                            // A new name for the canary is a link root made
+                            // to a file the caller could not link.
+                            let mut st: libc::stat = std::mem::zeroed();
+                            if libc::lstat(src_f2.as_ptr(), &mut st) == 0 && st.st_ino == canary_ino {
+                                count(LINKED_CANARY, 0);
+                            }
                             libc::unlink(f2.as_ptr());
                         }
                         Swap::Parent => {
@@ -723,6 +734,9 @@ fn race_as_nobody(fs: Fs, swap: Swap) {
     if !strays.is_empty() {
         bad.push(format!("created outside the source: {strays:?}"));
     }
+    if let Some(n) = counts.get(&format!("{LINKED_CANARY} ok")) {
+        bad.push(format!("LINK made a name for the canary in the source {n} times"));
+    }
     assert!(
         bad.is_empty(),
         "{} {swap:?}: {bad:?} (outcomes: {counts:?})",
@@ -742,7 +756,7 @@ fn created_node_swapped_pathfs() {
 
 /// An unfixed pathfs truncated through a symbolic link, and chowned and
 /// chmodded a hard link by name: the canary became nobody's, mode 06777,
-/// empty.
+/// empty; and it linked the canary's hard link as `f2`.
 #[test]
 fn setattr_by_name_swapped_pathfs() {
     race_as_nobody(Fs::Pathfs(""), Swap::Setattr);
