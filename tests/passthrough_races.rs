@@ -126,6 +126,22 @@ fn daemon_wchans(d: &Daemon) -> Vec<String> {
 
 /// The descriptors the daemon holds on `path` that are not `O_PATH` ones
 /// (`/proc/PID/fd` targets and `fdinfo` flags), as `fd flags` strings.
+/// Stops the daemon; it must exit cleanly.
+fn finish_cleanly(d: Daemon) {
+    let exit = d.finish();
+    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+}
+
+/// The daemon must hold no descriptor of `src` but `O_PATH` ones.
+fn assert_daemon_did_not_open(d: &Daemon, src: &Path, what: &str) {
+    let opens = daemon_opens_of(d, src);
+    assert!(
+        opens.is_empty(),
+        "{}: the daemon opened {what} itself: {opens:?}",
+        d.label()
+    );
+}
+
 fn daemon_opens_of(d: &Daemon, path: &Path) -> Vec<String> {
     let Some(pid) = d.pid() else {
         return Vec::new();
@@ -199,10 +215,8 @@ fn create_over_fifo_opens_the_fifo() {
     );
     let st = r.unwrap_or_else(|e| panic!("open(O_CREAT | O_RDWR) of {}: {}", mnt.display(), errno_name(e)));
     assert_eq!(kind(&st), libc::S_IFIFO, "opened something else than the FIFO");
-    let opens = daemon_opens_of(&d, &src);
-    assert!(opens.is_empty(), "the daemon opened the FIFO itself: {opens:?}");
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    assert_daemon_did_not_open(&d, &src, "the FIFO");
+    finish_cleanly(d);
 }
 
 /// A blocking `open(O_CREAT | O_WRONLY)` of a name that is a FIFO in the
@@ -268,10 +282,8 @@ fn create_over_fifo_leaves_the_daemon_responsive() {
     let st = r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
     assert_eq!(kind(&st), libc::S_IFIFO, "opened something else than the FIFO");
     drop(reader);
-    let opens = daemon_opens_of(&d, &src);
-    assert!(opens.is_empty(), "the daemon opened the FIFO itself: {opens:?}");
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    assert_daemon_did_not_open(&d, &src, "the FIFO");
+    finish_cleanly(d);
 }
 
 /// A character device node (1:3, as `/dev/null`) under the name: opened by
@@ -300,10 +312,8 @@ fn create_over_device_node_opens_the_device() {
     assert_eq!(kind(&st), libc::S_IFCHR, "opened something else than the device");
     assert_eq!(st.st_rdev, libc::makedev(1, 3));
     assert_eq!(n, 1, "a write to the null device");
-    let opens = daemon_opens_of(&d, &src);
-    assert!(opens.is_empty(), "the daemon opened the device itself: {opens:?}");
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    assert_daemon_did_not_open(&d, &src, "the device");
+    finish_cleanly(d);
 }
 
 /// A symbolic link to a regular file under the name: followed, as
@@ -330,8 +340,7 @@ fn create_over_symlink_follows_it() {
     r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
     let target = src.with_file_name("target");
     assert_eq!(fs::read(&target).expect("read the target"), b"through the link");
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    finish_cleanly(d);
 }
 
 /// A regular file under the name: opened, not created (its content stays
@@ -392,8 +401,7 @@ fn create_over_regular_file_opens_it() {
     );
     assert_eq!(other.err(), Some(libc::EACCES), "nobody opened root's 0600 file");
     assert_eq!(fs::read(&secret_src).expect("read the secret file"), b"root's");
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    finish_cleanly(d);
 }
 
 /// How many opens [`race_fifo_with_create`] makes.
@@ -461,15 +469,9 @@ fn race_fifo_with_create(fs: Fs) {
         "{}: unexpected outcomes {bad:?} (all: {counts:?})",
         d.label()
     );
-    let opens = daemon_opens_of(&d, &src);
-    assert!(
-        opens.is_empty(),
-        "{}: the daemon opened the FIFO itself: {opens:?}",
-        d.label()
-    );
+    assert_daemon_did_not_open(&d, &src, "the FIFO");
     eprintln!("{}: {counts:?}", d.label());
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    finish_cleanly(d);
 }
 
 #[test]
@@ -742,8 +744,7 @@ fn race_as_nobody(fs: Fs, swap: Swap) {
         "{} {swap:?}: {bad:?} (outcomes: {counts:?})",
         d.label()
     );
-    let exit = d.finish();
-    assert!(exit.status.is_some_and(|s| s.success()), "daemon exit: {exit:?}");
+    finish_cleanly(d);
 }
 
 /// An unfixed pathfs gave the new node to its caller by name (`lchown`,
