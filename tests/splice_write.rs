@@ -512,6 +512,8 @@ use std::sync::{Condvar, Mutex};
 #[derive(Default)]
 struct PipeChan {
     queue: Mutex<(VecDeque<Vec<u8>>, bool)>,
+    /// Threads waiting in `take` for a request (changed under `queue`).
+    waiting: std::sync::atomic::AtomicUsize,
     ready: Condvar,
     replies: Mutex<Vec<Vec<u8>>>,
     replied: Condvar,
@@ -537,7 +539,9 @@ impl PipeChan {
             if q.1 {
                 return Err(io::Error::from_raw_os_error(libc::ENODEV));
             }
+            self.waiting.fetch_add(1, Ordering::SeqCst);
             q = self.ready.wait(q).unwrap();
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -740,9 +744,13 @@ fn a_write_queued_at_the_cap_is_read_out_of_the_pipe_first() {
     chan.push(write_request(10, 0, &a));
     chan.wait_until("the first WRITE's handler", |_| fs.entered.load(Ordering::SeqCst));
     chan.push(write_request(12, 1 << 20, &b));
-    // Taken while the only handler slot is held: by the reader beyond the cap.
-    chan.wait_until("the reader beyond the cap taking the second WRITE", |c| {
-        c.queue.lock().unwrap().0.is_empty()
+    // Taken while the only handler slot is held, by the reader beyond the
+    // cap, which queues it and reads again: wait until it is back in `take`
+    // (had it served the WRITE itself, which it must not while the slot is
+    // held, the check below of where the bytes came from fails).
+    chan.wait_until("the reader beyond the cap queueing the second WRITE", |c| {
+        let q = c.queue.lock().unwrap();
+        q.0.is_empty() && c.waiting.load(Ordering::SeqCst) > 0
     });
     *fs.gate.lock().unwrap() = true;
     fs.opened.notify_all();
