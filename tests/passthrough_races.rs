@@ -126,6 +126,26 @@ fn daemon_wchans(d: &Daemon) -> Vec<String> {
 
 /// The descriptors the daemon holds on `path` that are not `O_PATH` ones
 /// (`/proc/PID/fd` targets and `fdinfo` flags), as `fd flags` strings.
+/// `open(mnt, O_CREAT | flags, 0644)` through the mount, then `then` on the
+/// descriptor, under the step deadline (releasing `fifos` and aborting the
+/// connection on expiry); panics naming the open when it fails.
+fn create_through<T: Send + 'static>(
+    d: &mut Daemon,
+    fifos: &[&Path],
+    mnt: &Path,
+    flags: (i32, &str),
+    then: impl FnOnce(&Fd) -> Result<T, i32> + Send + 'static,
+) -> T {
+    let (bits, name) = flags;
+    let m = mnt.to_path_buf();
+    let what = format!("open(O_CREAT | {name}) of {}", mnt.display());
+    bounded(d, fifos, &what, move || {
+        let fd = open(&m, libc::O_CREAT | bits, 0o644)?;
+        then(&fd)
+    })
+    .unwrap_or_else(|e| panic!("{what}: {}", errno_name(e)))
+}
+
 /// Stops the daemon; it must exit cleanly.
 fn finish_cleanly(d: Daemon) {
     let exit = d.finish();
@@ -203,17 +223,7 @@ fn create_over_fifo_opens_the_fifo() {
     let Some((mut d, src, mnt)) = mount_with_negative_entry("fifo", mkfifo) else {
         return;
     };
-    let m = mnt.clone();
-    let r = bounded(
-        &mut d,
-        &[&src, &mnt],
-        "open(O_CREAT | O_RDWR) of a FIFO",
-        move || {
-            let fd = open(&m, libc::O_CREAT | libc::O_RDWR, 0o644)?;
-            fstat(&fd)
-        },
-    );
-    let st = r.unwrap_or_else(|e| panic!("open(O_CREAT | O_RDWR) of {}: {}", mnt.display(), errno_name(e)));
+    let st = create_through(&mut d, &[&src, &mnt], &mnt, (libc::O_RDWR, "O_RDWR"), fstat);
     assert_eq!(kind(&st), libc::S_IFIFO, "opened something else than the FIFO");
     assert_daemon_did_not_open(&d, &src, "the FIFO");
     finish_cleanly(d);
@@ -297,18 +307,9 @@ fn create_over_device_node_opens_the_device() {
     }) else {
         return;
     };
-    let m = mnt.clone();
-    let r = bounded(
-        &mut d,
-        &[],
-        "open(O_CREAT | O_WRONLY) of a device node",
-        move || {
-            let fd = open(&m, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
-            Ok((fstat(&fd)?, write(&fd, b"x")?))
-        },
-    );
-    let (st, n) =
-        r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
+    let (st, n) = create_through(&mut d, &[], &mnt, (libc::O_WRONLY, "O_WRONLY"), |fd| {
+        Ok((fstat(fd)?, write(fd, b"x")?))
+    });
     assert_eq!(kind(&st), libc::S_IFCHR, "opened something else than the device");
     assert_eq!(st.st_rdev, libc::makedev(1, 3));
     assert_eq!(n, 1, "a write to the null device");
@@ -327,17 +328,9 @@ fn create_over_symlink_follows_it() {
     }) else {
         return;
     };
-    let m = mnt.clone();
-    let r = bounded(
-        &mut d,
-        &[],
-        "open(O_CREAT | O_WRONLY) of a symbolic link",
-        move || {
-            let fd = open(&m, libc::O_CREAT | libc::O_WRONLY, 0o644)?;
-            write(&fd, b"through the link")
-        },
-    );
-    r.unwrap_or_else(|e| panic!("open(O_CREAT | O_WRONLY) of {}: {}", mnt.display(), errno_name(e)));
+    create_through(&mut d, &[], &mnt, (libc::O_WRONLY, "O_WRONLY"), |fd| {
+        write(fd, b"through the link")
+    });
     let target = src.with_file_name("target");
     assert_eq!(fs::read(&target).expect("read the target"), b"through the link");
     finish_cleanly(d);
@@ -353,18 +346,9 @@ fn create_over_regular_file_opens_it() {
     }) else {
         return;
     };
-    let m = mnt.clone();
-    let r = bounded(
-        &mut d,
-        &[],
-        "open(O_CREAT | O_RDWR) of a regular file",
-        move || {
-            let fd = open(&m, libc::O_CREAT | libc::O_RDWR, 0o644)?;
-            Ok((fstat(&fd)?, pread(&fd, 64, 0)?))
-        },
-    );
-    let (st, data) =
-        r.unwrap_or_else(|e| panic!("open(O_CREAT | O_RDWR) of {}: {}", mnt.display(), errno_name(e)));
+    let (st, data) = create_through(&mut d, &[], &mnt, (libc::O_RDWR, "O_RDWR"), |fd| {
+        Ok((fstat(fd)?, pread(fd, 64, 0)?))
+    });
     assert_eq!(kind(&st), libc::S_IFREG);
     assert_eq!(data, b"already here");
     let m = mnt.clone();
