@@ -14,7 +14,8 @@ slows the daemon down, so those runs are for the breakdown, not the totals).
 Counts barely depend on the machine's load; CPU time does somewhat.
 
 Workloads: `creates` (N empty files made with open(O_CREAT|O_EXCL) + close in
-one directory), `write64k` (fio, 1 job, 64 KiB O_DIRECT writes over a
+one directory), `unlinks` (the same N files, made through the mount
+before counting starts, then unlinked), `write64k` (fio, 1 job, 64 KiB O_DIRECT writes over a
 preallocated 64 MiB file, 4 passes) and `extend64k` (the same into a new file,
 256 MiB, every write extending it). Needs root and perf.
 """
@@ -41,14 +42,24 @@ for i in range(int(sys.argv[2])):
     os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
 """
 
+UNLINKS = """
+import os, sys
+d = sys.argv[1]
+for i in range(int(sys.argv[2])):
+    os.unlink(f"{d}/f{i}")
+"""
 
-def workloads(mnt: Path, creates: int) -> list[tuple[str, int, list[str]]]:
-    """(name, operations, command)."""
+
+def workloads(mnt: Path, creates: int) -> list[tuple[str, int, list[str] | None, list[str]]]:
+    """(name, operations, setup command run first and not counted, command)."""
     fio = ["fio", "--ioengine=psync", "--bs=64k", "--direct=1", "--rw=write", "--output=/dev/null"]
+    make = [sys.executable, "-c", CREATES, str(mnt / "work" / "u"), str(creates)]
     return [
-        ("creates", creates, [sys.executable, "-c", CREATES, str(mnt / "work" / "c"), str(creates)]),
-        ("write64k", 4 * 1024, fio + ["--name=pre", f"--filename={mnt / 'pre.dat'}", "--size=64m", "--loops=4"]),
-        ("extend64k", 4 * 1024, fio + ["--name=ext", f"--filename={mnt / 'work' / 'ext.dat'}", "--size=256m"]),
+        ("creates", creates, None, [sys.executable, "-c", CREATES, str(mnt / "work" / "c"), str(creates)]),
+        ("unlinks", creates, make, [sys.executable, "-c", UNLINKS, str(mnt / "work" / "u"), str(creates)]),
+        ("write64k", 4 * 1024, None,
+         fio + ["--name=pre", f"--filename={mnt / 'pre.dat'}", "--size=64m", "--loops=4"]),
+        ("extend64k", 4 * 1024, None, fio + ["--name=ext", f"--filename={mnt / 'work' / 'ext.dat'}", "--size=256m"]),
     ]
 
 
@@ -109,19 +120,23 @@ def main() -> int:
         with open(src / "pre.dat", "wb") as f:
             f.write(b"\0" * (64 << 20))
         for target in a.targets.split(","):
-            for name, ops, cmd in workloads(mnt, a.creates):
+            for name, ops, setup, cmd in workloads(mnt, a.creates):
                 subprocess.run(["rm", "-rf", str(src / "work")], check=True)
                 (src / "work").mkdir()
                 opts = ",".join(o for o in [f"source={src}", a.opts] if o)
                 daemon = bench.Daemon([bins[target], "-f", "-o", opts, str(mnt)], mnt, work / f"{target}.log")
+                if setup:
+                    subprocess.run(setup, check=True, timeout=600)
                 meter = bench.Meter(daemon, work, True)
                 meter.start()
                 sys_n = syscalls_during(daemon.pid(), cmd, work / "sys.out")
                 cost = meter.stop()
                 breakdown = {}
                 if a.strace:
-                    subprocess.run(["rm", "-rf", str(src / "work")], check=True)
-                    (src / "work").mkdir()
+                    # Emptied through the mount: the kernel still caches "work".
+                    subprocess.run(["rm", "-rf", *map(str, (mnt / "work").iterdir())], check=True)
+                    if setup:
+                        subprocess.run(setup, check=True, timeout=600)
                     breakdown = strace_during(daemon.pid(), cmd, work / "strace.out")
                 daemon.stop()
                 daemon = None

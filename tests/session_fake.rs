@@ -3136,6 +3136,89 @@ fn workers_above_the_floor_end_after_the_idle_timeout() {
 }
 
 #[test]
+fn a_pool_serving_one_request_at_a_time_does_not_grow() {
+    // One request at a time: while one thread serves it the other waits in
+    // read, so the pool is never saturated. A thread that found no other
+    // idle used to mark the pool saturated just after the other came back
+    // and cleared the mark: the stale mark grew the pool by a thread every
+    // `grow_after`, up to its cap, under a single caller. `grow_after` is
+    // long so that a thread preempted between its reply and its next read
+    // (a true saturation, on a loaded machine) cannot be taken for one.
+    let fake = ready(SessionConfig {
+        workers: 2,
+        max_workers: 8,
+        grow_after: Duration::from_millis(100),
+        ..Default::default()
+    });
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut x = 100;
+    while Instant::now() < until {
+        // With a FORGET beside it, as an UNLINK has: two threads leave the
+        // idle count at nearly the same time, and come back.
+        fake.send(request(2, x + 1, 9, &B::new().u64(1).done()));
+        assert_getattr5_served(&fake, "sequential GETATTR", x);
+        x += 2;
+    }
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(
+        report.workers_started,
+        2,
+        "threads started for {} requests, one at a time",
+        (x - 100) / 2
+    );
+}
+
+#[test]
+fn workers_the_pool_does_not_need_end_under_a_steady_load() {
+    // The fake kernel, like the kernel, hands each request to the thread
+    // that has waited longest: under a steady load, one request at a
+    // time, every thread gets one in turn and none waits `idle_timeout`.
+    // The two threads above the floor must end all the same: the pool had
+    // threads to spare for a whole window.
+    let idle_timeout = Duration::from_millis(300);
+    let fake = grown_to_three(idle_timeout);
+    let mut got = vec![fake.recv(), fake.recv()];
+    got.sort();
+    assert_eq!(
+        got,
+        [ok_reply(100, &entry_bytes(50)), ok_reply(102, &entry_bytes(50))]
+    );
+    // Which channel (one per thread) answered each request.
+    let mut served = vec![0; fake.kernel.channels()];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut x = 104;
+    while fake.handle.workers() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} workers after 20 s of steady load",
+            fake.handle.workers()
+        );
+        fake.send(getattr5(x));
+        let reply = fake
+            .kernel
+            .recv(Duration::from_secs(10))
+            .expect("a reply within 10 s");
+        assert_bytes(
+            "GETATTR under a steady load",
+            &reply.bytes,
+            &ok_reply(x, &attr_out_bytes(5)),
+        );
+        served[reply.channel] += 1;
+        x += 2;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Every thread took requests meanwhile: none ended for having waited
+    // `idle_timeout`.
+    assert!(
+        served.iter().all(|&n| n > 0),
+        "requests served per thread: {served:?}"
+    );
+    assert_getattr5_served(&fake, "GETATTR at the floor", x);
+    let report = fake.unmount_and_join().unwrap();
+    assert_eq!(report.workers_started, 3);
+}
+
+#[test]
 fn the_floor_threads_read_without_an_idle_timer() {
     // Long: nobody retires during the test.
     let fake = grown_to_three(Duration::from_secs(600));

@@ -29,18 +29,33 @@
 //!   below the floor. The floor's threads read without a timer: arming and
 //!   disarming one costs two system calls per request, and they would not
 //!   retire anyway while the others can. A pool at its floor arms no timer.
+//! - **Shrinking under load.** The kernel hands each request to the thread
+//!   that has waited longest, so under a steady load every thread gets one
+//!   now and then and none ever waits `idle_timeout`: a pool that grew for a
+//!   burst would keep its threads, and their timers, for good. So the pool
+//!   also keeps the lowest number of idle threads seen in each window of
+//!   [`SURPLUS_WINDOW`] (or `idle_timeout`, if shorter; one compare per
+//!   request, on the counters' own cache line). When a window ends with
+//!   threads idle all along, that many threads above the floor were not
+//!   needed: the first ones above the floor to come back for a request end
+//!   instead. Growing takes `grow_after` (20 ms) of saturation; a window
+//!   fifty times as long keeps a pool from shrinking between the bursts of
+//!   a load that needs it.
 //!
 //! Handlers that wait for something other users control (a lock, a lease)
 //! should not hold a worker at all: they give their reply handle to a
 //! helper thread with [`crate::RequestContext::defer`] ([`crate::deferred`]).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Most requests queued while every worker is busy at the cap.
 pub(crate) const MAX_BACKLOG: usize = 1024;
+
+/// The longest window over which the pool looks for threads to spare.
+pub(crate) const SURPLUS_WINDOW: Duration = Duration::from_secs(1);
 
 /// How often a stopping session signals the threads that are still there.
 const KICK_EVERY: Duration = Duration::from_millis(20);
@@ -59,6 +74,11 @@ pub(crate) struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// How long the pool must have had threads to spare before they end.
+    pub(crate) fn surplus_window(&self) -> Duration {
+        self.idle_timeout.min(SURPLUS_WINDOW)
+    }
+
     /// Per-worker indices the pool needs: the cap plus the reader beyond it.
     pub(crate) fn slots(&self) -> usize {
         self.max + 1
@@ -80,6 +100,8 @@ struct Hot {
     idle: AtomicUsize,
     /// Threads running a handler.
     busy: AtomicUsize,
+    /// The lowest `idle` since the current shrink window began.
+    low: AtomicUsize,
 }
 
 /// The pool's counters and queue, shared by its threads and the manager.
@@ -102,6 +124,10 @@ pub(crate) struct Pool<J> {
     free: Mutex<Vec<usize>>,
     /// Threads started so far.
     started: AtomicUsize,
+    /// When the current shrink window ends, in nanoseconds since `epoch`.
+    window_end: AtomicU64,
+    /// Threads above the floor the last window found not needed, still to end.
+    surplus: AtomicUsize,
     manager: Mutex<()>,
     wake: Condvar,
 }
@@ -121,6 +147,8 @@ impl<J: Queued> Pool<J> {
             backlog_len: AtomicUsize::new(0),
             free: Mutex::new((0..cfg.slots()).rev().collect()),
             started: AtomicUsize::new(0),
+            window_end: AtomicU64::new(cfg.surplus_window().as_nanos() as u64),
+            surplus: AtomicUsize::new(0),
             manager: Mutex::new(()),
             wake: Condvar::new(),
         }
@@ -170,9 +198,20 @@ impl<J: Queued> Pool<J> {
     /// The calling thread has a request (or leaves): if it was the last
     /// idle one, the pool is saturated and the manager is told.
     pub(crate) fn leave_idle(&self) {
-        if self.hot.idle.fetch_sub(1, SeqCst) == 1 {
+        let before = self.hot.idle.fetch_sub(1, SeqCst);
+        // The shrink window's low-water mark: written only when it drops.
+        let now_idle = before.saturating_sub(1);
+        if now_idle < self.hot.low.load(Relaxed) {
+            self.hot.low.fetch_min(now_idle, Relaxed);
+        }
+        if before == 1 {
             let now = self.epoch.elapsed().as_nanos() as u64 + 1;
             let _ = self.saturated_since.compare_exchange(0, now, SeqCst, SeqCst);
+            // A thread that came back meanwhile cleared the mark before we
+            // set it: the pool is not saturated after all.
+            if self.hot.idle.load(SeqCst) > 0 {
+                let _ = self.saturated_since.compare_exchange(now, 0, SeqCst, SeqCst);
+            }
             if !self.watching.swap(true, SeqCst) {
                 self.notify_manager();
             }
@@ -216,6 +255,46 @@ impl<J: Queued> Pool<J> {
             self.leave_idle_quietly();
         }
         ok
+    }
+
+    /// Asked by an idle thread above the floor's indices each time round:
+    /// whether it should end because the pool has had a thread to spare for
+    /// a whole window (see the module docs). If true, the thread calls
+    /// [`Pool::try_retire`] next.
+    pub(crate) fn spare(&self) -> bool {
+        if self.surplus.load(Relaxed) > 0
+            && self
+                .surplus
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return true;
+        }
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let end = self.window_end.load(Relaxed);
+        if now < end {
+            return false;
+        }
+        let next = now + self.cfg.surplus_window().as_nanos() as u64;
+        if self
+            .window_end
+            .compare_exchange(end, next, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false; // another thread closed this window
+        }
+        let low = self.hot.low.swap(self.hot.idle.load(SeqCst), SeqCst);
+        let above = self.live.load(SeqCst).saturating_sub(self.cfg.floor);
+        let spare = low.min(above);
+        if spare == 0 {
+            return false;
+        }
+        log::debug!(
+            "the pool had {low} thread(s) to spare for {:?}; ending {spare}",
+            self.cfg.surplus_window()
+        );
+        self.surplus.store(spare - 1, SeqCst);
+        true
     }
 
     /// A thread that retired has ended: its index is free again.
@@ -323,6 +402,13 @@ impl<J: Queued> Pool<J> {
             }
             let deadline = Duration::from_nanos(since - 1) + self.cfg.grow_after;
             let now = self.epoch.elapsed();
+            if now >= deadline && self.hot.idle.load(SeqCst) > 0 {
+                // A thread went back to reading, and the mark is stale:
+                // set by a thread that found no other idle a moment
+                // before one came back (see `leave_idle`).
+                let _ = self.saturated_since.compare_exchange(since, 0, SeqCst, SeqCst);
+                continue;
+            }
             if now >= deadline {
                 drop(guard);
                 log::info!(
@@ -342,5 +428,72 @@ impl<J: Queued> Pool<J> {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Job;
+    impl Queued for Job {
+        fn unique(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn the_manager_grows_on_a_true_saturation_only() {
+        let pool: Pool<Job> = Pool::new(PoolConfig {
+            floor: 2,
+            max: 8,
+            grow_after: Duration::from_millis(5),
+            idle_timeout: Duration::from_secs(600),
+        });
+        let (a, b) = (pool.begin_start().unwrap(), pool.begin_start().unwrap());
+        let started = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        let (on_stale, on_true, mark) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let start = || match pool.begin_start() {
+                    Some(i) => {
+                        started.lock().unwrap().push(i);
+                        true
+                    }
+                    None => false,
+                };
+                pool.manage(start, || {}, || stop.load(SeqCst))
+            });
+            // One thread takes a request while the other still waits, and a
+            // saturation mark is left behind, as the race between one thread
+            // leaving the idle count and another coming back could leave it.
+            pool.leave_idle();
+            pool.saturated_since.store(1, SeqCst);
+            pool.notify_manager();
+            std::thread::sleep(Duration::from_millis(100));
+            let on_stale = started.lock().unwrap().len();
+            let mark = pool.saturated_since.load(SeqCst);
+            // Now the other takes one too: saturated, and one thread starts
+            // (it counts as idle, which ends the saturation).
+            pool.leave_idle();
+            let until = Instant::now() + Duration::from_secs(10);
+            while started.lock().unwrap().len() == on_stale && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let on_true = started.lock().unwrap().len() - on_stale;
+            // Every thread ends, whatever was seen: the manager returns.
+            stop.store(true, SeqCst);
+            pool.enter_idle();
+            pool.enter_idle();
+            for index in [a, b].into_iter().chain(started.lock().unwrap().drain(..)) {
+                pool.leave_idle_quietly();
+                pool.exited(index);
+            }
+            (on_stale, on_true, mark)
+        });
+        assert_eq!(on_stale, 0, "threads started while one was idle");
+        assert_eq!(mark, 0, "the stale mark was not cleared");
+        assert_eq!(on_true, 1, "threads started on one saturation");
     }
 }

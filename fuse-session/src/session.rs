@@ -833,10 +833,7 @@ impl<F: Filesystem> Spawner<F> {
                 drop(fs);
                 match end {
                     WorkerEnd::Retired => {
-                        log::debug!(
-                            "worker {index} was idle for {:?}; ending",
-                            shared.pool.cfg.idle_timeout
-                        );
+                        log::debug!("worker {index} is not needed any more; ending");
                         shared.pool.retired(index);
                         return;
                     }

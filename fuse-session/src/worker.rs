@@ -24,7 +24,8 @@ pub(crate) enum WorkerEnd {
     Unmounted,
     /// The session was asked to stop.
     Stopped,
-    /// It waited `idle_timeout` for a request above the pool's floor.
+    /// The pool did not need it (above the floor: it waited `idle_timeout`
+    /// for a request, or the pool had it to spare for that long).
     Retired,
     /// An unexpected receive error.
     Failed(std::io::Error),
@@ -58,6 +59,10 @@ pub(crate) fn run<F: Filesystem>(
         if shared.shutdown.load(Ordering::Acquire) {
             pool.leave_idle_quietly();
             return WorkerEnd::Stopped;
+        }
+        // A thread above the floor that the pool has not needed ends.
+        if core.index >= pool.cfg.floor && pool.above_floor() && pool.spare() && pool.try_retire() {
+            return WorkerEnd::Retired;
         }
         if let Some(job) = pool.take_job() {
             pool.leave_idle();
