@@ -411,6 +411,8 @@ impl<J: Queued> Pool<J> {
             }
             if now >= deadline {
                 drop(guard);
+                // Threads an earlier window found to spare are needed now.
+                self.surplus.store(0, SeqCst);
                 log::info!(
                     "all {} threads of the pool are busy; starting another",
                     self.live.load(SeqCst)
