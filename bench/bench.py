@@ -418,6 +418,17 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def steal_seconds() -> float | None:
+    """CPU time the hypervisor gave to others while this machine wanted it,
+    all CPUs together: the `steal` column of /proc/stat's `cpu` line."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def context_switches(pid: int) -> dict[int, int]:
     """{thread id: voluntary + involuntary context switches so far}."""
     out = {}
@@ -551,6 +562,7 @@ class Meter:
 
     def start(self) -> None:
         self.cpu0, self.cs0 = cpu_seconds(self.pid), context_switches(self.pid)
+        self.steal0 = steal_seconds()
         self.counting = False
         if self.counter:
             try:
@@ -561,6 +573,7 @@ class Meter:
 
     def stop(self) -> dict:
         cpu, cs = cpu_seconds(self.pid), context_switches(self.pid)
+        steal = steal_seconds()
         requests = None
         if self.counting:
             try:
@@ -568,7 +581,8 @@ class Meter:
             except (RuntimeError, OSError) as e:
                 log(f"  could not count requests: {e}")
         return dict(cpu_s=None if cpu is None or self.cpu0 is None else cpu - self.cpu0,
-                    ctxsw=switches_between(self.cs0, cs), requests=requests)
+                    ctxsw=switches_between(self.cs0, cs), requests=requests,
+                    steal_s=None if steal is None or self.steal0 is None else steal - self.steal0)
 
 
 def idle_wakeups(pid: int, settle: float, seconds: float) -> float:

@@ -466,6 +466,9 @@ def doc(result: dict, images: list[str]) -> str:
         if cs:
             out += ["Context switches of the daemon's threads per request, counted the same way (a thread that "
                     "ended during a workload counts one):", "", cs, ""]
+        steal = steal_summary(result)
+        if steal:
+            out += [steal, ""]
     elif "costs" in result:
         out += ["## Cost per request", "",
                 f"Not measured in this run: requests could not be counted ({m.get('request_counting')}).", ""]
@@ -483,6 +486,31 @@ def doc(result: dict, images: list[str]) -> str:
                 for e in result["errors"][:30]]
         out.append("")
     return "\n".join(out)
+
+
+def steal_summary(result: dict) -> str:
+    """A paragraph on the hypervisor's steal time over the measured workloads
+    (`steal_s` in each cost sample), or "" if the run did not record it."""
+    per: dict[tuple[str, str], float] = {}
+    for tid, wls in result.get("costs", {}).items():
+        for wid, samples in wls.items():
+            for c in samples:
+                if isinstance(c, dict) and c.get("steal_s") is not None:
+                    per[(tid, wid)] = per.get((tid, wid), 0.0) + c["steal_s"]
+    if not per:
+        return ""
+    total = sum(per.values())
+    labels = {w["id"]: w["label"] for w in result["workloads"]}
+    labels.update({t["id"]: t["label"] for t in result["targets"]})
+    worst = sorted(((v, t, w) for (t, w), v in per.items() if v >= 0.05), reverse=True)[:5]
+    text = (f"Steal time (the `steal` column of `/proc/stat`: CPU time the host gave to other guests while this "
+            f"machine's CPUs wanted it) over the daemons' measured workloads, all rounds: {total:.2f} s in all.")
+    if worst:
+        text += " Most of it during " + ", ".join(
+            f"{labels.get(w, w)} on {labels.get(t, t)} ({v:.2f} s)" for v, t, w in worst) + ": read those samples with care."
+    else:
+        text += " No workload saw 0.05 s or more."
+    return text
 
 
 def method(result: dict) -> list[str]:
