@@ -502,6 +502,7 @@ def steal_summary(result: dict) -> str:
     total = sum(per.values())
     labels = {w["id"]: w["label"] for w in result["workloads"]}
     labels.update({t["id"]: t["label"] for t in result["targets"]})
+    labels.setdefault("bonnie", "bonnie++ (whole run)")
     worst = sorted(((v, t, w) for (t, w), v in per.items() if v >= 0.05), reverse=True)[:5]
     text = (f"Steal time (the `steal` column of `/proc/stat`: CPU time the host gave to other guests while this "
             f"machine's CPUs wanted it) over the daemons' measured workloads, all rounds: {total:.2f} s in all.")

@@ -59,7 +59,9 @@ pub struct SessionConfig {
     /// How long every worker must be busy before another is started.
     pub grow_after: Duration,
     /// How long a worker above `workers`, or a helper thread of deferred
-    /// waits, waits for work before it ends.
+    /// waits, waits for work before it ends. Under a steady load, workers
+    /// above `workers` also end once the pool has had them to spare (some
+    /// threads idle all along) for this long or 1 s, whichever is shorter.
     pub idle_timeout: Duration,
     /// Most deferred waits at once ([`crate::RequestContext::defer`]; 0:
     /// [`crate::deferred::DEFAULT_MAX_DEFERRED`]).
