@@ -603,6 +603,8 @@ class Suite:
         self.src = work / "src"
         self.mnt = work / "mnt"
         self.count_requests = False
+        # Operations the last fio workload did (its I/Os), for the cost per operation.
+        self.last_ops: int | None = None
 
     def prepare_source(self) -> None:
         """Mounts the tmpfs and writes the files the read and overwrite workloads use."""
@@ -659,6 +661,7 @@ class Suite:
         secs = max(j["job_runtime"] for j in jobs) / 1000.0
         if secs <= 0:
             raise RuntimeError(f"fio {name}: no runtime")
+        self.last_ops = ios
         return dict(mbps=io_bytes / secs / 1e6, kiops=ios / secs / 1e3)
 
     def run_target(self, root: Path, daemon: Daemon | None, tid: str) -> dict:
@@ -675,6 +678,7 @@ class Suite:
         meter = Meter(daemon, self.work, self.count_requests) if daemon else None
 
         def attempt(wid: str, fn) -> None:
+            self.last_ops = None
             try:
                 if meter:
                     meter.start()
@@ -683,6 +687,8 @@ class Suite:
                 finally:
                     if meter:
                         costs[wid] = meter.stop()
+                        if self.last_ops:
+                            costs[wid]["ops"] = self.last_ops
             except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
                 costs.pop(wid, None)
                 errs[wid] = str(e)[:400]
@@ -863,6 +869,8 @@ class Suite:
             return
         for ph in doc["phases"]:
             wid = ph["name"] if ph["name"].startswith("ls_") else f"md_{ph['name']}_t{threads}"
+            if wid in costs and ph["ops"]:
+                costs[wid]["ops"] = ph["ops"]
             if ph["errors"]:
                 errs[wid] = f"{ph['errors']} errors, first: {ph['first_error']}"
                 log(f"  {wid}: FAILED {errs[wid]}")

@@ -202,13 +202,14 @@ def requests_table(result: dict) -> str | None:
     return md_table(["daemon"] + STAT_OPS, rows) if rows else None
 
 
-def per_request(result: dict, tid: str, key: str, scale: float) -> dict[str, float]:
+def per_request(result: dict, tid: str, key: str, scale: float, per: str = "requests") -> dict[str, float]:
     """{workload: median over rounds of the daemon's `key` (cpu_s or ctxsw) per
-    request, times scale}, for the workloads where requests were counted."""
+    request (or per workload operation, with per="ops"), times scale}, for
+    the workloads where those were counted."""
     out = {}
     for wid, rounds in result.get("costs", {}).get(tid, {}).items():
-        vals = [r[key] / r["requests"] * scale for r in rounds
-                if r.get("requests") and r.get(key) is not None]
+        vals = [r[key] / r[per] * scale for r in rounds
+                if r.get(per) and r.get(key) is not None]
         if vals:
             out[wid] = statistics.median(vals)
     return out
@@ -220,12 +221,13 @@ def cost_rows(result: dict) -> list[tuple[str, str]]:
     return rows + [("bonnie", "bonnie++, whole run (all six tests)")]
 
 
-def cost_table(result: dict, key: str, scale: float, idle_row: bool) -> str | None:
-    """Daemon cost per request (median over rounds) per workload and daemon,
-    then ours ÷ libfuse with the same cache mode (< 1: ours spends less)."""
+def cost_table(result: dict, key: str, scale: float, idle_row: bool, unit: str = "requests") -> str | None:
+    """Daemon cost per request (or per workload operation, unit="ops"; median
+    over rounds) per workload and daemon, then ours ÷ libfuse with the same
+    cache mode (< 1: ours spends less)."""
     daemons = [t for t in result["targets"] if t["kind"] != "native" and not unavailable(t)
                and result.get("costs", {}).get(t["id"])]
-    per = {t["id"]: per_request(result, t["id"], key, scale) for t in daemons}
+    per = {t["id"]: per_request(result, t["id"], key, scale, unit) for t in daemons}
     if not any(per.values()):
         return None
     # Not passthrough: the kernel serves its READs and WRITEs, so what is left
@@ -466,6 +468,13 @@ def doc(result: dict, images: list[str]) -> str:
         if cs:
             out += ["Context switches of the daemon's threads per request, counted the same way (a thread that "
                     "ended during a workload counts one):", "", cs, ""]
+        per_op = cost_table(result, "cpu_s", 1e6, False, "ops")
+        if per_op:
+            out += ["The same CPU time per operation of the workload instead of per request (fio: its I/Os; "
+                    "mdtest: the files or entries its phase handled), in microseconds. A daemon that spares "
+                    "the kernel a cheap request (a FLUSH on close, a LOOKUP after CREATE) raises its average "
+                    "per request while it lowers its cost per operation: where the two tables disagree, this "
+                    "one says what a user pays.", "", per_op, ""]
         steal = steal_summary(result)
         if steal:
             out += [steal, ""]
