@@ -212,12 +212,40 @@ def build_libfuse(out_dir: Path) -> dict:
     c_file = out_dir / "passthrough_ll.c"
     flags = subprocess.run(["pkg-config", "fuse3", "--cflags", "--libs"], check=True, capture_output=True,
                            text=True).stdout.split()
+    # The shipped example reads HAVE_FALLOCATE, HAVE_COPY_FILE_RANGE, ... from the
+    # config.h of libfuse's own build. Compiled bare, it answers FALLOCATE with
+    # EOPNOTSUPP and lacks copy_file_range: fio then lays out files differently for
+    # it than for us. Define what libfuse's build would find on this system.
+    flags = [*libfuse_config_defines(out_dir), *flags]
     binary = out_dir / "libfuse_passthrough_ll"
     cmd = ["cc", "-O2", "-Wall", str(c_file), *flags, "-o", str(binary)]
     run(cmd, stdout=subprocess.DEVNULL)
     version = subprocess.run(["pkg-config", "fuse3", "--modversion"], capture_output=True, text=True).stdout.strip()
     return dict(binary=str(binary), source=str(src), sha256=hashlib.sha256(code).hexdigest(),
                 compile=" ".join(["cc", "-O2", "-Wall", "passthrough_ll.c", *flags]), version=version)
+
+
+# The functions libfuse's build system probes for (meson's test_funcs), each
+# giving a HAVE_<NAME> in its config.h when the C library links it.
+LIBFUSE_PROBED_FUNCS = ("fork", "fstatat", "openat", "readlinkat", "pipe2", "splice", "vmsplice",
+                        "posix_fallocate", "fdatasync", "utimensat", "copy_file_range", "fallocate")
+
+
+def libfuse_config_defines(out_dir: Path) -> list[str]:
+    """-DHAVE_<NAME> for every probed function that links here, found the way
+    libfuse's build finds them: a program that takes the function's address."""
+    defines = []
+    probe = out_dir / "probe.c"
+    for func in LIBFUSE_PROBED_FUNCS:
+        probe.write_text("#define _GNU_SOURCE\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
+                         "#include <fcntl.h>\n#include <sys/stat.h>\n"
+                         f"int main(void) {{ void *volatile p = (void *)&{func}; return p == 0; }}\n")
+        r = subprocess.run(["cc", str(probe), "-o", str(out_dir / "probe")], capture_output=True)
+        if r.returncode == 0:
+            defines.append(f"-DHAVE_{func.upper()}")
+    for leftover in (probe, out_dir / "probe"):
+        leftover.unlink(missing_ok=True)
+    return defines
 
 
 def cargo_build(args: list[str]) -> subprocess.CompletedProcess:
@@ -716,7 +744,10 @@ class Suite:
             else:
                 # A new file for every run; bounded by size and runtime but not
                 # time_based, so that no write lands below end of file by wrapping.
-                o.update(filename=f"work/extend_j{n}.dat", size=f"{c['extend_mib']}m", runtime=rt)
+                # fallocate=none: fio would otherwise size the new file before
+                # writing (fallocate mode 0), and no write would extend it.
+                o.update(filename=f"work/extend_j{n}.dat", size=f"{c['extend_mib']}m", runtime=rt,
+                         fallocate="none")
             return self.fio(root, f"shared_{kind}_j{n}", o, timeout)["mbps"]
 
         four_way = [(k, 4) for k in ("pre", "ext")]

@@ -561,7 +561,7 @@ def method(result: dict) -> list[str]:
         f"- **shared file**: N = 1, 2, 4 jobs writing one file with `O_DIRECT`, {m['shared_bs'] // 1024} KiB "
         "blocks; job k writes blocks k, k+N, k+2N… so together they sweep the file. *Preallocated*: a "
         f"{cfg['shared_mib']} MiB file that exists, no write extends it (`--time_based`). *Extending*: a new empty "
-        "file, every write lands at or past end of file; bounded by `--runtime` and a size cap but not "
+        "file that fio does not size first (`--fallocate=none`), every write lands at or past end of file; bounded by `--runtime` and a size cap but not "
         "`--time_based` (that would wrap around and stop extending). The rate is the bytes of all jobs "
         "divided by the longest job's runtime.",
         f"- **metadata** (`bench/mdtest`, ours): T = 1 and 4 threads; each phase stops after {cfg['md_seconds']} s or "

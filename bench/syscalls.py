@@ -59,7 +59,8 @@ def workloads(mnt: Path, creates: int) -> list[tuple[str, int, list[str] | None,
         ("unlinks", creates, make, [sys.executable, "-c", UNLINKS, str(mnt / "work" / "u"), str(creates)]),
         ("write64k", 4 * 1024, None,
          fio + ["--name=pre", f"--filename={mnt / 'pre.dat'}", "--size=64m", "--loops=4"]),
-        ("extend64k", 4 * 1024, None, fio + ["--name=ext", f"--filename={mnt / 'work' / 'ext.dat'}", "--size=256m"]),
+        ("extend64k", 4 * 1024, None, fio + ["--name=ext", f"--filename={mnt / 'work' / 'ext.dat'}", "--size=256m",
+                                               "--fallocate=none"]),
     ]
 
 
