@@ -85,7 +85,9 @@ TREE_FILES = 199
 # mode, the one a ratio "to libfuse" divides by. `fd_per_inode`: the daemon
 # holds a descriptor for every inode the kernel knows (libfuse's example, ours
 # without file handles), so a many-inodes row larger than the open-file limit
-# is skipped for it (recorded in the result's `skipped`).
+# is skipped for it (recorded in the result's `skipped`). `libfuse_again` is a
+# control: libfuse's example once more, divided by the first, so that every run
+# shows how far a ratio moves by chance alone on this machine.
 TARGETS = [
     dict(id="native", label="native tmpfs", kind="native", cache="–", base=None),
     dict(id="libfuse", label="libfuse", kind="libfuse", opts=[], cache="auto", base=None, fd_per_inode=True),
@@ -98,6 +100,8 @@ TARGETS = [
     dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes"], cache="auto", base="libfuse"),
     dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse"),
     dict(id="ours_uring", label="ours io_uring", kind="ours", opts=["uring"], cache="auto", base="libfuse"),
+    dict(id="libfuse_again", label="libfuse again", kind="libfuse", opts=[], cache="auto", base="libfuse",
+         fd_per_inode=True, control=True),
 ]
 
 SHARED_BS = 64 * 1024

@@ -435,7 +435,11 @@ def doc(result: dict, images: list[str]) -> str:
     out += [""]
     t_lib, t_nat = ratio_table(result, s, False), ratio_table(result, s, True)
     out += ["## Ratio to libfuse with the same cache mode", "",
-            t_lib or "No pair of ours and libfuse was measured in this run.", "",
+            t_lib or "No pair of ours and libfuse was measured in this run.", ""]
+    control = control_summary(result, s)
+    if control:
+        out += [control, ""]
+    out += [
             "## Ratio to native tmpfs", "", t_nat or "Native was not measured in this run.", "",
             "## Medians", "",
             "Median over rounds; ± is the spread (max − min) / median of the rounds.", "",
@@ -497,6 +501,25 @@ def doc(result: dict, images: list[str]) -> str:
     return "\n".join(out)
 
 
+def control_summary(result: dict, s: dict) -> str | None:
+    """How far libfuse's example moved against itself in this run: the
+    spread a ratio shows by chance alone."""
+    if not any(t.get("control") for t in measured(result, s)) or not s.get("libfuse"):
+        return None
+    rs = sorted((r, w["label"]) for w in result["workloads"]
+                if (r := ratio(s, "libfuse_again", "libfuse", w["id"])) is not None)
+    if not rs:
+        return None
+    low = [label for r, label in rs if r < 0.95]
+    high = [label for r, label in rs if r > 1.05]
+    g = geomean([r for r, _ in rs])
+    return (f"**Chance, measured.** The control, libfuse's example run a second time in every round and "
+            f"divided by the first, ranged from {fmt_ratio(rs[0][0])} ({rs[0][1]}) to {fmt_ratio(rs[-1][0])} "
+            f"({rs[-1][1]}) over {len(rs)} rows, geometric mean {fmt_ratio(g)}: {len(low)} rows below 0.95×, "
+            f"{len(high)} above 1.05×. A row of ours within that band of 1.0× is not told apart from libfuse "
+            "by this run.")
+
+
 def steal_summary(result: dict) -> str:
     """A paragraph on the hypervisor's steal time over the measured workloads
     (`steal_s` in each cost sample), or "" if the run did not record it."""
@@ -537,7 +560,9 @@ def method(result: dict) -> list[str]:
         "- **native tmpfs**: the workloads run on the tmpfs itself, no FUSE: the upper limit.",
         f"- **libfuse**: libfuse's own `passthrough_ll` example ({m['libfuse']['version']}, from "
         f"`{m['libfuse']['source']}`, built with `{m['libfuse']['compile']}`), `-f -o source=SRC`; "
-        "**libfuse never** adds `-o cache=never` (no page cache: every read and write goes to the daemon).",
+        "**libfuse never** adds `-o cache=never` (no page cache: every read and write goes to the daemon); "
+        "**libfuse again** is the same daemon as libfuse once more, a control: its ratio to libfuse shows how "
+        "far a row moves by chance alone in this run.",
         "- **ours**: our `passthrough_ll` example (`cargo build --release --example passthrough_ll`) with the "
         "same options; **ours never** with `-o cache=never`; **ours pdw** adds `-o parallel_direct_writes`; "
         "**ours passthrough** adds `-o passthrough` (the kernel does reads and writes on the backing file); "
