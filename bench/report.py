@@ -573,7 +573,7 @@ def method(result: dict) -> list[str]:
         "the default mode; its ratios divide by libfuse's default all the same, so read its data rows against "
         "the medians of libfuse never too.", "",
         "Each daemon runs with its default worker threads: libfuse's example starts threads on demand (at most "
-        "10 idle), ours runs one worker per CPU, each on its own cloned `/dev/fuse` descriptor. Daemons and load "
+        "10 idle), ours runs two workers per CPU, each on its own cloned `/dev/fuse` descriptor. Daemons and load "
         "generators share the machine's CPUs.", "",
         "Workloads (fio, `ioengine=psync`, one file per workload, JSON output):", "",
         f"- **seq read / seq write**: one job, 1 MiB blocks, buffered, over a {cfg['seq_mib']} MiB file, "
@@ -641,7 +641,7 @@ def method(result: dict) -> list[str]:
     lines += [
         "## Reproduce", "",
         "```sh",
-        "bench/run           # full run, under 20 minutes",
+        "bench/run           # full run, about 30 minutes",
         "bench/run --quick   # under 3 minutes, noisy",
         "bench/syscalls.py   # counts per request (after a bench/run built both daemons)",
         "bench/splice_write.sh   # CPU per WRITE with and without splice_write",

@@ -83,7 +83,7 @@ filesystem options (-o):
                        source keep a descriptor each in every mode
     fd_cache=N         most descriptors kept open in file-handle mode, beside
                        those of open files (default 4096)
-    threads=N          worker threads to start and keep (default: one per CPU)
+    threads=N          worker threads to start and keep (default: two per CPU)
     max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
     max_waits_per_uid=N

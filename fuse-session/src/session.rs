@@ -3,7 +3,7 @@
 //!
 //! `Session::run` blocks; `Session::spawn` runs in the background and returns
 //! a [`RunningSession`]. Both expose a [`SessionHandle`] for statistics, the
-//! negotiated capabilities, the notifier and stopping. Workers start at one
+//! negotiated capabilities, the notifier and stopping. Workers start at two
 //! per CPU (configurable), each on its own cloned `/dev/fuse` fd where the
 //! kernel allows; the pool grows while every worker is busy, shrinks back
 //! after an idle timeout, and always keeps a thread reading `/dev/fuse`
@@ -44,7 +44,8 @@ use std::time::Duration;
 /// How a session runs.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
-    /// Workers to start, and the floor the pool shrinks back to (0: one per CPU).
+    /// Workers to start, and the floor the pool shrinks back to (0: two per
+    /// CPU, [`DEFAULT_WORKERS_PER_CPU`]).
     pub workers: usize,
     /// Most workers running handlers at once (0: `max(4 x workers, 16)`; at
     /// least `workers`). One more thread may run beyond it, to keep reading
@@ -100,6 +101,21 @@ pub struct SessionConfig {
     /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
 }
+
+/// Workers per CPU when [`SessionConfig::workers`] is 0.
+///
+/// Two, not one, for callers that wait for each reply (a single writer, a
+/// single-threaded `ls` or build step). The worker that sends a reply is
+/// usually preempted by the caller it woke, stays runnable on that CPU, and
+/// is there to read the caller's next request the moment the caller blocks.
+/// With one worker per CPU that happened on 61% of requests of one `O_DIRECT`
+/// writer on two CPUs (involuntary switches per request); the others were
+/// read by a worker woken from sleep, and the writer ran at 0.73x libfuse's
+/// example (which runs 3-4 threads there).
+/// With two per CPU: 93%, 0.97x, and the same CPU per request as libfuse,
+/// for 2.3 MiB more peak memory (each busy worker touches its receive
+/// buffer). `docs/performance.md` has the measurements.
+pub const DEFAULT_WORKERS_PER_CPU: usize = 2;
 
 /// Default of [`SessionConfig::splice_write_min`]: below it the copy a
 /// splice saves costs less than the syscall it adds (measured in
@@ -164,7 +180,11 @@ impl SessionConfig {
 
     fn resolved(&self) -> PoolConfig {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let workers = if self.workers == 0 { cpus } else { self.workers };
+        let workers = if self.workers == 0 {
+            cpus * DEFAULT_WORKERS_PER_CPU
+        } else {
+            self.workers
+        };
         let max = if self.max_workers == 0 {
             (workers * 4).max(16)
         } else {
