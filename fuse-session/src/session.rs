@@ -926,3 +926,23 @@ impl Drop for RunningSession {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_pool_starts_two_workers_per_cpu_and_explicit_counts_win() {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let pool = SessionConfig::default().resolved();
+        assert_eq!(pool.floor, 2 * cpus);
+        assert_eq!(pool.max, (8 * cpus).max(16));
+        let three = SessionConfig {
+            workers: 3,
+            max_workers: 2,
+            ..SessionConfig::default()
+        }
+        .resolved();
+        assert_eq!((three.floor, three.max), (3, 3));
+    }
+}
