@@ -439,8 +439,7 @@ def doc(result: dict, images: list[str]) -> str:
     control = control_summary(result, s)
     if control:
         out += [control, ""]
-    out += [
-            "## Ratio to native tmpfs", "", t_nat or "Native was not measured in this run.", "",
+    out += ["## Ratio to native tmpfs", "", t_nat or "Native was not measured in this run.", "",
             "## Medians", "",
             "Median over rounds; ± is the spread (max − min) / median of the rounds.", "",
             medians_table(result, s), "",
@@ -504,10 +503,11 @@ def doc(result: dict, images: list[str]) -> str:
 def control_summary(result: dict, s: dict) -> str | None:
     """How far libfuse's example moved against itself in this run: the
     spread a ratio shows by chance alone."""
-    if not any(t.get("control") for t in measured(result, s)) or not s.get("libfuse"):
+    control = next((t for t in measured(result, s) if t.get("control")), None)
+    if control is None:
         return None
     rs = sorted((r, w["label"]) for w in result["workloads"]
-                if (r := ratio(s, "libfuse_again", "libfuse", w["id"])) is not None)
+                if (r := ratio(s, control["id"], control["base"], w["id"])) is not None)
     if not rs:
         return None
     low = [label for r, label in rs if r < 0.95]
