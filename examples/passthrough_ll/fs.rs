@@ -9,6 +9,7 @@ use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use fuse_wire::session::credentials::{self, ActingAs};
+use fuse_wire::session::notify::NotifyError;
 use fuse_wire::session::reply::*;
 use fuse_wire::session::{
     BackingFile, CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle,
@@ -132,6 +133,16 @@ fn stale() -> io::Error {
 
 /// Makes this thread act as the caller of `ctx` (uid, gid, groups and
 /// capabilities, as the library can know them) until the guard drops.
+/// The change after which set-ID bits may have to go
+/// ([`PassthroughFs::kill_suidgid`]).
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// Content or size changed by a caller without CAP_FSETID.
+    Written,
+    /// Owner or group changed; the file's group was `old_gid`.
+    Chowned { old_gid: u32 },
+}
+
 fn as_caller(ctx: &RequestContext<'_>) -> Res<ActingAs> {
     ctx.caller().act_as()
 }
@@ -209,7 +220,26 @@ impl PassthroughFs {
             generation: found.generation,
             attr: FileAttr::from_stat(st),
             entry_ttl: ttl,
-            attr_ttl: ttl,
+            attr_ttl: self.attr_ttl(ttl, st.st_mode),
+        }
+    }
+
+    /// How long the kernel may keep attributes whose mode is `mode`, at
+    /// most `ttl`: not at all for a set-ID regular file with kernel
+    /// passthrough. A passed-through write clears the bits in the source
+    /// without a word to us, and the kernel keeps the mode it has cached;
+    /// a cached S_ISUID would make an exec through the mount set-user-ID
+    /// with content an unprivileged writer changed. Uncached, every exec
+    /// and stat asks again (the kernel refreshes expired attributes before
+    /// an exec).
+    fn attr_ttl(&self, ttl: Duration, mode: u32) -> Duration {
+        if self.opts.passthrough
+            && mode & libc::S_IFMT == libc::S_IFREG
+            && mode & (libc::S_ISUID | libc::S_ISGID) != 0
+        {
+            Duration::ZERO
+        } else {
+            ttl
         }
     }
 
@@ -626,7 +656,7 @@ impl PassthroughFs {
         if !created
             && flags & libc::O_TRUNC != 0
             && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID)
-            && let Err(e) = self.kill_suidgid(ctx, &found.data)
+            && let Err(e) = self.kill_suidgid(ctx, &found.data, Kill::Written, Some(Inode(found.id)))
         {
             // The kernel never sees this entry: drop the lookup it counted.
             self.inodes.forget(found.id, 1);
@@ -766,6 +796,16 @@ impl PassthroughFs {
                 None => sys::chmod(&proc_path(ifd.as_fd()), mode)?,
             }
         }
+        // A chown's set-ID rule looks at the group the file had.
+        let kill = if !valid.contains(SetattrValid::KILL_SUIDGID) {
+            None
+        } else if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
+            Some(Kill::Chowned {
+                old_gid: sys::stat_fd(ifd.as_fd())?.st_gid,
+            })
+        } else {
+            Some(Kill::Written)
+        };
         if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
             let uid = if valid.contains(SetattrValid::UID) {
                 attr.uid
@@ -790,21 +830,50 @@ impl PassthroughFs {
         ) {
             self.set_times(&inode, h.as_deref(), attr, valid)?;
         }
-        if valid.contains(SetattrValid::KILL_SUIDGID) {
-            self.kill_suidgid(ctx, &inode)?;
+        if let Some(why) = kill {
+            // The answer carries the new attributes.
+            self.kill_suidgid(ctx, &inode, why, None)?;
         }
         sys::stat_fd(ifd.as_fd())
     }
 
-    /// Clears the set-ID bits the kernel asks to clear (`HANDLE_KILLPRIV_V2`)
-    /// on a write, truncate, truncating open or chown by a caller without
-    /// CAP_FSETID: S_ISUID, and S_ISGID where it means set-group-ID (group
-    /// execute is set) or the caller is not in the file's group (as far as
-    /// that can be known; unknown counts as not), as the VFS does.
-    fn kill_suidgid(&self, ctx: &RequestContext<'_>, inode: &InodeData) -> Res<()> {
+    /// Clears the set-ID bits of a regular file as the VFS does for the
+    /// change `why` (the kernel leaves it to us: `HANDLE_KILLPRIV_V2`):
+    /// S_ISUID always, and S_ISGID where it means set-group-ID (group
+    /// execute is set) or the caller may not keep it (not in the file's
+    /// group, as far as that can be known, and without CAP_FSETID). Returns
+    /// whether the mode changed.
+    ///
+    /// The kernel keeps the mode it has cached after a WRITE, a FALLOCATE or
+    /// a COPY_FILE_RANGE (a `stat` asking for the mode alone would show the
+    /// bits for as long as the attributes are valid), whether we clear the
+    /// bits here or the source did as the caller wrote; so for those,
+    /// `ino`'s cached attributes are dropped before the answer
+    /// (`Some(ino)`).
+    fn kill_suidgid(
+        &self,
+        ctx: &RequestContext<'_>,
+        inode: &InodeData,
+        why: Kill,
+        inval: Option<Inode>,
+    ) -> Res<bool> {
         if inode.kind != libc::S_IFREG {
-            return Ok(());
+            return Ok(false);
         }
+        let changed = self.clear_setid(ctx, inode, why)?;
+        match inval.map(|ino| (ino, ctx.notifier().inval_inode(ino, -1, 0).and_then(|t| t.wait()))) {
+            // An inode the kernel does not hold yet (a create's): nothing cached.
+            Some((_, Err(NotifyError::Kernel(e)))) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Some((ino, Err(e))) => {
+                log::warn!("invalidating the attributes of ino {ino} after clearing its set-ID bits: {e}")
+            }
+            _ => {}
+        }
+        Ok(changed)
+    }
+
+    /// The mode change of [`Self::kill_suidgid`].
+    fn clear_setid(&self, ctx: &RequestContext<'_>, inode: &InodeData, why: Kill) -> Res<bool> {
         // Rare (the kernel asks only when the file has the bits), and done
         // as the daemon: the caller may not own the file, and the thread may
         // hold CAP_FSETID for the caller (with default_permissions).
@@ -812,14 +881,56 @@ impl PassthroughFs {
         let ifd = self.fd(inode)?;
         let st = sys::stat_fd(ifd.as_fd())?;
         let mode = st.st_mode & 0o7777;
+        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return Ok(false);
+        }
+        let caller = ctx.caller();
+        // May the caller keep S_ISGID, as the VFS's in_group_or_capable?
+        let may_keep = |gid: u32| caller.in_group(gid) || caller.holds_capability(credentials::cap::FSETID);
+        let kill_sgid = mode & libc::S_IXGRP != 0
+            || match why {
+                // The kernel said the caller lacks CAP_FSETID.
+                Kill::Written => !caller.in_group(st.st_gid),
+                // Judged on the group the file had, and on its new one when
+                // S_ISUID goes too (the mode is then rewritten).
+                Kill::Chowned { old_gid } => {
+                    !may_keep(old_gid) || (mode & libc::S_ISUID != 0 && !may_keep(st.st_gid))
+                }
+            };
         let mut kept = mode & !libc::S_ISUID;
-        if kept & libc::S_ISGID != 0 && (kept & libc::S_IXGRP != 0 || !ctx.caller().in_group(st.st_gid)) {
+        if kill_sgid {
             kept &= !libc::S_ISGID;
         }
-        if kept != mode {
-            sys::chmod(&proc_path(ifd.as_fd()), kept)?;
+        if kept == mode {
+            return Ok(false);
         }
-        Ok(())
+        sys::chmod(&proc_path(ifd.as_fd()), kept)?;
+        Ok(true)
+    }
+
+    /// What the VFS's `file_modified` does to set-ID bits, for the changes
+    /// of content or size the kernel sends without a kill flag (FALLOCATE of
+    /// every mode, COPY_FILE_RANGE into the file): a caller without
+    /// CAP_FSETID loses them. File capabilities (`security.capability`) are
+    /// the kernel's part: it removes them with a REMOVEXATTR first, or the
+    /// source does while we act (see `removexattr_as_caller`).
+    ///
+    /// Runs `change` (as the caller, who must be acting already), then
+    /// clears the bits if the file had them before.
+    fn file_modified<T>(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        h: &Handle,
+        change: impl FnOnce() -> Res<T>,
+    ) -> Res<T> {
+        let had_setid = h.inode.kind == libc::S_IFREG
+            && sys::stat_fd(h.fd()).is_ok_and(|st| st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0);
+        let r = change()?;
+        if had_setid && !ctx.caller().holds_capability(credentials::cap::FSETID) {
+            self.kill_suidgid(ctx, &h.inode, Kill::Written, Some(ino))?;
+        }
+        Ok(r)
     }
 
     /// The descriptor that holds the POSIX locks of lock owner `owner` on
@@ -1119,7 +1230,10 @@ impl PassthroughFs {
                 sys::stat_fd(inode_fd.as_fd())?
             }
         };
-        Ok((self.opts.timeout, FileAttr::from_stat(&st)))
+        Ok((
+            self.attr_ttl(self.opts.timeout, st.st_mode),
+            FileAttr::from_stat(&st),
+        ))
     }
 
     fn setattr_as_caller(
@@ -1136,7 +1250,10 @@ impl PassthroughFs {
         {
             self.search_changed(ctx, ino, &inode);
         }
-        Ok((self.opts.timeout, FileAttr::from_stat(&st)))
+        Ok((
+            self.attr_ttl(self.opts.timeout, st.st_mode),
+            FileAttr::from_stat(&st),
+        ))
     }
 
     fn readlink_as_caller(&self, ctx: &RequestContext<'_>, ino: Inode) -> Res<Vec<u8>> {
@@ -1282,7 +1399,7 @@ impl PassthroughFs {
         };
         drop(inode_fd);
         if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
-            self.kill_suidgid(ctx, &inode)?;
+            self.kill_suidgid(ctx, &inode, Kill::Written, Some(ino))?;
         }
         self.new_handle(ctx, inode, fd, flags)
     }
@@ -1327,7 +1444,7 @@ impl PassthroughFs {
             h.write_at(data.fetch()?, offset)?
         };
         if write_flags.contains(WriteFlags::KILL_SUIDGID) {
-            self.kill_suidgid(ctx, &h.inode)?;
+            self.kill_suidgid(ctx, &h.inode, Kill::Written, Some(ino))?;
         }
         Ok(n as u32)
     }
@@ -1466,7 +1583,18 @@ impl PassthroughFs {
         let xi = self.xattr_inode(ino)?;
         let xfd = self.fd(&xi)?;
         let path = proc_path(xfd.as_fd());
-        sys::removexattr(&path, name)?;
+        match sys::removexattr(&path, name) {
+            // File capabilities: the kernel asked for CAP_SETFCAP before a
+            // caller's removexattr(2) reached us, and removes them itself,
+            // unasked, when an unprivileged caller writes, truncates,
+            // fallocates or chowns the file (killpriv), which the source
+            // would refuse such a caller. Either way it is decided.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && name.to_bytes() == b"security.capability" => {
+                let _as_daemon = credentials::as_daemon();
+                sys::removexattr(&path, name)?;
+            }
+            r => r?,
+        }
         if name.to_bytes().starts_with(b"system.posix_acl")
             && let Ok(inode) = self.inode(ino)
         {
@@ -1594,13 +1722,14 @@ impl PassthroughFs {
     fn fallocate_as_caller(
         &self,
         ctx: &RequestContext<'_>,
+        ino: Inode,
         fh: FileHandle,
         req: FallocateRequest,
     ) -> Res<()> {
         let FallocateRequest { offset, length, mode } = req;
         let _as_caller = as_caller(ctx)?;
         let h = self.handle(fh)?;
-        sys::fallocate(h.fd(), mode, offset, length)
+        self.file_modified(ctx, ino, &h, || sys::fallocate(h.fd(), mode, offset, length))
     }
 
     fn lseek_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LseekRequest) -> Res<u64> {
@@ -1627,7 +1756,9 @@ impl PassthroughFs {
         let hi = self.handle(fh_in)?;
         let ho = self.handle(fh_out)?;
         let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
-        let n = sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)?;
+        let n = self.file_modified(ctx, req.ino_out, &ho, || {
+            sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)
+        })?;
         Ok(n as u64)
     }
 
@@ -2096,12 +2227,12 @@ impl Filesystem for PassthroughFs {
     fn fallocate(
         &self,
         ctx: &RequestContext<'_>,
-        _ino: Inode,
+        ino: Inode,
         fh: FileHandle,
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        reply.result(logged(self.fallocate_as_caller(ctx, fh, req)));
+        reply.result(logged(self.fallocate_as_caller(ctx, ino, fh, req)));
     }
 
     fn lseek(
@@ -2128,7 +2259,7 @@ impl Filesystem for PassthroughFs {
         reply: ReplyStatx,
     ) {
         match logged(self.statx_as_caller(ctx, ino, fh, req)) {
-            Ok(st) => reply.statx(self.opts.timeout, &st),
+            Ok(st) => reply.statx(self.attr_ttl(self.opts.timeout, u32::from(st.mode)), &st),
             Err(e) => reply.io_error(&e),
         }
     }

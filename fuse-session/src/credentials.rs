@@ -247,7 +247,6 @@ impl Caller {
     }
 
     fn look_up(&self) -> Known {
-        let (uid, gid, pid) = (self.uid, self.gid, self.pid);
         let all = |origin| Known {
             groups: Groups::new(),
             caps: ALL_CAPS,
@@ -256,9 +255,16 @@ impl Caller {
         if self.is_kernel_request() {
             return all(Origin::Kernel);
         }
-        if uid == 0 && self.policy.kernel_checks {
+        if self.uid == 0 && self.policy.kernel_checks {
             return all(Origin::KernelChecked);
         }
+        self.look_up_process()
+    }
+
+    /// What `/proc` (or, for a root caller, `capget(2)`) tells of the
+    /// calling process, without taking the kernel's check for granted.
+    fn look_up_process(&self) -> Known {
+        let (uid, gid, pid) = (self.uid, self.gid, self.pid);
         if pid == 0 {
             log_once(
                 1,
@@ -329,6 +335,28 @@ impl Caller {
     /// Whether the caller holds capability `cap` (a [`cap`] constant).
     pub fn has_capability(&self, cap: u32) -> bool {
         cap < 64 && self.known().caps & (1 << cap) != 0
+    }
+
+    /// Whether the calling process really holds capability `cap`, looked up
+    /// even where [`Caller::has_capability`] stands for the kernel's check
+    /// (a root caller while the kernel checks permissions counts as holding
+    /// every capability there). For the decisions the kernel leaves to the
+    /// filesystem without a word on the caller, such as whether a FALLOCATE
+    /// or a COPY_FILE_RANGE clears set-ID bits (the kernel clears them for a
+    /// caller without `CAP_FSETID`). What cannot be known counts as not held;
+    /// the kernel's own requests hold everything. Not cached: meant for rare
+    /// paths.
+    pub fn holds_capability(&self, cap: u32) -> bool {
+        if cap >= 64 {
+            return false;
+        }
+        if self.is_kernel_request() {
+            return true;
+        }
+        if self.uid == 0 && self.policy.kernel_checks {
+            return self.look_up_process().caps & (1 << cap) != 0;
+        }
+        self.has_capability(cap)
     }
 
     /// The effective capability set (bit n = capability n).

@@ -287,3 +287,72 @@ pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     }
     v
 }
+
+/// The mode as `stat -c %a` sees it: `statx(2)` asking for the mode alone,
+/// which a kernel answers from its attribute cache while that is valid
+/// (`lstat` asks for more and may refresh it).
+pub fn mode_only_of(p: &Path) -> Result<String, i32> {
+    let cp = c(p);
+    // SAFETY: an all-zero `statx` is a valid value to be overwritten.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and a live statx buffer.
+    chk(unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            cp.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MODE,
+            &mut st,
+        )
+    } as i64)?;
+    Ok(format!("{:o}", st.stx_mode))
+}
+
+/// `fallocate(2)`.
+pub fn fallocate(fd: &Fd, mode: i32, off: i64, len: i64) -> Result<i64, i32> {
+    // SAFETY: plain system call on a descriptor we own.
+    chk(unsafe { libc::fallocate(fd.0, mode, off, len) } as i64)
+}
+
+/// `copy_file_range(2)` of `len` bytes from the start of `from` to the
+/// start of `to`.
+pub fn copy_range(from: &Fd, to: &Fd, len: usize) -> Result<i64, i32> {
+    let (mut a, mut b) = (0i64, 0i64);
+    // SAFETY: both offsets are live for the call; descriptors we own.
+    chk(unsafe { libc::copy_file_range(from.0, &mut a, to.0, &mut b, len, 0) } as i64)
+}
+
+/// An `O_DIRECT` write of one aligned 4 KiB block at offset 0.
+pub fn direct_write(p: &Path) -> Result<i64, i32> {
+    let fd = crate::posix_support::open(p, libc::O_WRONLY | libc::O_DIRECT, 0)?;
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("layout");
+    // SAFETY: a non-zero size; freed below with the same layout.
+    let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!buf.is_null(), "out of memory");
+    // SAFETY: `buf` is valid for 4096 bytes.
+    let r = chk(unsafe { libc::pwrite(fd.0, buf.cast(), 4096, 0) } as i64);
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+    r
+}
+
+/// A `security.capability` value (revision 2, effective) granting
+/// `CAP_NET_RAW`.
+pub fn file_caps() -> Vec<u8> {
+    let mut v = Vec::with_capacity(20);
+    v.extend_from_slice(&(0x0200_0000u32 | 1).to_le_bytes());
+    v.extend_from_slice(&(1u32 << 13).to_le_bytes()); // permitted, low: CAP_NET_RAW (13)
+    v.extend_from_slice(&0u32.to_le_bytes()); // inheritable, low
+    v.extend_from_slice(&0u32.to_le_bytes()); // permitted, high
+    v.extend_from_slice(&0u32.to_le_bytes()); // inheritable, high
+    v
+}
+
+/// How many bytes of `security.capability` the file has (`Err`: the errno,
+/// `ENODATA` when it has none).
+pub fn caps_len(p: &Path) -> Result<i64, i32> {
+    let (cp, cn) = (c(p), CString::new("security.capability").expect("no NUL"));
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings; `buf` is valid for its length.
+    chk(unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) } as i64)
+}
