@@ -23,7 +23,8 @@
 //!   and file capabilities go as natively; the mode seen through the mount
 //!   (the kernel's cached one, `stat -c %a`) agrees at once.
 //! - S4: a dentry cached by root's walk does not let another user past a
-//!   directory it may not search.
+//!   directory it may not search, nor one cached before its subtree was
+//!   moved or linked below such a directory (S4b).
 //! - S5: uid 0 without capabilities gets no more than its permission bits.
 //! - C1: with the writeback cache, a non-owner with write permission can
 //!   write, sync, truncate and close; and still cannot set explicit times.
@@ -554,6 +555,80 @@ fn s4_cached_walk_into_private_dir(ctx: &Ctx, log: &mut Log) {
     }
     log.res("secret/writable afterwards", &text(&w));
     log.res("secret afterwards", &names_in(&d));
+}
+
+/// S4b: a subtree others walked while it was reachable, then moved (or
+/// linked) below a directory they may not search.
+fn s4_moved_into_private_dir(ctx: &Ctx, log: &mut Log) {
+    let public = mkdirp(&ctx.p("pub"), 0o755, 0, 0);
+    let secret = mkdirp(&ctx.p("secret"), 0o700, 0, 0);
+    let a = mkdirp(&s(&public, "a"), 0o755, 0, 0);
+    mkfile(&s(&a, "f"), 0o644, 0, 0, b"in a moved directory");
+    let sub = mkdirp(&s(&a, "sub"), 0o755, 0, 0);
+    mkfile(&s(&sub, "g"), 0o644, 0, 0, b"deeper in it");
+    let lone = mkfile(&s(&public, "lone"), 0o644, 0, 0, b"a moved file");
+    let linked = mkfile(&s(&public, "linked"), 0o644, 0, 0, b"a linked file");
+    let other = mkdirp(&ctx.p("other"), 0o755, 0, 0);
+    let x = mkdirp(&s(&other, "x"), 0o755, 0, 0);
+    mkfile(&s(&x, "f"), 0o644, 0, 0, b"exchanged");
+    let y = mkfile(&s(&secret, "y"), 0o644, 0, 0, b"exchanged the other way");
+    for who in USERS {
+        by(log, who, |l| {
+            l.res("read pub/a/f", &text(&s(&a, "f")));
+            l.res("read pub/a/sub/g", &text(&s(&sub, "g")));
+            l.res("read pub/lone", &text(&lone));
+            l.res("read pub/linked", &text(&linked));
+            l.res("read other/x/f", &text(&s(&x, "f")));
+        });
+    }
+    log.res("root moves pub/a into secret", &rename(&a, &s(&secret, "a")));
+    log.res(
+        "root moves pub/lone into secret",
+        &rename(&lone, &s(&secret, "lone")),
+    );
+    log.res(
+        "root links pub/linked into secret",
+        &link(&linked, &s(&secret, "linked")),
+    );
+    log.res("root unlinks pub/linked", &unlink(&linked));
+    log.res(
+        "root exchanges other/x and secret/y",
+        &rename2(&x, &y, libc::RENAME_EXCHANGE),
+    );
+    for who in USERS {
+        by(log, who, |l| {
+            l.res("stat secret/a", &shape_of(&s(&secret, "a"), false));
+            l.res("read secret/a/f", &text(&s(&secret, "a/f")));
+            l.res("read secret/a/sub/g", &text(&s(&secret, "a/sub/g")));
+            l.res("list secret/a/sub", &names_in(&s(&secret, "a/sub")));
+            l.res("read secret/lone", &text(&s(&secret, "lone")));
+            l.res(
+                "write secret/lone",
+                &open_write(&s(&secret, "lone"), O_WRONLY, b"pwned"),
+            );
+            l.res("read secret/linked", &text(&s(&secret, "linked")));
+            l.res("read secret/y/f (was other/x)", &text(&s(&secret, "y/f")));
+            l.res("read other/x (was secret/y)", &text(&x));
+        });
+    }
+    log.res("secret/lone afterwards", &text(&s(&secret, "lone")));
+    // Last: a chmod that closes a directory drops every cached entry
+    // (s4_search_permission_revoked), which would hide the above.
+    let chowned = mkdirp(&ctx.p("chowned"), 0o750, USER, USER_GROUP);
+    mkfile(
+        &s(&chowned, "f"),
+        0o644,
+        USER,
+        USER_GROUP,
+        b"in a directory given away",
+    );
+    by(log, Who::User, |l| {
+        l.res("read chowned/f", &text(&s(&chowned, "f")))
+    });
+    log.res("root chowns chowned to root", &chown(&chowned, 0, 0, true));
+    by(log, Who::User, |l| {
+        l.res("read chowned/f after", &text(&s(&chowned, "f")))
+    });
 }
 
 fn s4_search_permission_revoked(ctx: &Ctx, log: &mut Log) {
@@ -1695,6 +1770,7 @@ const CHECKS: &[Check] = checks![
     s3_setid_cleared_by_direct_write_and_copy,
     s3_file_capabilities_dropped,
     s4_cached_walk_into_private_dir,
+    s4_moved_into_private_dir,
     s4_search_permission_revoked,
     s5_root_without_capabilities: CallerCaps,
     c1_non_owner_writer,

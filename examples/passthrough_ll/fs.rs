@@ -355,6 +355,28 @@ impl PassthroughFs {
         }
     }
 
+    /// After a RENAME put `name` in `dir`: if not everyone may search `dir`,
+    /// what the kernel cached of the moved entry and below it while it was
+    /// reachable by all must go before the answer, or other users would
+    /// walk into it through the cache. The entry epoch (INC_EPOCH) drops it
+    /// at once; the per-name fallback is queued (the kernel takes `dir`'s
+    /// lock for it, which the rename holds) and lands just after the answer.
+    fn moved_into(&self, ctx: &RequestContext<'_>, ino: Inode, dir: &InodeData, name: &CStr) {
+        if self.opts.default_permissions || self.opts.timeout.is_zero() || self.searchable_by_all(dir) {
+            return;
+        }
+        match ctx.notifier().inc_epoch() {
+            Ok(t) => match t.wait() {
+                Ok(()) => return,
+                Err(e) => log::warn!("INC_EPOCH after a rename into directory ino {ino}: {e}"),
+            },
+            Err(e) => log::debug!("INC_EPOCH: {e}; invalidating the renamed entry"),
+        }
+        if let Err(e) = ctx.notifier().inval_entry(ino, name.to_bytes(), false) {
+            log::warn!("invalidating {name:?} in ino {ino} after a rename: {e}");
+        }
+    }
+
     /// Looks `name` up in `parent` and counts one lookup of the result.
     fn do_lookup(&self, parent: &Arc<InodeData>, name: &CStr) -> Res<(Found, libc::stat)> {
         check_name(name)?;
@@ -1245,7 +1267,9 @@ impl PassthroughFs {
         let _as_caller = as_caller(ctx)?;
         log::debug!("setattr ino={ino} valid={:#x}", attr.valid);
         let st = self.do_setattr(ctx, ino, attr)?;
-        if SetattrValid::from_bits_retain(attr.valid).contains(SetattrValid::MODE)
+        // A chown changes who the owner and group classes are.
+        if SetattrValid::from_bits_retain(attr.valid)
+            .intersects(SetattrValid::MODE | SetattrValid::UID | SetattrValid::GID)
             && let Ok(inode) = self.inode(ino)
         {
             self.search_changed(ctx, ino, &inode);
@@ -1339,7 +1363,12 @@ impl PassthroughFs {
         check_name(newname)?;
         let old_fd = self.fd(&old)?;
         let new_fd = self.fd(&new)?;
-        sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)
+        sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)?;
+        self.moved_into(ctx, newparent, &new, newname);
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            self.moved_into(ctx, parent, &old, name);
+        }
+        Ok(())
     }
 
     fn link_as_caller(
