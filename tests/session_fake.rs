@@ -1155,8 +1155,10 @@ fn cases_for(op: Opcode, u: &mut Uniq) -> Vec<Case> {
                 ),
                 case(
                     "WRITE without WRITE_LOCKOWNER",
-                    request(16, y, N, &w(4)),
-                    &["write ino=5 fh=0x1234 off=4096 data=abcde wflags=0x4 flags=0x1 owner=none"],
+                    // WRITE_CACHE (KILL_SUIDGID would add an invalidation:
+                    // a_kill_suidgid_write_or_open_drops_the_cached_attributes_first).
+                    request(16, y, N, &w(1)),
+                    &["write ino=5 fh=0x1234 off=4096 data=abcde wflags=0x1 flags=0x1 owner=none"],
                     ok(y, &B::new().u32(5).u32(0).done()),
                 ),
             ]
@@ -2582,6 +2584,58 @@ fn notifications_have_exact_bytes() {
         n.prune(&[Inode(3), Inode(4), Inode(5)]),
         notification(9, &B::new().u32(3).u32(0).u64(0).u64(3).u64(4).u64(5).done()),
     );
+}
+
+/// A WRITE or truncating OPEN that asks to clear set-ID bits is answered
+/// without attributes: the session drops the kernel's cached attributes of
+/// the node first (attributes only: offset -1), so that the kernel does not
+/// go on showing, and honouring at exec, bits the filesystem cleared.
+#[test]
+fn a_kill_suidgid_write_or_open_drops_the_cached_attributes_first() {
+    let fake = ready(one_worker());
+    let write = |x: u64, write_flags: u32| {
+        let body = B::new()
+            .u64(0x1234)
+            .u64(0)
+            .u32(3)
+            .u32(write_flags)
+            .u64(0)
+            .u32(0)
+            .u32(0)
+            .bytes(b"xyz")
+            .done();
+        request(16, x, 7, &body)
+    };
+    let inval7 = notification(2, &B::new().u64(7).i64(-1).i64(0).done());
+    fake.send(write(30, 4)); // FUSE_WRITE_KILL_SUIDGID
+    assert_bytes("first: the invalidation", &fake.recv(), &inval7);
+    assert_bytes(
+        "then: the WRITE's answer",
+        &fake.recv(),
+        &ok_reply(30, &B::new().u32(3).u32(0).done()),
+    );
+    assert_bytes(
+        "a WRITE without the flag: the answer alone",
+        &fake.roundtrip(write(32, 0)),
+        &ok_reply(32, &B::new().u32(3).u32(0).done()),
+    );
+    let open =
+        |x: u64, flags: u32, open_flags: u32| request(14, x, 7, &B::new().u32(flags).u32(open_flags).done());
+    let opened = |x: u64| {
+        ok_reply(
+            x,
+            &open_out_bytes(0x1234, (FopenFlags::DIRECT_IO | FopenFlags::KEEP_CACHE).bits()),
+        )
+    };
+    fake.send(open(34, (libc::O_WRONLY | libc::O_TRUNC) as u32, 1)); // FUSE_OPEN_KILL_SUIDGID
+    assert_bytes("O_TRUNC open: the invalidation", &fake.recv(), &inval7);
+    assert_bytes("O_TRUNC open: then the answer", &fake.recv(), &opened(34));
+    assert_bytes(
+        "an open with the flag but without O_TRUNC: the answer alone",
+        &fake.roundtrip(open(36, libc::O_WRONLY as u32, 1)),
+        &opened(36),
+    );
+    fake.expect_silence("nothing more");
 }
 
 #[test]

@@ -675,14 +675,20 @@ impl PassthroughFs {
             Err(e) => return reply.io_error(&e),
         };
         let found = self.inodes.lookup_or_insert(path_fd, &st);
-        if !created
-            && flags & libc::O_TRUNC != 0
-            && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID)
-            && let Err(e) = self.kill_suidgid(ctx, &found.data, Kill::Written, Some(Inode(found.id)))
-        {
-            // The kernel never sees this entry: drop the lookup it counted.
-            self.inodes.forget(found.id, 1);
-            return reply.io_error(&e);
+        let mut st = st;
+        if !created && flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
+            // The answer carries the attributes: the mode after the kill.
+            match self
+                .kill_suidgid(ctx, &found.data, Kill::Written, None)
+                .and_then(|_| sys::stat_fd(fd.as_fd()))
+            {
+                Ok(now) => st = now,
+                Err(e) => {
+                    // The kernel never sees this entry: drop the lookup it counted.
+                    self.inodes.forget(found.id, 1);
+                    return reply.io_error(&e);
+                }
+            }
         }
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
@@ -1428,7 +1434,8 @@ impl PassthroughFs {
         };
         drop(inode_fd);
         if flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
-            self.kill_suidgid(ctx, &inode, Kill::Written, Some(ino))?;
+            // The session drops the kernel's cached mode before answering.
+            self.kill_suidgid(ctx, &inode, Kill::Written, None)?;
         }
         self.new_handle(ctx, inode, fd, flags)
     }
@@ -1473,7 +1480,8 @@ impl PassthroughFs {
             h.write_at(data.fetch()?, offset)?
         };
         if write_flags.contains(WriteFlags::KILL_SUIDGID) {
-            self.kill_suidgid(ctx, &h.inode, Kill::Written, Some(ino))?;
+            // The session drops the kernel's cached mode before answering.
+            self.kill_suidgid(ctx, &h.inode, Kill::Written, None)?;
         }
         Ok(n as u32)
     }

@@ -169,6 +169,9 @@ fn serve_with<'a, F: Filesystem>(
     if req.op.is_atomic_open() {
         core.set_atomic_open();
     }
+    if kills_setid(&req.op) {
+        core.set_mode_stale(req.header.nodeid);
+    }
     let umask = match req.op {
         Operation::Mknod { arg, .. } => Some(arg.umask),
         Operation::Mkdir { arg, .. } => Some(arg.umask),
@@ -257,6 +260,25 @@ pub(crate) fn malformed(
         unique,
         &Reply::error(unique, errno),
     );
+}
+
+/// Whether the kernel asks the filesystem to clear set-ID bits with this
+/// request (`HANDLE_KILLPRIV_V2`) and answers it without new attributes,
+/// so that it would go on showing (and exec honouring) the bits it cached:
+/// a WRITE with `FUSE_WRITE_KILL_SUIDGID`, an OPEN with O_TRUNC and
+/// `FUSE_OPEN_KILL_SUIDGID`. SETATTR and CREATE answer with the new mode.
+fn kills_setid(op: &Operation<'_>) -> bool {
+    use fuse_proto::flags::{OpenInFlags, WriteFlags};
+    match op {
+        Operation::Write { arg, .. } => {
+            WriteFlags::from_bits_retain(arg.write_flags).contains(WriteFlags::KILL_SUIDGID)
+        }
+        Operation::Open { arg } => {
+            arg.flags & libc::O_TRUNC as u32 != 0
+                && OpenInFlags::from_bits_retain(arg.open_flags).contains(OpenInFlags::KILL_SUIDGID)
+        }
+        _ => false,
+    }
 }
 
 fn open_flags(flags: u32) -> OpenFlags {

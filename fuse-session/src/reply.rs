@@ -57,6 +57,9 @@ pub(crate) struct ReplyCore {
     atomic_open: bool,
     /// The error to send instead of ENOSYS (the default CREATE).
     enosys_as: Option<Errno>,
+    /// The node whose cached attributes the kernel must drop before a
+    /// success answer (see [`ReplyCore::set_mode_stale`]).
+    mode_stale: Option<u64>,
     done: bool,
 }
 
@@ -69,6 +72,7 @@ impl ReplyCore {
             slot,
             atomic_open: false,
             enosys_as: None,
+            mode_stale: None,
             done: false,
         }
     }
@@ -77,6 +81,18 @@ impl ReplyCore {
     /// `FOPEN_FILE_CREATED`).
     pub(crate) fn set_atomic_open(&mut self) {
         self.atomic_open = true;
+    }
+
+    /// The request asked the filesystem to clear set-ID bits of `nodeid`
+    /// and its answer carries no attributes: the kernel would keep the mode
+    /// it cached (a `stat` of the mode alone, and an exec, would still see
+    /// set-user-ID on content an unprivileged caller changed). So a success
+    /// answer first drops the kernel's cached attributes of the node
+    /// (`NOTIFY_INVAL_INODE`, attributes only, which takes no lock the
+    /// request may hold). Only such requests pay for it, and the kernel
+    /// sends them only while it believes the file has the bits.
+    pub(crate) fn set_mode_stale(&mut self, nodeid: u64) {
+        self.mode_stale = Some(nodeid);
     }
 
     fn minor(&self) -> u32 {
@@ -94,6 +110,11 @@ impl ReplyCore {
     fn finish(&mut self, msg: &Reply<'_>) {
         self.done = true;
         let is_error = msg.header().error != 0;
+        if let Some(nodeid) = self.mode_stale.take()
+            && !is_error
+        {
+            self.drop_cached_attrs(nodeid);
+        }
         self.worker.finished(self.opcode, is_error);
         self.worker.send_reply(self.opcode, self.unique, msg);
         self.worker.release(&self.slot);
@@ -123,6 +144,23 @@ impl ReplyCore {
             }
         }
         self.worker.release(&self.slot);
+    }
+
+    fn drop_cached_attrs(&self, nodeid: u64) {
+        match self
+            .worker
+            .notifier()
+            .inval_inode(Inode(nodeid), -1, 0)
+            .and_then(|t| t.wait())
+        {
+            Ok(()) => {}
+            Err(crate::notify::NotifyError::Kernel(e)) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => log::warn!(
+                "{} {}: dropping the kernel's cached attributes of node {nodeid} after set-ID bits were cleared: {e}",
+                self.opcode,
+                self.unique
+            ),
+        }
     }
 
     fn error(mut self, errno: Errno) {
