@@ -24,7 +24,12 @@ impl PathFilesystem for Hello {
         reply.data(&TEXT[start..start.saturating_add(req.size as usize).min(TEXT.len())]);
     }
     fn readdir(&self, _: &Ctx<'_>, _: &Path, offset: u64, out: &mut Dir<'_>) -> Result<(), Errno> {
-        (offset == 0).then(|| out.add(b"hello", RegularFile, 1));
+        // One entry, cookie 1: listed unless the kernel continues after it.
+        for (cookie, name) in [(1, b"hello")].into_iter().skip(offset as usize) {
+            if out.add(name, RegularFile, cookie).is_full() {
+                break;
+            }
+        }
         Ok(())
     }
 }

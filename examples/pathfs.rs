@@ -672,7 +672,7 @@ impl PathFilesystem for Mirror {
                 continue;
             }
             let kind = FileKind::from_mode((typ as u32) << 12).unwrap_or(FileKind::RegularFile);
-            if !out.add(name.to_bytes(), kind, next as u64) {
+            if out.add(name.to_bytes(), kind, next as u64).is_full() {
                 break;
             }
         }

@@ -20,7 +20,7 @@ use fuse_wire::node::{DirFill, Invalidator, Node, NodeFs, NodeRef};
 use fuse_wire::path::{PathFilesystem, PathFs, PathInvalidator};
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::session::Filesystem;
-use fuse_wire::{Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
+use fuse_wire::{DirAdd, Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
@@ -38,6 +38,7 @@ const LINK: u32 = 13;
 const RELEASE: u32 = 18;
 const CREATE: u32 = 35;
 const BATCH_FORGET: u32 = 42;
+const READDIR: u32 = 28;
 const READDIRPLUS: u32 = 44;
 
 // ---- a log capture, for "logged, not a panic" ----
@@ -238,6 +239,32 @@ impl<F: Counted> Kernel<F> {
         out
     }
 
+    /// READDIR of `dir` from `offset` with a `size`-byte buffer: the
+    /// (name, d_ino) of each record in the reply.
+    fn readdir(&self, dir: u64, offset: u64, size: u32) -> Vec<(String, u64)> {
+        let body = B::new()
+            .u64(0)
+            .u64(offset)
+            .u32(size)
+            .u32(0)
+            .u64(0)
+            .u32(0)
+            .u32(0)
+            .done();
+        let (err, b) = self.call(READDIR, dir, &body);
+        assert_eq!(err, 0);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < b.len() {
+            let ino = u64_at(&b, at);
+            let namelen = u32::from_ne_bytes(b[at + 16..at + 20].try_into().unwrap()) as usize;
+            let name = String::from_utf8_lossy(&b[at + 24..at + 24 + namelen]).into_owned();
+            out.push((name, ino));
+            at += (24 + namelen).next_multiple_of(8);
+        }
+        out
+    }
+
     fn forget(&self, ino: u64, n: u64) {
         self.fake
             .send(request(FORGET, self.next(), ino, &B::new().u64(n).done()));
@@ -412,7 +439,7 @@ impl Node for Odd {
     }
     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         for (i, (name, node)) in self.files.iter().enumerate().skip(offset as usize) {
-            if !out.add(name, i as u64 + 1, node) {
+            if out.add(name, i as u64 + 1, node).is_full() {
                 break;
             }
         }
@@ -444,6 +471,146 @@ fn skipped_and_truncated_readdirplus_entries_are_not_counted() {
     assert_eq!(k.fs().live(), 3, "root, good1 and good2 only");
     k.batch_forget(&[(g1, 1), (g2, 1)]);
     k.expect_counts("all forgotten", &[]);
+}
+
+// ---- what the layers' `add` answers ----
+
+/// The names the recording directories below list, in order: a good one,
+/// two the kernel rejects, (node layer only: one whose attributes cannot
+/// be read,) another good one, a long one that does not fit, and a short
+/// one that would fit in what is left but must not be sent after it.
+fn listed_names(unreadable: bool) -> Vec<Vec<u8>> {
+    let mut names = vec![b"good1".to_vec(), b"bad/slash".to_vec(), vec![b'x'; 2000]];
+    if unreadable {
+        names.push(b"unreadable".to_vec());
+    }
+    names.extend([b"good2".to_vec(), vec![b'y'; 200], b"z".to_vec()]);
+    names
+}
+
+/// What each `add` answered, per name.
+type Answers = Arc<Mutex<Vec<(String, DirAdd)>>>;
+
+fn short(name: &[u8]) -> String {
+    String::from_utf8_lossy(&name[..name.len().min(10)]).into_owned()
+}
+
+/// A node whose attributes cannot be read.
+struct Unreadable;
+impl Node for Unreadable {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Err(Errno::EIO)
+    }
+}
+
+/// A node-layer directory that lists every name, whatever `add` answers,
+/// and records the answers.
+struct NodeRecording {
+    files: Vec<(Vec<u8>, NodeRef)>,
+    answers: Answers,
+}
+impl Node for NodeRecording {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+    }
+    fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
+        for (i, (name, node)) in self.files.iter().enumerate().skip(offset as usize) {
+            let added = out.add(name, i as u64 + 1, node);
+            self.answers.lock().unwrap().push((short(name), added));
+        }
+        Ok(())
+    }
+}
+
+/// The same on the path layer.
+struct PathRecording {
+    answers: Answers,
+}
+impl PathFilesystem for PathRecording {
+    type File = ();
+    fn getattr(
+        &self,
+        _: &RequestContext<'_>,
+        _: Option<&std::path::Path>,
+        _: Option<&()>,
+    ) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+    }
+    fn readdir(
+        &self,
+        _: &RequestContext<'_>,
+        _: &std::path::Path,
+        offset: u64,
+        out: &mut fuse_wire::path::PathDirFill<'_>,
+    ) -> Result<(), Errno> {
+        for (i, name) in listed_names(false).iter().enumerate().skip(offset as usize) {
+            let added = out.add(name, FileKind::RegularFile, i as u64 + 1);
+            self.answers.lock().unwrap().push((short(name), added));
+        }
+        Ok(())
+    }
+}
+
+/// The answers `add` must give for `listed_names`: the good names added,
+/// the rejected and unreadable ones skipped, the long one full, and the
+/// short one after it full too (the reply ends at the first entry that
+/// did not fit, or the listing would lose it).
+fn expected_answers(unreadable: bool) -> Vec<(String, DirAdd)> {
+    let mut want = vec![
+        ("good1".to_string(), DirAdd::Added),
+        ("bad/slash".to_string(), DirAdd::Skipped),
+        ("xxxxxxxxxx".to_string(), DirAdd::Skipped),
+    ];
+    if unreadable {
+        want.push(("unreadable".to_string(), DirAdd::Skipped));
+    }
+    want.extend([
+        ("good2".to_string(), DirAdd::Added),
+        ("yyyyyyyyyy".to_string(), DirAdd::Full),
+        ("z".to_string(), DirAdd::Full),
+    ]);
+    want
+}
+
+#[test]
+fn the_layers_add_answers_dir_add_added_skipped_and_full() {
+    let answers = Answers::default();
+    let files = listed_names(true)
+        .into_iter()
+        .map(|n| {
+            let node: NodeRef = match &n[..] {
+                b"unreadable" => Arc::new(Unreadable),
+                _ => Arc::new(Leaf),
+            };
+            (n, node)
+        })
+        .collect();
+    let k = Kernel::start(Arc::new(NodeRecording {
+        files,
+        answers: answers.clone(),
+    }));
+    let take = || std::mem::take(&mut *answers.lock().unwrap());
+
+    // READDIR records are 32 bytes for these short names: five fit, the
+    // long name (224 bytes) does not, "z" would.
+    let got = k.readdir(1, 0, 5 * 32);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [".", "..", "good1", "good2"], "node layer, READDIR");
+    assert_eq!(take(), expected_answers(true), "node layer, READDIR");
+
+    // READDIRPLUS records are 160 bytes for short names, 352 for the long one.
+    let got = k.readdirplus(1, 0, 5 * 160);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [".", "..", "good1", "good2"], "node layer, READDIRPLUS");
+    assert_eq!(take(), expected_answers(true), "node layer, READDIRPLUS");
+
+    let k = Kernel::serve(PathFs::new(PathRecording {
+        answers: answers.clone(),
+    }));
+    let got = k.readdir(1, 0, 5 * 32);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [".", "..", "good1", "good2"], "path layer, READDIR");
+    assert_eq!(take(), expected_answers(false), "path layer, READDIR");
 }
 
 // ---- the path layer ----

@@ -244,7 +244,7 @@ impl Node for Inode {
     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         let d = lock(self.entries()?);
         for (cookie, name, node) in d.after(offset) {
-            if !out.add(name, cookie, &(node.clone() as NodeRef)) {
+            if out.add(name, cookie, &(node.clone() as NodeRef)).is_full() {
                 break;
             }
         }

@@ -279,8 +279,10 @@ pub trait Filesystem: Send + Sync + 'static {
     /// READDIR: entries after cookie `offset` (0: from the start). Add
     /// entries with [`ReplyDirectory::add`] until it reports
     /// [`DirAdd::Full`], then [`ReplyDirectory::ok`]; no entry added means
-    /// the end of the directory. Each entry carries the cookie of the one
-    /// after it. Adds no lookup references.
+    /// the end of the directory. The `offset` given with an entry is its
+    /// cookie: the value the kernel passes back as `offset` to continue
+    /// after that entry (so never 0). "." and ".." are yours to list here,
+    /// with cookies like any other entry. Adds no lookup references.
     fn readdir(
         &self,
         ctx: &RequestContext<'_>,

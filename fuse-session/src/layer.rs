@@ -13,7 +13,7 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::inodes::{HandleTable, InodeTable, OpenModes};
 use crate::notify::{Notifier, NotifyError};
-use crate::reply::{ReplyCreate, ReplyDirectory, ReplyOpen, ReplyXattr};
+use crate::reply::{DirAdd, ReplyCreate, ReplyDirectory, ReplyOpen, ReplyXattr};
 use crate::types::{Entry, FileHandle, Inode};
 use crate::{FileKind, FopenFlags};
 use fuse_proto::Errno;
@@ -135,13 +135,15 @@ pub(crate) fn check_name(name: &CStr) -> Result<(), Errno> {
 }
 
 /// Adds the "." and ".." entries of a READDIR from `offset` (their cookies
-/// are 1 and 2; both lead to `ino`). Returns whether the reply is full.
-pub(crate) fn add_dots(reply: &mut ReplyDirectory, ino: Inode, offset: u64) -> bool {
-    [".", ".."]
-        .into_iter()
-        .enumerate()
-        .skip(offset as usize)
-        .any(|(i, name)| reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full())
+/// are 1 and 2; both lead to `ino`): [`DirAdd::Full`] if the reply filled
+/// up (stop there), else [`DirAdd::Added`].
+pub(crate) fn add_dots(reply: &mut ReplyDirectory, ino: Inode, offset: u64) -> DirAdd {
+    for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
+        if reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full() {
+            return DirAdd::Full;
+        }
+    }
+    DirAdd::Added
 }
 
 /// The session's notifier, kept from the first request that brings it

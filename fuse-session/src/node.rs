@@ -16,7 +16,8 @@
 //! - open files: the [`OpenFile`] an `open` returned is kept until RELEASE
 //!   (a file that was unlinked meanwhile still works through it), with its
 //!   passthrough backing file if it asked for one ([`Opened::passthrough`]);
-//! - "." and ".." in listings, TTLs, `st_ino` (when a node leaves it 0);
+//! - "." and ".." in listings (cookies 1 and 2; a node's own cookies are
+//!   shifted past them), TTLs, `st_ino` (when a node leaves it 0);
 //! - for directories that keep their children in memory, [`Children`]: a
 //!   name map with listing cookies that stay valid while names change.
 //!
@@ -74,8 +75,11 @@
 //!         if name.to_bytes() == b"hello" { Ok(self.0.clone()) } else { Err(Errno::ENOENT) }
 //!     }
 //!     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
-//!         if offset == 0 {
-//!             out.add(b"hello", 1, &self.0);
+//!         // One child, cookie 1: listed unless the kernel continues after it.
+//!         for (cookie, name) in [(1, b"hello")].into_iter().skip(offset as usize) {
+//!             if out.add(name, cookie, &self.0).is_full() {
+//!                 break;
+//!             }
 //!         }
 //!         Ok(())
 //!     }
@@ -155,9 +159,13 @@ pub trait Node: Any + Send + Sync {
         Err(Errno::ENOTDIR)
     }
 
-    /// Directory: lists children from cookie `offset` (0: the start; "."
-    /// and ".." are added by the library), adding each with
-    /// [`DirFill::add`] until it returns `false`.
+    /// Directory: lists the children after cookie `offset` (0: from the
+    /// start), adding each with [`DirFill::add`] until it returns
+    /// [`DirAdd::Full`]. `offset` is a cookie this method gave an entry
+    /// (the entry to continue after), or 0. The library adds "." and ".."
+    /// itself (cookies 1 and 2 on the wire) and shifts this method's
+    /// cookies past them, so the cookies here start wherever you like
+    /// above 0.
     fn readdir(&self, ctx: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         let _ = (ctx, offset, out);
         Err(Errno::ENOTDIR)
@@ -499,7 +507,9 @@ impl NodeFs {
         crate::layer::held(&self.shared.table, ino)
     }
 
-    fn attr_of(node: &NodeRef, ctx: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+    /// The attributes of `node`, with the library's `st_ino` if it
+    /// reports none.
+    fn attr_of(&self, node: &NodeRef, ctx: &RequestContext<'_>) -> Result<FileAttr, Errno> {
         let mut attr = node.getattr(ctx)?;
         if attr.ino == 0 {
             attr.ino = key_of(node) as u64;
@@ -510,7 +520,7 @@ impl NodeFs {
     /// The entry of `node`, with one lookup reference taken for the reply
     /// about to be sent.
     fn enter(&self, ctx: &RequestContext<'_>, node: NodeRef) -> Result<Entry, Errno> {
-        let attr = Self::attr_of(&node, ctx)?;
+        let attr = self.attr_of(&node, ctx)?;
         let (ino, generation) = self.shared.table.acquire(key_of(&node), || {
             Arc::new(Held {
                 node: node.clone(),
@@ -596,7 +606,7 @@ impl Filesystem for NodeFs {
         let ttl = self.opts.attr_ttl;
         reply.result(
             self.node(ino)
-                .and_then(|n| Self::attr_of(&n, ctx))
+                .and_then(|n| self.attr_of(&n, ctx))
                 .map(|a| (ttl, a)),
         )
     }
@@ -793,8 +803,8 @@ impl Filesystem for NodeFs {
     ) {
         let r = (|| {
             let dir = self.node(ino)?;
-            let me = Self::attr_of(&dir, ctx)?.ino;
-            if crate::layer::add_dots(&mut reply, Inode(me), offset) {
+            let me = self.attr_of(&dir, ctx)?.ino;
+            if crate::layer::add_dots(&mut reply, Inode(me), offset).is_full() {
                 return Ok(());
             }
             let mut fill = DirFill {
@@ -818,7 +828,7 @@ impl Filesystem for NodeFs {
     ) {
         let r = (|| {
             let dir = self.node(ino)?;
-            let attr = Self::attr_of(&dir, ctx)?;
+            let attr = self.attr_of(&dir, ctx)?;
             let me = Entry {
                 ino,
                 generation: 0,
@@ -907,47 +917,62 @@ pub struct DirFill<'r, 'c> {
 }
 
 impl DirFill<'_, '_> {
-    /// Adds `name` (leading to `node`); `next` is the cookie to continue
-    /// after it (the next call's `offset`; never 0). Returns `false` once
-    /// the reply is full: stop then (the kernel asks again from the last
-    /// entry it got). An entry whose attributes cannot be read is left out.
-    pub fn add(&mut self, name: &[u8], next: u64, node: &NodeRef) -> bool {
+    /// Adds `name` (leading to `node`) with cookie `next`: the `offset`
+    /// the kernel passes back to continue the listing after this entry
+    /// (never 0). Says what it did, as [`ReplyDirectory::add`] does:
+    /// [`DirAdd::Full`] means the entry is not in the reply and none after
+    /// it will be (stop; the kernel asks again from the last entry it
+    /// got), [`DirAdd::Skipped`] an entry left out (a name the kernel
+    /// would reject, or a node whose attributes cannot be read: logged),
+    /// [`DirAdd::Added`] an entry sent.
+    pub fn add(&mut self, name: &[u8], next: u64, node: &NodeRef) -> DirAdd {
         if self.full {
-            return false;
+            return DirAdd::Full;
         }
         let next = next.saturating_add(2);
-        match &mut self.out {
+        let added = match &mut self.out {
             Out::Plain(reply) => {
-                let attr = match NodeFs::attr_of(node, self.ctx) {
+                let attr = match self.fs.attr_of(node, self.ctx) {
                     Ok(a) => a,
-                    Err(_) => return true,
+                    Err(e) => return unreadable(name, e),
                 };
-                if reply.add(Inode(attr.ino), next, attr.kind, name).is_full() {
-                    self.full = true;
-                }
+                reply.add(Inode(attr.ino), next, attr.kind, name)
             }
             Out::Plus(reply) => {
                 let entry = match self.fs.enter(self.ctx, node.clone()) {
                     Ok(e) => e,
-                    Err(_) => return true,
+                    Err(e) => return unreadable(name, e),
                 };
                 let added = reply.add(&entry, next, name);
                 if !added.counts_lookup() {
                     // Not sent, or not counted by the kernel: give it back.
                     self.fs.forget_one(entry.ino, 1);
                 }
-                if added.is_full() {
-                    self.full = true;
+                match added {
+                    DirPlusAdd::Added { .. } => DirAdd::Added,
+                    DirPlusAdd::Full => DirAdd::Full,
+                    DirPlusAdd::Skipped => DirAdd::Skipped,
                 }
             }
-        }
-        !self.full
+        };
+        self.full = added.is_full();
+        added
     }
 
     /// Whether the reply is full.
     pub fn is_full(&self) -> bool {
         self.full
     }
+}
+
+/// Logs an entry [`DirFill::add`] leaves out because its node's
+/// attributes could not be read.
+fn unreadable(name: &[u8], e: Errno) -> DirAdd {
+    log::warn!(
+        "readdir: skipping {:?}, whose attributes could not be read ({e})",
+        String::from_utf8_lossy(name)
+    );
+    DirAdd::Skipped
 }
 
 /// A directory's children, for nodes that keep them in memory: names in

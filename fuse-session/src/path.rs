@@ -70,8 +70,11 @@
 //!         reply.data(&b"hello\n"[(req.offset as usize).min(6)..]);
 //!     }
 //!     fn readdir(&self, _: &RequestContext<'_>, _: &Path, offset: u64, out: &mut PathDirFill<'_>) -> Result<(), Errno> {
-//!         if offset == 0 {
-//!             out.add(b"hello", FileKind::RegularFile, 1);
+//!         // One entry, cookie 1: listed unless the kernel continues after it.
+//!         for (cookie, name) in [(1, b"hello")].into_iter().skip(offset as usize) {
+//!             if out.add(name, FileKind::RegularFile, cookie).is_full() {
+//!                 break;
+//!             }
 //!         }
 //!         Ok(())
 //!     }
@@ -300,9 +303,12 @@ pub trait PathFilesystem: Send + Sync + 'static {
         let _ = (ctx, file);
     }
 
-    /// Lists the directory at `path` from cookie `offset` (0: the start;
-    /// "." and ".." are added by the library), adding entries with
-    /// [`PathDirFill::add`] until it returns `false`.
+    /// Lists the directory at `path` after cookie `offset` (0: from the
+    /// start), adding entries with [`PathDirFill::add`] until it returns
+    /// [`DirAdd::Full`]. `offset` is a cookie this method gave an entry
+    /// (the entry to continue after), or 0. The library adds "." and ".."
+    /// itself (cookies 1 and 2 on the wire) and shifts this method's
+    /// cookies past them.
     fn readdir(
         &self,
         ctx: &RequestContext<'_>,
@@ -513,15 +519,21 @@ pub struct PathDirFill<'r> {
 }
 
 impl PathDirFill<'_> {
-    /// Adds `name` of `kind`; `next` is the cookie to continue after it
-    /// (the next call's `offset`; never 0). Returns `false` once the reply
-    /// is full: stop then.
-    pub fn add(&mut self, name: &[u8], kind: FileKind, next: u64) -> bool {
-        if !self.full {
-            let next = next.saturating_add(2);
-            self.full = self.reply.add(Inode(next), next, kind, name).is_full();
+    /// Adds `name` of `kind` with cookie `next`: the `offset` the kernel
+    /// passes back to continue the listing after this entry (never 0).
+    /// Says what it did, as [`ReplyDirectory::add`] does:
+    /// [`DirAdd::Full`] means the entry is not in the reply and none after
+    /// it will be (stop; the kernel asks again from the last entry it
+    /// got), [`DirAdd::Skipped`] a name the kernel would reject (logged,
+    /// left out), [`DirAdd::Added`] an entry sent.
+    pub fn add(&mut self, name: &[u8], kind: FileKind, next: u64) -> DirAdd {
+        if self.full {
+            return DirAdd::Full;
         }
-        !self.full
+        let next = next.saturating_add(2);
+        let added = self.reply.add(Inode(next), next, kind, name);
+        self.full = added.is_full();
+        added
     }
 }
 
@@ -1118,7 +1130,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let path = self.path(ino)?;
-            if crate::layer::add_dots(&mut reply, ino, offset) {
+            if crate::layer::add_dots(&mut reply, ino, offset).is_full() {
                 return Ok(());
             }
             let mut fill = PathDirFill {

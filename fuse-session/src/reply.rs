@@ -853,7 +853,14 @@ impl DirBuf {
     }
 }
 
-/// What [`ReplyDirectory::add`] did with an entry.
+/// What adding a directory entry did: the answer of
+/// [`ReplyDirectory::add`], and of the node and path layers'
+/// [`DirFill::add`](crate::node::DirFill::add) and
+/// [`PathDirFill::add`](crate::path::PathDirFill::add). Stop adding at
+/// `Full`; ignoring the answer warns.
+///
+/// (fuser's `ReplyDirectory::add` returns a `bool` that is `true` when
+/// full; code ported from it tests [`DirAdd::is_full`].)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "stop adding entries once the reply is full"]
 pub enum DirAdd {
@@ -908,6 +915,13 @@ impl DirPlusAdd {
 /// Reply to READDIR: add entries until [`ReplyDirectory::add`] says the
 /// buffer is full, then call [`ReplyDirectory::ok`].
 ///
+/// Each entry is added with an `offset`, its cookie: the value the kernel
+/// passes back as READDIR's `offset` when it continues the listing after
+/// that entry (after a full reply, or a program's `seekdir`). READDIR's
+/// `offset` 0 asks for the listing from the start, so no cookie is 0.
+/// Below, an entry's cookie is its position plus one, so continuing
+/// after the entry at position `i` skips `i + 1` entries.
+///
 /// ```no_run
 /// use fuse_session::reply::ReplyDirectory;
 /// use fuse_session::{FileKind, Inode};
@@ -918,8 +932,7 @@ impl DirPlusAdd {
 ///         (Inode::ROOT, FileKind::Directory, ".."),
 ///         (Inode(2), FileKind::RegularFile, "hello"),
 ///     ];
-///     // Each entry carries the cookie of the next one; the kernel
-///     // continues from the last cookie it received.
+///     // `offset` is the cookie of the last entry the kernel got (0: none).
 ///     for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
 ///         if reply.add(*ino, i as u64 + 1, *kind, name).is_full() {
 ///             break;
@@ -940,8 +953,9 @@ impl ReplyDirectory {
         Self(DirBuf::new(core, size))
     }
 
-    /// Adds an entry: node `ino`, `offset` the cookie of the *next* entry
-    /// (never 0), its kind and name. Stop at [`DirAdd::Full`] and call
+    /// Adds an entry: node `ino` (its `d_ino`), `offset` its cookie (the
+    /// READDIR `offset` that continues the listing after it; never 0), its
+    /// kind and name. Stop at [`DirAdd::Full`] and call
     /// [`ReplyDirectory::ok`].
     pub fn add(&mut self, ino: Inode, offset: u64, kind: FileKind, name: impl AsRef<[u8]>) -> DirAdd {
         self.add_raw(ino.0, offset, kind.dirent_type(), name.as_ref())
@@ -958,8 +972,9 @@ impl ReplyDirectoryPlus {
         Self(DirBuf::new(core, size))
     }
 
-    /// Adds an entry with its attributes; `offset` is the cookie of the
-    /// next entry. See [`DirPlusAdd`] for when the kernel counts a lookup.
+    /// Adds an entry with its attributes; `offset` is its cookie, as for
+    /// [`ReplyDirectory::add`]. See [`DirPlusAdd`] for when the kernel
+    /// counts a lookup.
     pub fn add(&mut self, entry: &Entry, offset: u64, name: impl AsRef<[u8]>) -> DirPlusAdd {
         self.add_raw(&entry.to_out(), offset, name.as_ref())
     }

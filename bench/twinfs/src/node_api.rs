@@ -34,7 +34,7 @@ impl Node for Inode {
 
     fn readdir(&self, _: &RequestContext<'_>, offset: u64, out: &mut DirFill<'_, '_>) -> Result<(), Errno> {
         self.list(offset, |cookie, name, child| {
-            out.add(name, cookie, &(child.clone() as NodeRef))
+            !out.add(name, cookie, &(child.clone() as NodeRef)).is_full()
         })
     }
 
