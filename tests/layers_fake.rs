@@ -265,6 +265,40 @@ impl<F: Counted> Kernel<F> {
         out
     }
 
+    /// READDIRPLUS of `dir` from 0: the (name, `st_ino`) of each entry.
+    fn readdirplus_st_ino(&self, dir: u64) -> Vec<(String, u64)> {
+        let body = B::new()
+            .u64(0)
+            .u64(0)
+            .u32(65536)
+            .u32(0)
+            .u64(0)
+            .u32(0)
+            .u32(0)
+            .done();
+        let (err, b) = self.call(READDIRPLUS, dir, &body);
+        assert_eq!(err, 0);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < b.len() {
+            // fuse_entry_out (40 bytes, fuse_attr from 40, ino first), then the dirent.
+            let st_ino = u64_at(&b, at + 40);
+            let namelen = u32::from_ne_bytes(b[at + 144..at + 148].try_into().unwrap()) as usize;
+            let name = String::from_utf8_lossy(&b[at + 152..at + 152 + namelen]).into_owned();
+            out.push((name, st_ino));
+            at += (152 + namelen).next_multiple_of(8);
+        }
+        out
+    }
+
+    /// GETATTR of `ino`: the `st_ino` it reports.
+    fn st_ino(&self, ino: u64) -> u64 {
+        let (err, b) = self.call(GETATTR, ino, &B::new().u32(0).u32(0).u64(0).done());
+        assert_eq!(err, 0, "GETATTR {ino} failed");
+        // fuse_attr_out: 16 bytes, then fuse_attr (ino first).
+        u64_at(&b, 16)
+    }
+
     fn forget(&self, ino: u64, n: u64) {
         self.fake
             .send(request(FORGET, self.next(), ino, &B::new().u64(n).done()));
@@ -611,6 +645,61 @@ fn the_layers_add_answers_dir_add_added_skipped_and_full() {
     let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, [".", "..", "good1", "good2"], "path layer, READDIR");
     assert_eq!(take(), expected_answers(false), "path layer, READDIR");
+}
+
+// ---- st_ino on the node layer ----
+
+/// A node reporting its own `st_ino`.
+struct Numbered(u64);
+impl Node for Numbered {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::new(self.0, FileKind::RegularFile, 0o644))
+    }
+}
+
+#[test]
+fn node_layer_st_ino_is_1_for_the_root_and_never_an_address() {
+    // Two nodes leaving `ino` 0 and one reporting 7.
+    let (a, b): (NodeRef, NodeRef) = (Arc::new(Leaf), Arc::new(Leaf));
+    let files = vec![
+        (b"a".to_vec(), a.clone()),
+        (b"b".to_vec(), b.clone()),
+        (b"seven".to_vec(), Arc::new(Numbered(7)) as NodeRef),
+    ];
+    let root = Arc::new(Odd { files });
+    let addresses: Vec<u64> = [
+        Arc::as_ptr(&a) as *const () as u64,
+        Arc::as_ptr(&b) as *const () as u64,
+        Arc::as_ptr(&root) as *const () as u64,
+    ]
+    .to_vec();
+    let k = Kernel::start(root);
+    // An address, or one near an address of this heap, is what must not show.
+    let fresh = Box::new(0u8);
+    let heap = [&addresses[..], &[&*fresh as *const u8 as u64]].concat();
+    let address_like = |ino: u64| heap.iter().any(|&h| ino.abs_diff(h) < 1 << 32);
+
+    assert_eq!(k.st_ino(1), 1, "the root's st_ino");
+    let (na, _) = k.lookup(1, "a");
+    let (nb, _) = k.lookup(1, "b");
+    let (n7, _) = k.lookup(1, "seven");
+    let (ia, ib) = (k.st_ino(na), k.st_ino(nb));
+    for (what, ino) in [("a", ia), ("b", ib)] {
+        assert!(ino > 1, "{what}: st_ino {ino:#x}");
+        assert!(
+            !address_like(ino),
+            "{what}: st_ino {ino:#x} is near a heap address {heap:#x?}"
+        );
+    }
+    assert_ne!(ia, ib, "two nodes, one st_ino");
+    assert_eq!(k.st_ino(n7), 7, "a node's own number is kept");
+    assert_eq!(k.st_ino(na), ia, "st_ino is stable");
+
+    // Listings show the same numbers ("." and ".." of the root are 1).
+    let want = [(".", 1), ("..", 1), ("a", ia), ("b", ib), ("seven", 7)];
+    let want: Vec<(String, u64)> = want.iter().map(|&(n, i)| (n.to_string(), i)).collect();
+    assert_eq!(k.readdir(1, 0, 4096), want, "READDIR d_ino");
+    assert_eq!(k.readdirplus_st_ino(1), want, "READDIRPLUS st_ino");
 }
 
 // ---- the path layer ----

@@ -17,7 +17,8 @@
 //!   (a file that was unlinked meanwhile still works through it), with its
 //!   passthrough backing file if it asked for one ([`Opened::passthrough`]);
 //! - "." and ".." in listings (cookies 1 and 2; a node's own cookies are
-//!   shifted past them), TTLs, `st_ino` (when a node leaves it 0);
+//!   shifted past them), TTLs, `st_ino` when a node leaves it 0 (1 for
+//!   the root, a keyed hash for the others: see [`Node::getattr`]);
 //! - for directories that keep their children in memory, [`Children`]: a
 //!   name map with listing cookies that stay valid while names change.
 //!
@@ -105,6 +106,7 @@ use fuse_proto::abi::Kstatfs;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::any::Any;
 use std::ffi::CStr;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -124,8 +126,13 @@ pub type NodeRef = Arc<dyn Node>;
 /// target directory, `link`'s node) can downcast it to its own type:
 /// `(&**node as &dyn Any).downcast_ref::<MyDir>()`.
 pub trait Node: Any + Send + Sync {
-    /// The node's attributes. `ino` 0 makes `stat` report a number the
-    /// library derives from the node's identity.
+    /// The node's attributes. `ino` 0 leaves `st_ino` to the library: 1
+    /// for the root; for any other node a keyed hash of its identity,
+    /// stable while the node lives, never 0 or 1 and never its address
+    /// (the hash's key is random per [`NodeFs`]; two live nodes share a
+    /// number with odds of about n²/2⁶⁵ for n nodes). Report your own
+    /// number where it must survive the process (an archive's member
+    /// index, a source file's `st_ino`).
     fn getattr(&self, ctx: &RequestContext<'_>) -> Result<FileAttr, Errno>;
 
     /// Changes attributes (`chmod`, `chown`, `truncate`, `utimensat`);
@@ -426,6 +433,9 @@ struct Held {
 struct Shared {
     /// The root's identity (the table knows the root by number only).
     root: usize,
+    /// The key of the hash that gives nodes reporting `ino` 0 their
+    /// `st_ino` (see [`Node::getattr`]).
+    ino_key: RandomState,
     table: InodeTable<usize, Arc<Held>>,
     files: HandleTable<Arc<OpenEntry>>,
     notifier: NotifierSlot,
@@ -442,8 +452,25 @@ pub struct NodeFs {
 }
 
 /// The identity of a node: its address, stable while an `Arc` is held.
+/// Never shown to the kernel (see [`Shared::st_ino`]).
 fn key_of(node: &NodeRef) -> usize {
     Arc::as_ptr(node) as *const () as usize
+}
+
+impl Shared {
+    /// The `st_ino` of the node `key` when it reports 0: 1 for the root,
+    /// else a keyed hash of its identity, never 0 or 1. Any user of an
+    /// `allow_other` mount can read `st_ino`, so it must not be the
+    /// address the identity is.
+    fn st_ino(&self, key: usize) -> u64 {
+        if key == self.root {
+            return Inode::ROOT.0;
+        }
+        match self.ino_key.hash_one(key) {
+            h @ 0..=1 => h + 2,
+            h => h,
+        }
+    }
 }
 
 impl NodeFs {
@@ -457,6 +484,7 @@ impl NodeFs {
         NodeFs {
             shared: Arc::new(Shared {
                 root: key_of(&root),
+                ino_key: RandomState::new(),
                 table: InodeTable::new(Arc::new(Held {
                     node: root,
                     io: Mutex::default(),
@@ -512,7 +540,7 @@ impl NodeFs {
     fn attr_of(&self, node: &NodeRef, ctx: &RequestContext<'_>) -> Result<FileAttr, Errno> {
         let mut attr = node.getattr(ctx)?;
         if attr.ino == 0 {
-            attr.ino = key_of(node) as u64;
+            attr.ino = self.shared.st_ino(key_of(node));
         }
         Ok(attr)
     }
@@ -620,7 +648,7 @@ impl Filesystem for NodeFs {
             };
             let mut attr = node.setattr(ctx, req, file.as_deref().map(|f| &*f.file))?;
             if attr.ino == 0 {
-                attr.ino = key_of(&node) as u64;
+                attr.ino = self.shared.st_ino(key_of(&node));
             }
             Ok::<_, Errno>((self.opts.attr_ttl, attr))
         })();
