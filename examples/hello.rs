@@ -13,8 +13,8 @@ const TTL: Duration = Duration::from_secs(3600); // nothing changes: let the ker
 pub struct Hello;
 fn attr(ino: Inode) -> Result<FileAttr, Errno> {
     match ino {
-        Inode::ROOT => Ok(FileAttr::new(ino.0, FileKind::Directory, 0o555)),
-        HELLO => Ok(FileAttr::new(ino.0, FileKind::RegularFile, 0o444).with_size(CONTENT.len() as u64)),
+        Inode::ROOT => Ok(FileAttr::fixed(ino.0, FileKind::Directory, 0o555)),
+        HELLO => Ok(FileAttr::fixed(ino.0, FileKind::RegularFile, 0o444).with_size(CONTENT.len() as u64)),
         _ => Err(Errno::ENOENT),
     }
 }

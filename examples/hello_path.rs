@@ -11,8 +11,8 @@ impl PathFilesystem for Hello {
     type File = ();
     fn getattr(&self, _: &Ctx<'_>, path: Option<&Path>, _: Option<&()>) -> Result<FileAttr, Errno> {
         match path.and_then(Path::to_str) {
-            Some("/") => Ok(FileAttr::new(1, Directory, 0o555)),
-            Some("/hello") => Ok(FileAttr::new(2, RegularFile, 0o444).with_size(TEXT.len() as u64)),
+            Some("/") => Ok(FileAttr::fixed(1, Directory, 0o555)),
+            Some("/hello") => Ok(FileAttr::fixed(2, RegularFile, 0o444).with_size(TEXT.len() as u64)),
             _ => Err(Errno::ENOENT),
         }
     }

@@ -88,9 +88,9 @@ impl NotesFs {
 
     fn attr(&self, ino: Inode) -> Result<FileAttr, Errno> {
         match ino {
-            Inode::ROOT => Ok(FileAttr::new(1, FileKind::Directory, 0o755)),
+            Inode::ROOT => Ok(FileAttr::fixed(1, FileKind::Directory, 0o755)),
             // Size 0: the content is made at each open (see `open`).
-            UPTIME | HOSTNAME | READS => Ok(FileAttr::new(ino.0, FileKind::RegularFile, 0o444)),
+            UPTIME | HOSTNAME | READS => Ok(FileAttr::fixed(ino.0, FileKind::RegularFile, 0o444)),
             NOTES => Ok(self.notes().attr),
             _ => Err(Errno::ENOENT),
         }

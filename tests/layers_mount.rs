@@ -297,7 +297,7 @@ mod passthrough_node {
     impl Node for Backed {
         fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
             let m = std::fs::metadata(&self.0)?;
-            Ok(FileAttr::new(0, FileKind::RegularFile, 0o666).with_size(m.len()))
+            Ok(FileAttr::fixed(0, FileKind::RegularFile, 0o666).with_size(m.len()))
         }
         fn open(&self, ctx: &RequestContext<'_>, _: OpenFlags) -> Result<Opened, Errno> {
             // Every open offers a backing file of its own; the layer keeps
@@ -314,7 +314,7 @@ mod passthrough_node {
     pub struct Root(pub NodeRef);
     impl Node for Root {
         fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
-            Ok(FileAttr::new(0, FileKind::Directory, 0o755))
+            Ok(FileAttr::fixed(0, FileKind::Directory, 0o755))
         }
         fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
             match name.to_bytes() {

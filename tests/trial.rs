@@ -248,7 +248,7 @@ impl PlusFs {
         } else {
             FileKind::RegularFile
         };
-        FileAttr::new(ino, kind, 0o755)
+        FileAttr::fixed(ino, kind, 0o755)
     }
 
     fn refs(&self, ino: u64) -> Option<&AtomicI64> {

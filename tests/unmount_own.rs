@@ -239,7 +239,7 @@ impl Filesystem for EmptyRoot {
         if ino != Inode::ROOT {
             return reply.error(Errno::ENOENT);
         }
-        let attr = FileAttr::new(ino.0, FileKind::Directory, 0o755);
+        let attr = FileAttr::fixed(ino.0, FileKind::Directory, 0o755);
         reply.attr(Duration::from_secs(1), &attr);
     }
 }

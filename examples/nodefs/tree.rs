@@ -52,9 +52,9 @@ enum Body {
 }
 
 fn new_node(ctx: &RequestContext<'_>, kind: FileKind, mode: u32, body: Body) -> Arc<Inode> {
+    // Times now; the owner is the caller, not the daemon.
     let mut attr = FileAttr::new(0, kind, (mode & 0o7777) as u16);
     (attr.uid, attr.gid) = (ctx.uid(), ctx.gid());
-    (attr.atime, attr.mtime, attr.ctime) = (SystemTime::now(), SystemTime::now(), SystemTime::now());
     Arc::new(Inode {
         attr: Arc::new(Mutex::new(attr)),
         body,

@@ -134,7 +134,8 @@ pub struct FileAttr {
 }
 
 /// All zero: a regular file with no permissions, owned by root, times at
-/// 1970. Prefer [`FileAttr::new`]; this is for struct-update syntax.
+/// 1970. Prefer [`FileAttr::new`] or [`FileAttr::fixed`]; this is for
+/// struct-update syntax.
 impl Default for FileAttr {
     fn default() -> Self {
         FileAttr {
@@ -156,29 +157,76 @@ impl Default for FileAttr {
     }
 }
 
-/// The time [`FileAttr::new`] stamps: fixed for the life of the process.
-fn creation_time() -> SystemTime {
+/// The time [`FileAttr::fixed`] stamps: the moment of its first call in
+/// the process.
+fn fixed_time() -> SystemTime {
     static T: OnceLock<SystemTime> = OnceLock::new();
     *T.get_or_init(SystemTime::now)
 }
 
 impl FileAttr {
-    /// Attributes of a node of `kind` with permissions `perm`: size 0,
-    /// owned by this process's effective user and group, one link (two
-    /// for a directory), `blksize` 4096, and all three times set to the
-    /// moment the first `FileAttr::new` of this process ran (a fixed value,
-    /// so that attributes the kernel cached stay equal to fresh ones).
+    /// Attributes of a file created now: a node of `kind` with permissions
+    /// `perm`, size 0, owned by this process's effective user and group,
+    /// one link (two for a directory), `blksize` 4096, and all three times
+    /// now (one read of the system clock, a vDSO call).
+    ///
+    /// Make them once, when the file is created, and keep them (change
+    /// them as the file changes, e.g. with
+    /// [`SetattrRequest::apply_to`](crate::SetattrRequest::apply_to)). A
+    /// `getattr` that builds attributes afresh at every call wants
+    /// [`FileAttr::fixed`] instead: with `new` its times would move at
+    /// every `stat`, and programs such as `tar` take that for a file
+    /// changing under them.
+    ///
+    /// ```
+    /// use fuse_session::{FileAttr, FileKind};
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// let root = FileAttr::new(1, FileKind::Directory, 0o755);
+    /// std::thread::sleep(Duration::from_millis(2));
+    /// // Later, a file is created: its times are its creation's, not the root's.
+    /// let before = SystemTime::now();
+    /// let file = FileAttr::new(2, FileKind::RegularFile, 0o644);
+    /// let after = SystemTime::now();
+    /// assert!(before <= file.mtime && file.mtime <= after);
+    /// assert!(file.mtime > root.mtime);
+    /// assert_eq!((file.atime, file.ctime), (file.mtime, file.mtime));
+    /// ```
     pub fn new(ino: u64, kind: FileKind, perm: u16) -> FileAttr {
-        let t = creation_time();
+        Self::at(ino, kind, perm, SystemTime::now())
+    }
+
+    /// Attributes for a `getattr` that builds them afresh at every call,
+    /// of something that does not change (a constant file, a generated
+    /// directory): as [`FileAttr::new`], but all three times are the
+    /// moment the first `FileAttr::fixed` of this process ran, so that
+    /// every call gives the same attributes (and attributes the kernel
+    /// cached stay equal to fresh ones).
+    ///
+    /// ```
+    /// use fuse_session::{FileAttr, FileKind};
+    /// use std::time::Duration;
+    ///
+    /// let first = FileAttr::fixed(2, FileKind::RegularFile, 0o444);
+    /// std::thread::sleep(Duration::from_millis(2));
+    /// assert_eq!(FileAttr::fixed(2, FileKind::RegularFile, 0o444), first);
+    /// ```
+    pub fn fixed(ino: u64, kind: FileKind, perm: u16) -> FileAttr {
+        Self::at(ino, kind, perm, fixed_time())
+    }
+
+    /// As [`FileAttr::new`], with all three times `time` (an archive
+    /// member's recorded mtime, say).
+    pub fn at(ino: u64, kind: FileKind, perm: u16, time: SystemTime) -> FileAttr {
         // SAFETY: geteuid and getegid have no preconditions and cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         FileAttr {
             ino,
             size: 0,
             blocks: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
+            atime: time,
+            mtime: time,
+            ctime: time,
             kind,
             perm: perm & 0o7777,
             nlink: if kind == FileKind::Directory { 2 } else { 1 },

@@ -26,8 +26,8 @@
 //!
 //! fn attr(ino: Inode) -> Option<FileAttr> {
 //!     match ino {
-//!         Inode::ROOT => Some(FileAttr::new(1, FileKind::Directory, 0o555)),
-//!         FILE => Some(FileAttr::new(2, FileKind::RegularFile, 0o444).with_size(TEXT.len() as u64)),
+//!         Inode::ROOT => Some(FileAttr::fixed(1, FileKind::Directory, 0o555)),
+//!         FILE => Some(FileAttr::fixed(2, FileKind::RegularFile, 0o444).with_size(TEXT.len() as u64)),
 //!         _ => None,
 //!     }
 //! }

@@ -53,7 +53,7 @@
 //! struct Text(&'static [u8]);
 //! impl Node for Text {
 //!     fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
-//!         Ok(FileAttr::new(0, FileKind::RegularFile, 0o444).with_size(self.0.len() as u64))
+//!         Ok(FileAttr::fixed(0, FileKind::RegularFile, 0o444).with_size(self.0.len() as u64))
 //!     }
 //!     fn open(&self, _: &RequestContext<'_>, _: OpenFlags) -> Result<Opened, Errno> {
 //!         Ok(Opened::new(Reader(self.0)))
@@ -70,7 +70,7 @@
 //! struct Root(NodeRef);
 //! impl Node for Root {
 //!     fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
-//!         Ok(FileAttr::new(0, FileKind::Directory, 0o555))
+//!         Ok(FileAttr::fixed(0, FileKind::Directory, 0o555))
 //!     }
 //!     fn lookup(&self, _: &RequestContext<'_>, name: &CStr) -> Result<NodeRef, Errno> {
 //!         if name.to_bytes() == b"hello" { Ok(self.0.clone()) } else { Err(Errno::ENOENT) }

@@ -58,8 +58,8 @@
 //!     type File = ();
 //!     fn getattr(&self, _: &RequestContext<'_>, path: Option<&Path>, _: Option<&()>) -> Result<FileAttr, Errno> {
 //!         match path.and_then(Path::to_str) {
-//!             Some("/") => Ok(FileAttr::new(1, FileKind::Directory, 0o555)),
-//!             Some("/hello") => Ok(FileAttr::new(2, FileKind::RegularFile, 0o444).with_size(6)),
+//!             Some("/") => Ok(FileAttr::fixed(1, FileKind::Directory, 0o555)),
+//!             Some("/hello") => Ok(FileAttr::fixed(2, FileKind::RegularFile, 0o444).with_size(6)),
 //!             _ => Err(Errno::ENOENT),
 //!         }
 //!     }

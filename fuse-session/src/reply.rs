@@ -18,7 +18,7 @@
 //!
 //! fn attr_of(ino: Inode) -> Result<FileAttr, Errno> {
 //!     match ino {
-//!         Inode::ROOT => Ok(FileAttr::new(1, FileKind::Directory, 0o755)),
+//!         Inode::ROOT => Ok(FileAttr::fixed(1, FileKind::Directory, 0o755)),
 //!         _ => Err(Errno::ENOENT),
 //!     }
 //! }
