@@ -765,7 +765,7 @@ impl PathFilesystem for Mirror {
         check(unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) })
     }
 
-    fn statfs(&self, _: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
+    fn statfs(&self, _: &RequestContext<'_>, path: &Path) -> Result<fuse_wire::Statfs, Errno> {
         let node = self.node(path)?;
         // SAFETY: all-zero is a valid statvfs.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -781,7 +781,8 @@ impl PathFilesystem for Mirror {
             namelen: st.f_namemax as u32,
             frsize: st.f_frsize as u32,
             ..Default::default()
-        })
+        }
+        .into())
     }
 }
 

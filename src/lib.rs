@@ -97,7 +97,7 @@ pub use fuse_session::{
     FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, InitConfig, InitFlags, Inode, IoctlRequest, Lock,
     LockOwner, LockRequest, LseekRequest, MknodRequest, MountOptions, OpenFlags, PollHandle, PollRequest,
     ReadRequest, ReleaseRequest, RenameFlags, RenameRequest, RequestContext, RunningSession, Session,
-    SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow,
-    WriteRequest, reply, serve, serve_with, spawn,
+    SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, Statfs, StatxRequest,
+    TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
 };
 pub use fuse_session::{inodes, node, path};

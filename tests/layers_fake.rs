@@ -20,7 +20,7 @@ use fuse_wire::node::{DirFill, Invalidator, Node, NodeFs, NodeRef};
 use fuse_wire::path::{PathFilesystem, PathFs, PathInvalidator};
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::session::Filesystem;
-use fuse_wire::{DirAdd, Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig};
+use fuse_wire::{DirAdd, Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig, Statfs};
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,7 @@ const MKDIR: u32 = 9;
 const UNLINK: u32 = 10;
 const RENAME: u32 = 12;
 const WRITE: u32 = 16;
+const STATFS: u32 = 17;
 const LINK: u32 = 13;
 const RELEASE: u32 = 18;
 const CREATE: u32 = 35;
@@ -700,6 +701,67 @@ fn node_layer_st_ino_is_1_for_the_root_and_never_an_address() {
     let want: Vec<(String, u64)> = want.iter().map(|&(n, i)| (n.to_string(), i)).collect();
     assert_eq!(k.readdir(1, 0, 4096), want, "READDIR d_ino");
     assert_eq!(k.readdirplus_st_ino(1), want, "READDIRPLUS st_ino");
+}
+
+// ---- statfs through the layers ----
+
+/// What both layers' filesystems below report.
+const STATS: Statfs = Statfs::new()
+    .with_block_size(4096)
+    .with_blocks(1000, 500, 400)
+    .with_files(77, 66)
+    .with_namelen(200);
+
+struct NodeStats;
+impl Node for NodeStats {
+    fn getattr(&self, _: &RequestContext<'_>) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::fixed(0, FileKind::Directory, 0o755))
+    }
+    fn statfs(&self, _: &RequestContext<'_>) -> Result<Statfs, Errno> {
+        Ok(STATS)
+    }
+}
+
+struct PathStats;
+impl PathFilesystem for PathStats {
+    type File = ();
+    fn getattr(
+        &self,
+        _: &RequestContext<'_>,
+        _: Option<&std::path::Path>,
+        _: Option<&()>,
+    ) -> Result<FileAttr, Errno> {
+        Ok(FileAttr::fixed(1, FileKind::Directory, 0o755))
+    }
+    fn statfs(&self, _: &RequestContext<'_>, _: &std::path::Path) -> Result<Statfs, Errno> {
+        Ok(STATS)
+    }
+}
+
+#[test]
+fn the_layers_answer_statfs_with_a_typed_statfs() {
+    // fuse_kstatfs: blocks, bfree, bavail, files, ffree, then bsize,
+    // namelen, frsize, padding and 6 spare u32s.
+    let want = B::new()
+        .u64(1000)
+        .u64(500)
+        .u64(400)
+        .u64(77)
+        .u64(66)
+        .u32(4096)
+        .u32(200)
+        .u32(4096)
+        .u32(0)
+        .zeros(24)
+        .done();
+    let (err, got) = Kernel::start(Arc::new(NodeStats)).call(STATFS, 1, &[]);
+    assert_eq!(err, 0);
+    assert_bytes("node layer STATFS", &got, &want);
+    let (err, got) = Kernel::serve(PathFs::new(PathStats)).call(STATFS, 1, &[]);
+    assert_eq!(err, 0);
+    assert_bytes("path layer STATFS", &got, &want);
+    // The raw form converts both ways without loss.
+    assert_eq!(Statfs::from(STATS.to_abi()), STATS);
 }
 
 // ---- the path layer ----

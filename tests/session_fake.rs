@@ -593,7 +593,7 @@ impl Filesystem for TestFs {
 
     fn statfs(&self, _ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         self.rec(format!("statfs ino={ino}"));
-        reply.statfs(&Kstatfs {
+        reply.statfs(Kstatfs {
             blocks: 1000,
             bfree: 500,
             bavail: 400,

@@ -1692,7 +1692,7 @@ impl Filesystem for MemFs {
     }
 
     fn statfs(&self, _ctx: &RequestContext<'_>, _ino: Inode, reply: ReplyStatfs) {
-        reply.statfs(&self.statfs_now());
+        reply.statfs(self.statfs_now());
     }
 
     fn setxattr(

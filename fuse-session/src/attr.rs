@@ -1,13 +1,15 @@
 //! Attributes as a filesystem thinks of them: [`FileAttr`] with
-//! [`SystemTime`] times and a [`FileKind`], and the time conversions to and
-//! from the kernel's seconds + nanoseconds.
+//! [`SystemTime`] times and a [`FileKind`], the time conversions to and
+//! from the kernel's seconds + nanoseconds, and the whole filesystem's
+//! statistics, [`Statfs`].
 //!
 //! A `FileAttr` converts to and from the kernel's `fuse_attr` (in
 //! [`fuse_proto::abi`]) for code that wants the raw form; the conversion
-//! keeps every bit (times before 1970 included). The changes a SETATTR asks
-//! for are [`crate::ops::SetattrRequest`].
+//! keeps every bit (times before 1970 included). A `Statfs` converts to
+//! and from `fuse_kstatfs` the same way. The changes a SETATTR asks for
+//! are [`crate::ops::SetattrRequest`].
 
-use fuse_proto::abi::Attr;
+use fuse_proto::abi::{Attr, Kstatfs};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -342,6 +344,148 @@ impl From<&std::fs::Metadata> for FileAttr {
 impl From<FileAttr> for Attr {
     fn from(a: FileAttr) -> Attr {
         a.to_abi()
+    }
+}
+
+/// Filesystem statistics: what `statfs(2)` and `df` show of the whole
+/// filesystem (the kernel's `fuse_kstatfs`, whose fields these are). The
+/// three block counts are in units of `frsize` bytes (of `bsize` when
+/// `frsize` is 0, as the kernel reads it), so `df` shows `blocks ×
+/// frsize` as the size.
+///
+/// ```
+/// use fuse_session::Statfs;
+///
+/// // 1 GiB in 4 KiB blocks, a quarter of them used; 10,000 inodes, 9,000 free.
+/// let st = Statfs::new()
+///     .with_block_size(4096)
+///     .with_blocks(262_144, 196_608, 196_608)
+///     .with_files(10_000, 9_000);
+/// assert_eq!(st.blocks * u64::from(st.frsize), 1 << 30);
+/// assert_eq!((st.bsize, st.namelen), (4096, 255));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Statfs {
+    /// Size of the filesystem, in blocks (`f_blocks`).
+    pub blocks: u64,
+    /// Free blocks (`f_bfree`).
+    pub bfree: u64,
+    /// Free blocks that unprivileged users may use (`f_bavail`, `df`'s
+    /// "Avail"); at most `bfree`.
+    pub bavail: u64,
+    /// Inodes the filesystem can hold (`f_files`).
+    pub files: u64,
+    /// Free inodes (`f_ffree`).
+    pub ffree: u64,
+    /// Preferred I/O size in bytes (`f_bsize`), and the unit of the block
+    /// counts when `frsize` is 0.
+    pub bsize: u32,
+    /// Longest name in bytes (`f_namelen`; 255 on most filesystems).
+    pub namelen: u32,
+    /// Unit of `blocks`, `bfree` and `bavail` in bytes (`f_frsize`);
+    /// 0 means `bsize`.
+    pub frsize: u32,
+}
+
+/// [`Statfs::new`].
+impl Default for Statfs {
+    fn default() -> Self {
+        Statfs::new()
+    }
+}
+
+impl Statfs {
+    /// An empty filesystem: no blocks, no inodes, 512-byte blocks, names
+    /// up to 255 bytes (what the default STATFS answer reports).
+    pub const fn new() -> Statfs {
+        Statfs {
+            blocks: 0,
+            bfree: 0,
+            bavail: 0,
+            files: 0,
+            ffree: 0,
+            bsize: 512,
+            namelen: 255,
+            frsize: 0,
+        }
+    }
+
+    /// With blocks of `size` bytes: `bsize` and `frsize` both `size`.
+    pub const fn with_block_size(mut self, size: u32) -> Statfs {
+        self.bsize = size;
+        self.frsize = size;
+        self
+    }
+
+    /// With `total` blocks, of which `free` are free and `available` of
+    /// those may be used by unprivileged users.
+    pub const fn with_blocks(mut self, total: u64, free: u64, available: u64) -> Statfs {
+        self.blocks = total;
+        self.bfree = free;
+        self.bavail = available;
+        self
+    }
+
+    /// With room for `total` inodes, `free` of them free.
+    pub const fn with_files(mut self, total: u64, free: u64) -> Statfs {
+        self.files = total;
+        self.ffree = free;
+        self
+    }
+
+    /// With names up to `namelen` bytes.
+    pub const fn with_namelen(mut self, namelen: u32) -> Statfs {
+        self.namelen = namelen;
+        self
+    }
+
+    /// The kernel's form, `fuse_kstatfs`.
+    pub const fn to_abi(&self) -> Kstatfs {
+        Kstatfs {
+            blocks: self.blocks,
+            bfree: self.bfree,
+            bavail: self.bavail,
+            files: self.files,
+            ffree: self.ffree,
+            bsize: self.bsize,
+            namelen: self.namelen,
+            frsize: self.frsize,
+            padding: 0,
+            spare: [0; 6],
+        }
+    }
+
+    /// From the kernel's form (its padding and spare fields, which carry
+    /// nothing, are dropped).
+    pub const fn from_abi(st: &Kstatfs) -> Statfs {
+        Statfs {
+            blocks: st.blocks,
+            bfree: st.bfree,
+            bavail: st.bavail,
+            files: st.files,
+            ffree: st.ffree,
+            bsize: st.bsize,
+            namelen: st.namelen,
+            frsize: st.frsize,
+        }
+    }
+}
+
+impl From<Statfs> for Kstatfs {
+    fn from(st: Statfs) -> Kstatfs {
+        st.to_abi()
+    }
+}
+
+impl From<Kstatfs> for Statfs {
+    fn from(st: Kstatfs) -> Statfs {
+        Statfs::from_abi(&st)
+    }
+}
+
+impl From<&Kstatfs> for Statfs {
+    fn from(st: &Kstatfs) -> Statfs {
+        Statfs::from_abi(st)
     }
 }
 

@@ -340,15 +340,14 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// STATFS: filesystem statistics (`df`). The default reports an empty
-    /// filesystem with 255-byte names, as the kernel would without the call.
+    /// STATFS: filesystem statistics (`df`): answer
+    /// [`ReplyStatfs::statfs`] with a [`Statfs`](crate::Statfs). The
+    /// default reports an empty filesystem with 255-byte names
+    /// ([`Statfs::new`](crate::Statfs::new)), as the kernel would without
+    /// the call.
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         let _ = (ctx, ino);
-        reply.statfs(&fuse_proto::abi::Kstatfs {
-            bsize: 512,
-            namelen: 255,
-            ..Default::default()
-        });
+        reply.statfs(crate::Statfs::new());
     }
 
     /// SETXATTR: set extended attribute `name` (`req.flags`:

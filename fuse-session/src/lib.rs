@@ -117,7 +117,7 @@ pub mod transport;
 pub mod types;
 mod worker;
 
-pub use attr::{FileAttr, FileKind};
+pub use attr::{FileAttr, FileKind, Statfs};
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
 pub use credentials::{ActingAs, Caller, ProcCredentials};

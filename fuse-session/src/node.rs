@@ -91,7 +91,7 @@
 //! // fuse_session::serve(fs, "/mnt/hello", &Default::default())?;
 //! ```
 
-use crate::attr::FileAttr;
+use crate::attr::{FileAttr, Statfs};
 use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
@@ -102,7 +102,6 @@ use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
-use fuse_proto::abi::Kstatfs;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::any::Any;
 use std::ffi::CStr;
@@ -239,14 +238,12 @@ pub trait Node: Any + Send + Sync {
         Err(Errno::EROFS)
     }
 
-    /// Filesystem statistics (asked of the root, or of any node).
-    fn statfs(&self, ctx: &RequestContext<'_>) -> Result<Kstatfs, Errno> {
+    /// Filesystem statistics (asked of the root, or of any node). The
+    /// default: an empty filesystem with 255-byte names,
+    /// [`Statfs::new`].
+    fn statfs(&self, ctx: &RequestContext<'_>) -> Result<Statfs, Errno> {
         let _ = ctx;
-        Ok(Kstatfs {
-            bsize: 512,
-            namelen: 255,
-            ..Default::default()
-        })
+        Ok(Statfs::new())
     }
 
     /// The value of extended attribute `name` (`ENODATA` if it has none).

@@ -85,7 +85,7 @@
 //! // fuse_session::serve(fs, "/mnt/hello", &Default::default())?;
 //! ```
 
-use crate::attr::{FileAttr, FileKind};
+use crate::attr::{FileAttr, FileKind, Statfs};
 use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
@@ -97,7 +97,6 @@ use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
-use fuse_proto::abi::Kstatfs;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::collections::HashMap;
 use std::ffi::{CStr, OsStr};
@@ -355,14 +354,11 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::ENOSYS)
     }
 
-    /// Filesystem statistics.
-    fn statfs(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Kstatfs, Errno> {
+    /// Filesystem statistics. The default: an empty filesystem with
+    /// 255-byte names, [`Statfs::new`].
+    fn statfs(&self, ctx: &RequestContext<'_>, path: &Path) -> Result<Statfs, Errno> {
         let _ = (ctx, path);
-        Ok(Kstatfs {
-            bsize: 512,
-            namelen: 255,
-            ..Default::default()
-        })
+        Ok(Statfs::new())
     }
 }
 

@@ -28,7 +28,7 @@
 //! }
 //! ```
 
-use crate::attr::{FileAttr, FileKind};
+use crate::attr::{FileAttr, FileKind, Statfs};
 use crate::backing::BackingFile;
 use crate::buffer::AlignedBuf;
 use crate::conn::WorkerCore;
@@ -36,8 +36,8 @@ use crate::interrupt::Slot;
 use crate::splice::{self, Pipes};
 use crate::types::{Entry, FileHandle, Inode, Lock};
 use fuse_proto::abi::{
-    AttrOut, BmapOut, CopyFileRangeOut, EntryOut, GetxattrOut, IoctlOut, Kstatfs, LkOut, LseekOut, OpenOut,
-    PollOut, StatfsOut, Statx, StatxOut, WriteOut,
+    AttrOut, BmapOut, CopyFileRangeOut, EntryOut, GetxattrOut, IoctlOut, LkOut, LseekOut, OpenOut, PollOut,
+    StatfsOut, Statx, StatxOut, WriteOut,
 };
 use fuse_proto::ext::atomic_open::FOPEN_FILE_CREATED;
 use fuse_proto::flags::{FopenFlags, IoctlFlags};
@@ -643,16 +643,20 @@ impl ReplyWrite {
 
 impl ReplyStatfs {
     /// The statistics or the error.
-    pub fn result<E: Into<Errno>>(self, r: Result<Kstatfs, E>) {
+    pub fn result<S: Into<Statfs>, E: Into<Errno>>(self, r: Result<S, E>) {
         match r {
-            Ok(st) => self.statfs(&st),
+            Ok(st) => self.statfs(st),
             Err(e) => self.error(e),
         }
     }
 
-    /// The statistics.
-    pub fn statfs(self, st: &Kstatfs) {
-        let r = Reply::statfs(self.core.unique, &StatfsOut { st: *st }, self.core.minor());
+    /// The statistics: a [`Statfs`], or the kernel's raw `fuse_kstatfs`
+    /// ([`Kstatfs`](fuse_proto::abi::Kstatfs)).
+    pub fn statfs(self, st: impl Into<Statfs>) {
+        let out = StatfsOut {
+            st: st.into().to_abi(),
+        };
+        let r = Reply::statfs(self.core.unique, &out, self.core.minor());
         self.core.send(&r);
     }
 }
