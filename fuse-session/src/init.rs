@@ -26,27 +26,46 @@ pub const SUPPORTED: InitFlags = InitFlags::all()
     .difference(InitFlags::HAS_INODE_DAX)
     .difference(InitFlags::OVER_IO_URING);
 
-/// Flags wanted unless the filesystem says otherwise: safe for any
-/// filesystem served by this library, and none of them changes which
-/// requests a [`crate::Filesystem`] method receives or what they carry.
-///
-/// Flags that do are left for the filesystem to ask for, e.g.
-/// `ATOMIC_O_TRUNC` (O_TRUNC comes in OPEN instead of a SETATTR of size
-/// 0), `DO_READDIRPLUS` (READDIRPLUS instead of READDIR),
-/// `WRITEBACK_CACHE` (writes come later from the page cache, `O_WRONLY`
-/// opens as `O_RDWR`), `POSIX_LOCKS`/`FLOCK_LOCKS` (lock requests),
-/// `DONT_MASK` (the umask is not applied to create modes),
-/// `HANDLE_KILLPRIV_V2` (the filesystem clears set-ID bits).
-pub const DEFAULT_WANTED: InitFlags = InitFlags::ASYNC_READ
-    .union(InitFlags::BIG_WRITES)
-    .union(InitFlags::AUTO_INVAL_DATA)
-    .union(InitFlags::ASYNC_DIO)
-    .union(InitFlags::PARALLEL_DIROPS)
-    .union(InitFlags::MAX_PAGES)
-    .union(InitFlags::INIT_EXT)
-    .union(InitFlags::SETXATTR_EXT)
-    .union(InitFlags::HAS_EXPIRE_ONLY)
-    .union(InitFlags::HAS_RESEND);
+/// Defines a set of INIT flags from a list of flags, each with why it is
+/// in the set, and lists them in the set's documentation: the constant and
+/// its documented list come from the same tokens, so they cannot disagree.
+macro_rules! init_flag_set {
+    ($(#[$doc:meta])* pub const $name:ident = { $($flag:ident: $why:literal,)+ }) => {
+        $(#[$doc])*
+        ///
+        /// The flags:
+        $(#[doc = concat!("- [`", stringify!($flag), "`](InitFlags::", stringify!($flag), "): ", $why)])+
+        pub const $name: InitFlags = InitFlags::empty()$(.union(InitFlags::$flag))+;
+    };
+}
+
+init_flag_set! {
+    /// Flags wanted unless the filesystem says otherwise: safe for any
+    /// filesystem served by this library, and none of them changes which
+    /// requests a [`crate::Filesystem`] method receives or what they carry.
+    ///
+    /// Flags that do are left for the filesystem to ask for, e.g.
+    /// `ATOMIC_O_TRUNC` (O_TRUNC comes in OPEN instead of a SETATTR of size
+    /// 0), `DO_READDIRPLUS` (READDIRPLUS instead of READDIR),
+    /// `WRITEBACK_CACHE` (writes come later from the page cache, `O_WRONLY`
+    /// opens as `O_RDWR`), `POSIX_LOCKS`/`FLOCK_LOCKS` (lock requests),
+    /// `DONT_MASK` (the umask is not applied to create modes),
+    /// `HANDLE_KILLPRIV_V2` (the filesystem clears set-ID bits). A flag is
+    /// granted only if the kernel offers it too ([`Negotiated::refused`]
+    /// says why one was not).
+    pub const DEFAULT_WANTED = {
+        ASYNC_READ: "the kernel may have several READs of a file in flight (read-ahead does not wait for each).",
+        BIG_WRITES: "WRITEs of more than 4 KiB, up to `max_write`.",
+        AUTO_INVAL_DATA: "the kernel drops a file's cached pages when fresh attributes show its mtime or size changed.",
+        ASYNC_DIO: "direct I/O may be split into requests in flight at once.",
+        PARALLEL_DIROPS: "LOOKUPs and READDIRs of one directory may run at once.",
+        MAX_PAGES: "requests as large as `max_write` (up to 1 MiB) rather than 32 pages.",
+        INIT_EXT: "the second word of flags (`flags2`) is exchanged.",
+        SETXATTR_EXT: "SETXATTR in its extended form (with `setxattr_flags`).",
+        HAS_EXPIRE_ONLY: "informational: the kernel can expire a cached name without dropping it.",
+        HAS_RESEND: "informational: the kernel can resend the requests in flight (NOTIFY_RESEND).",
+    }
+}
 
 /// Flags that only tell the filesystem what the kernel can do; echoing them
 /// changes nothing, so they are reported as offered, not refused.
