@@ -173,7 +173,10 @@ pub trait Filesystem: Send + Sync + 'static {
     }
 
     /// LINK: hard-link `ino` as `newname` in `newparent`. Reply with the
-    /// entry of `ino` (one more lookup reference).
+    /// entry of `ino` (one more lookup reference). The default answers
+    /// `ENOSYS`, which the kernel hands to `link(2)` as `EPERM`
+    /// ("Operation not permitted", what `link(2)` documents for a
+    /// filesystem without hard links); it asks again at the next `link`.
     fn link(
         &self,
         ctx: &RequestContext<'_>,

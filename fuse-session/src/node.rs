@@ -206,7 +206,9 @@ pub trait Node: Any + Send + Sync {
         Err(Errno::EROFS)
     }
 
-    /// Directory: adds `node` under `name` (a hard link).
+    /// Directory: adds `node` under `name` (a hard link). The default
+    /// answers `EROFS`, as for every change (`link(2)` then fails with
+    /// "Read-only file system").
     fn link(&self, ctx: &RequestContext<'_>, name: &CStr, node: &NodeRef) -> Result<(), Errno> {
         let _ = (ctx, name, node);
         Err(Errno::EROFS)

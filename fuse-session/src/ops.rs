@@ -465,8 +465,11 @@ impl SetattrRequest {
 
     /// Applies the ownership, permission, size and time changes to `attr`
     /// (`Now` read once from the system clock), and sets its ctime to the
-    /// requested one or, if anything changed, to now. Checks nothing: the
-    /// permission rules are the filesystem's to apply before.
+    /// requested one, else to now. A new size also
+    /// recomputes `blocks` (the 512-byte blocks the size takes, as
+    /// [`FileAttr::with_size`] does) and sets mtime to now; without a new
+    /// size `blocks` is left as it is. Checks nothing: the permission
+    /// rules are the filesystem's to apply before.
     pub fn apply_to(&self, attr: &mut FileAttr) {
         let now = SystemTime::now();
         let at = |t: TimeOrNow| match t {

@@ -176,7 +176,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::EROFS)
     }
 
-    /// Makes `to` a hard link of `from`; the attributes of the file.
+    /// Makes `to` a hard link of `from`; the attributes of the file. The
+    /// default answers `EROFS`, as for every change (`link(2)` then fails
+    /// with "Read-only file system").
     fn link(&self, ctx: &RequestContext<'_>, from: &Path, to: &Path) -> Result<FileAttr, Errno> {
         let _ = (ctx, from, to);
         Err(Errno::EROFS)

@@ -413,8 +413,23 @@ impl ReplyData {
         })
     }
 
-    /// Answers a READ with up to `len` bytes of `fd` from `offset` (fewer at
-    /// end of file), as `pread(2)` would read them.
+    /// Answers a READ with up to `len` bytes of `fd` from `offset`, as
+    /// `pread(2)` would read them: fewer only where `fd` itself ends. The
+    /// end of the descriptor, not of your file: a file that is a byte range
+    /// of a larger one (a tar member at `start` with `size` bytes) must
+    /// clamp, passing `start + offset` and at most `size - offset` bytes
+    /// (none at or past `size`), or the reply runs on into what follows
+    /// the member.
+    ///
+    /// ```no_run
+    /// # use fuse_session::{ReadRequest, reply::ReplyData};
+    /// # use std::os::fd::AsFd;
+    /// /// A member of the archive `tar`: `size` bytes from byte `start`.
+    /// fn read_member(tar: &std::fs::File, start: u64, size: u64, req: ReadRequest, reply: ReplyData) {
+    ///     let len = size.saturating_sub(req.offset).min(u64::from(req.size));
+    ///     reply.splice_from(tar.as_fd(), start.saturating_add(req.offset), len as usize);
+    /// }
+    /// ```
     ///
     /// On `/dev/fuse` the bytes go from `fd` into the kernel with `splice(2)`
     /// through two per-thread pipes, without passing through user memory.
