@@ -9,6 +9,10 @@
 //!   the daemon's thread count goes back to what it was once the idle
 //!   timeout has passed (over io_uring, the ring threads to within their
 //!   bound of `depth + 1` per queue);
+//! - one user's blocking waiters, as many as it may start, leave another
+//!   user's blocking lock request on another file room to wait (over
+//!   io_uring too, with every process on one CPU, so on one queue): it gets
+//!   its lock once the file is released, not `ENOLCK`;
 //! - an idle mount makes (almost) no wake-ups in the daemon.
 //!
 //! The lock processes are forked from the test, switch to an unprivileged
@@ -224,11 +228,17 @@ fn errno() -> i32 {
 
 /// The body of a forked child. Only async-signal-safe calls: the test
 /// process has other threads.
-fn child(out: libc::c_int, uid: u32, path: &CStr, role: Role) -> ! {
+fn child(out: libc::c_int, uid: u32, path: &CStr, role: Role, cpu: Option<&libc::cpu_set_t>) -> ! {
     // SAFETY: plain system calls on values prepared before fork; a zeroed
     // sigaction with a handler that does nothing and no SA_RESTART (so that
     // SIGINT interrupts the wait instead of ending the process).
     unsafe {
+        if let Some(set) = cpu
+            && libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) != 0
+        {
+            say(out, &[b'E', errno() as u8]);
+            libc::_exit(2);
+        }
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = ignore as *const () as usize;
         libc::sigemptyset(&mut sa.sa_mask);
@@ -294,6 +304,21 @@ fn child(out: libc::c_int, uid: u32, path: &CStr, role: Role) -> ! {
 
 impl Kid {
     fn spawn(uid: u32, path: &CStr, role: Role) -> Kid {
+        Kid::spawn_on(uid, path, role, None)
+    }
+
+    /// [`Kid::spawn`], the child pinned to `cpu` (over io_uring its
+    /// requests then go to that CPU's queue).
+    fn spawn_on(uid: u32, path: &CStr, role: Role, cpu: Option<usize>) -> Kid {
+        let set = cpu.map(|cpu| {
+            // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET sets
+            // one bit of it (`cpu` comes from sched_getaffinity).
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                set
+            }
+        });
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills the two-element array.
         let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
@@ -302,7 +327,7 @@ impl Kid {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
         if pid == 0 {
-            child(fds[1], uid, path, role);
+            child(fds[1], uid, path, role, set.as_ref());
         }
         // SAFETY: both fds are ours, from pipe2 above.
         let (pipe, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -591,6 +616,161 @@ fn memfs_posix_lock_waiters_do_not_stop_the_mount() {
 #[test]
 fn memfs_flock_waiters_do_not_stop_the_mount() {
     lock_waiters_do_not_stop_the_mount(Example::Memfs, Lock::Flock);
+}
+
+/// The user whose waiters take every wait they are allowed.
+const GREEDY: u32 = 41_003;
+/// Another user, who needs one lock.
+const NEEDY: u32 = 41_004;
+/// The greedy user's waiters: more than its share of waits anywhere.
+const GREEDY_WAITERS: usize = 40;
+
+/// The first CPU this process may run on.
+fn first_cpu() -> usize {
+    // SAFETY: an all-zero cpu_set_t is valid storage; sched_getaffinity
+    // fills it, CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let r = libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(r, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("a CPU to run on")
+    }
+}
+
+/// One user's blocking waiters, as many as it may start, must leave
+/// another user's blocking lock request room to wait: the other user's
+/// request on another (briefly held) file waits and gets its lock, not
+/// `ENOLCK`. Every process runs on one CPU, so that over io_uring all the
+/// requests go to the same queue, whose entries are the scarcer pool.
+fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: Lock) {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pool-share");
+    let lock_opt = match kind {
+        Lock::Posix => "posix_lock",
+        Lock::Flock => "flock",
+    };
+    let d = Daemon::start(example, &tm, &format!("allow_other,{lock_opt}"));
+    let (a, b) = (tm.path().join("a"), tm.path().join("b"));
+    for f in [&a, &b] {
+        fs::write(f, b"locked").unwrap();
+        fs::set_permissions(f, fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let (a, b) = (cstr(&a), cstr(&b));
+    let cpu = Some(first_cpu());
+
+    // A third user holds both files.
+    let deadline = Instant::now() + DEADLINE;
+    let hold_a = Kid::spawn(LOCKER, &a, Role::Hold(kind));
+    let hold_b = Kid::spawn(LOCKER, &b, Role::Hold(kind));
+    assert_eq!(hold_a.hear(deadline), Some(b'H'), "the holder of a");
+    assert_eq!(hold_b.hear(deadline), Some(b'H'), "the holder of b");
+
+    // The greedy user's waiters on a: each waits or is refused.
+    let greedy: Vec<Kid> = (0..GREEDY_WAITERS)
+        .map(|_| Kid::spawn_on(GREEDY, &a, Role::Wait(kind), cpu))
+        .collect();
+    for (i, w) in greedy.iter().enumerate() {
+        assert_eq!(w.hear(deadline), Some(b'S'), "greedy waiter {i} did not start");
+    }
+    // Settled once each waiter is refused or blocked, and each of those
+    // blocked has a helper thread of its own waiting for a (no helper
+    // thread is idle: a wait that got one is still waiting).
+    let helpers = |d: &Daemon| count(&d.threads(), "fuse-deferred");
+    let mut refused = [false; GREEDY_WAITERS];
+    let mut waiting = 0;
+    let settled = eventually(|| {
+        let mut all = true;
+        for (i, w) in greedy.iter().enumerate() {
+            if refused[i] {
+                continue;
+            }
+            match w.hear_now() {
+                Some(b'N') => refused[i] = true,
+                Some(other) => panic!("greedy waiter {i} said {:?} while a is held", other as char),
+                None => all &= w.blocked_in_lock(),
+            }
+        }
+        waiting = GREEDY_WAITERS - refused.iter().filter(|&&r| r).count();
+        all && helpers(&d) == waiting
+    });
+    assert!(
+        settled,
+        "the greedy waiters did not settle: {waiting} not refused, {} helper threads",
+        helpers(&d)
+    );
+    eprintln!(
+        "{} {kind:?}: {waiting} of the greedy user's {GREEDY_WAITERS} waiters wait, the others were \
+         refused with ENOLCK",
+        example.name()
+    );
+    assert!(waiting > 0, "none of the greedy user's waiters was let wait");
+    assert!(
+        waiting <= fuse_wire::session::deferred::DEFAULT_MAX_DEFERRED_PER_UID,
+        "{waiting} waits of one user: more than its share"
+    );
+
+    // The other user's request on b: the daemon lets it wait (a helper
+    // thread more) or refuses it at once.
+    let needy = Kid::spawn_on(NEEDY, &b, Role::Wait(kind), cpu);
+    assert_eq!(
+        needy.hear(deadline),
+        Some(b'S'),
+        "the other user's waiter did not start"
+    );
+    let mut said = None;
+    let decided = eventually(|| {
+        said = needy.hear_now();
+        said.is_some() || helpers(&d) > waiting
+    });
+    assert!(
+        decided,
+        "the other user's lock request was neither let wait nor answered"
+    );
+    assert_eq!(
+        said.map(char::from),
+        None,
+        "the other user's lock request on another file was answered while that file was held \
+         (N: ENOLCK) as the greedy user's {waiting} waiters wait"
+    );
+    // b is released: the waiting request gets it.
+    hold_b.signal(libc::SIGKILL);
+    assert_eq!(
+        needy.hear(Instant::now() + DEADLINE).map(char::from),
+        Some('L'),
+        "the other user did not get the lock on b once it was released"
+    );
+
+    // Everyone goes: every process ends and the mount answers.
+    let mut kids = greedy;
+    kids.extend([hold_a, hold_b, needy]);
+    for k in &kids {
+        k.signal(libc::SIGKILL);
+    }
+    let gone = eventually(|| kids.iter_mut().all(Kid::try_reap));
+    if !gone {
+        let _ = common::abort_fuse_connection(tm.path());
+        panic!("killed lock processes did not end");
+    }
+    d.stop();
+}
+
+#[test]
+fn one_users_posix_lock_waiters_leave_room_for_another_user() {
+    one_users_waiters_leave_room_for_another_users_lock(Example::Passthrough, Lock::Posix);
+}
+
+#[test]
+fn one_users_flock_waiters_leave_room_for_another_user() {
+    one_users_waiters_leave_room_for_another_users_lock(Example::Passthrough, Lock::Flock);
+}
+
+#[test]
+fn memfs_one_users_posix_lock_waiters_leave_room_for_another_user() {
+    one_users_waiters_leave_room_for_another_users_lock(Example::Memfs, Lock::Posix);
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //!
 //! `posix_lock` and `flock` make memfs serve those locks itself; a blocking
 //! wait for one runs on the session's helper threads, not on a worker, and
-//! one uid may hold `max_waits_per_uid` such waits (beyond: `ENOLCK`).
+//! one uid may hold `max_waits_per_uid` such waits (beyond: `ENOLCK`; never
+//! more than half of the session's, nor over io_uring half of those a
+//! queue allows: see `fuse_session::deferred`).
 //! `idle_timeout` is how long a worker above `threads` stays idle before it
 //! ends; `uring` serves requests over FUSE-over-io_uring when the kernel
 //! allows it.

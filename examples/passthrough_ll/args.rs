@@ -88,7 +88,9 @@ filesystem options (-o):
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
     max_waits_per_uid=N
                        most blocking lock waits (flock, posix_lock) of one user at once;
-                       beyond it the lock request fails with ENOLCK (default 32)
+                       beyond it the lock request fails with ENOLCK (default 32; never
+                       more than half of the session's waits, nor over io_uring half
+                       of those a queue allows, so that other users can still wait)
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
     passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
                        not with writeback)

@@ -13,7 +13,7 @@
 
 use crate::buffer::AlignedBuf;
 use crate::credentials::CallerPolicy;
-use crate::deferred::{EntryBudget, Helpers};
+use crate::deferred::{Helpers, QueueEntries};
 use crate::init::Negotiated;
 use crate::interrupt::{InflightTable, InterruptCallback, PendingInterrupts, Slot};
 use crate::notify::Notifier;
@@ -58,8 +58,9 @@ pub(crate) struct WorkerCore {
     /// or the io_uring ring entry.
     pub(crate) chan: Arc<dyn ReplySink>,
     pub(crate) shared: Arc<Shared>,
-    /// io_uring: the share of the queue's entries that deferred waits may hold.
-    pub(crate) defer_budget: Option<Arc<EntryBudget>>,
+    /// io_uring: the queue this entry belongs to, and how many of its
+    /// entries deferred waits may hold.
+    pub(crate) defer_queue: Option<QueueEntries>,
 }
 
 impl WorkerCore {

@@ -142,11 +142,12 @@ impl<'a> RequestContext<'a> {
     /// [`Wait::is_interrupted`] before blocking, too). This replaces any
     /// callback set with [`RequestContext::on_interrupt`].
     ///
-    /// Refused, with the handle given back, when the caller's uid already
-    /// holds `max_deferred_per_uid` waits, the session `max_deferred`, or
-    /// (io_uring) the request's queue has no ring entry to spare: answer it
-    /// then (`ENOLCK` for a lock, `EAGAIN` otherwise). See
-    /// [`crate::deferred`].
+    /// Refused, with the handle given back, when the session holds
+    /// `max_deferred` waits or the caller's uid its share of them
+    /// (`max_deferred_per_uid`, at most half), or (io_uring) when the
+    /// request's queue has no ring entry to spare for a wait or the caller's
+    /// uid holds half of those it has: answer it then (`ENOLCK` for a lock,
+    /// `EAGAIN` otherwise). See [`crate::deferred`].
     pub fn defer<R: Send + 'static>(
         &self,
         reply: R,
@@ -156,7 +157,7 @@ impl<'a> RequestContext<'a> {
         let sub = Submission {
             uid: self.uid(),
             unique: self.unique(),
-            budget: self.worker.defer_budget.clone(),
+            queue: self.worker.defer_queue,
             wait: state.clone(),
         };
         let shared = &self.worker.shared;

@@ -7,17 +7,22 @@
 //! a bounded pool of helper threads. Each accepted wait gets a thread of its
 //! own at once (a wait never queues behind another one: the wait that would
 //! release a lock could otherwise be stuck behind those waiting for it).
-//! Limits, checked when the handler defers:
 //!
-//! - at most `max_deferred` waits at once in the session;
-//! - at most `max_deferred_per_uid` waits of one caller uid, so that one
-//!   user cannot take every helper;
-//! - over io_uring, a wait keeps its ring entry until it is answered, so at
-//!   most a share of each queue's entries may wait (the rest stay for other
-//!   requests of that CPU).
+//! One accounting, `Helpers`, counts the waits of both transports under
+//! one lock that only deferring requests (and ending waits) take. A wait
+//! draws on pools, and one caller uid may hold only a share of each:
 //!
-//! Beyond a limit the handle comes back in [`Refused`] and the handler
-//! answers with the error it finds right (`ENOLCK` for a lock).
+//! - the session's `max_deferred` waits, of which one uid may hold
+//!   `max_deferred_per_uid`, and never more than half ([`share`]);
+//! - over io_uring, the entries of the request's queue: a wait keeps its
+//!   ring entry until it is answered, and the kernel sends a CPU's requests
+//!   to that CPU's queue only, so only some of a queue's entries may wait
+//!   (the rest stay for other requests of that CPU), and one uid may hold
+//!   at most half of those ([`share`]).
+//!
+//! So one user's waiters, however many, leave another user's waits room
+//! on every pool. Beyond a limit the handle comes back in [`Refused`] and
+//! the handler answers with the error it finds right (`ENOLCK` for a lock).
 //!
 //! An INTERRUPT for a deferred request marks its [`Wait`] interrupted and
 //! sends the session's wake-up signal to the helper thread running it, so
@@ -30,7 +35,7 @@
 
 use crate::signal::{self, this_thread};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -39,15 +44,27 @@ pub const DEFAULT_MAX_DEFERRED: usize = 256;
 /// Waits at once of one caller uid, unless configured.
 pub const DEFAULT_MAX_DEFERRED_PER_UID: usize = 32;
 
+/// How many of a pool of `pool` waits one caller uid may hold, at most
+/// `per_uid`: half of the pool (rounded down), so that the other half stays
+/// for other users; one if the pool has a single place (no user would get
+/// more by refusing it).
+pub fn share(pool: usize, per_uid: usize) -> usize {
+    per_uid.min((pool / 2).max(pool.min(1)))
+}
+
 /// Why [`crate::RequestContext::defer`] did not take a wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RefuseReason {
-    /// The caller's uid already holds `max_deferred_per_uid` waits.
+    /// The caller's uid already holds its share of the session's waits
+    /// (`max_deferred_per_uid`, at most half of `max_deferred`).
     PerUid,
     /// The session already holds `max_deferred` waits.
     Session,
     /// The request's io_uring queue has no entry to spare for another wait.
     QueueEntries,
+    /// The caller's uid already holds its share (half) of the entries its
+    /// io_uring queue lets waits hold.
+    QueueShare,
     /// The session is ending, or no helper thread could be started.
     Unavailable,
 }
@@ -212,31 +229,14 @@ impl std::fmt::Debug for Wait {
     }
 }
 
-/// A per-queue budget of entries that waits may hold (io_uring).
-pub(crate) struct EntryBudget {
-    used: AtomicUsize,
-    max: usize,
-}
-
-impl EntryBudget {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self {
-            used: AtomicUsize::new(0),
-            max,
-        })
-    }
-
-    fn take(&self) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.max).then_some(u + 1)
-            })
-            .is_ok()
-    }
-
-    fn give(&self) {
-        self.used.fetch_sub(1, Ordering::AcqRel);
-    }
+/// The ring entries of one io_uring queue that waits may hold: a deferred
+/// request keeps its entry until it is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueEntries {
+    /// The queue's index.
+    pub(crate) queue: usize,
+    /// How many of its entries waits may hold at once.
+    pub(crate) max: usize,
 }
 
 type Task = Box<dyn FnOnce() + Send>;
@@ -248,6 +248,10 @@ struct State {
     live: usize,
     running: usize,
     per_uid: HashMap<u32, usize>,
+    /// io_uring: the entries waits hold, by queue.
+    queue_waits: HashMap<usize, usize>,
+    /// io_uring: the entries waits hold, by queue and uid.
+    queue_uid_waits: HashMap<(usize, u32), usize>,
     waits: HashMap<u64, Arc<WaitState>>,
     next_id: u64,
     closed: bool,
@@ -258,7 +262,7 @@ pub(crate) struct Reservation {
     id: u64,
     state: Arc<(Mutex<State>, Condvar)>,
     wait: Wait,
-    budget: Option<Arc<EntryBudget>>,
+    queue: Option<usize>,
 }
 
 impl Reservation {
@@ -276,18 +280,29 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Some(b) = &self.budget {
-            b.give();
-        }
         let mut st = self.state.0.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.waits.remove(&self.id);
         let uid = self.wait.uid;
-        if let Some(n) = st.per_uid.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                st.per_uid.remove(&uid);
-            }
+        give_back(&mut st.per_uid, uid);
+        if let Some(q) = self.queue {
+            give_back(&mut st.queue_waits, q);
+            give_back(&mut st.queue_uid_waits, (q, uid));
+        }
+    }
+}
+
+/// Counts one place of `key` taken.
+fn take<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) {
+    *counts.entry(key).or_insert(0) += 1;
+}
+
+/// Counts one place of `key` given back, forgetting keys that hold none.
+fn give_back<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: K) {
+    if let Some(n) = counts.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&key);
         }
     }
 }
@@ -304,19 +319,22 @@ pub(crate) struct Helpers {
 pub(crate) struct Submission {
     pub(crate) uid: u32,
     pub(crate) unique: u64,
-    pub(crate) budget: Option<Arc<EntryBudget>>,
+    /// io_uring: the request's queue, whose entries the wait holds.
+    pub(crate) queue: Option<QueueEntries>,
     pub(crate) wait: Arc<WaitState>,
 }
 
 impl Helpers {
     pub(crate) fn new(max: usize, per_uid: usize, idle_timeout: Duration) -> Self {
+        let max = if max == 0 { DEFAULT_MAX_DEFERRED } else { max };
+        let per_uid = if per_uid == 0 {
+            DEFAULT_MAX_DEFERRED_PER_UID
+        } else {
+            per_uid
+        };
         Self {
-            max: if max == 0 { DEFAULT_MAX_DEFERRED } else { max },
-            per_uid: if per_uid == 0 {
-                DEFAULT_MAX_DEFERRED_PER_UID
-            } else {
-                per_uid
-            },
+            max,
+            per_uid,
             idle_timeout,
             state: Arc::new((Mutex::new(State::default()), Condvar::new())),
         }
@@ -332,16 +350,22 @@ impl Helpers {
         if st.running >= self.max {
             return Err(RefuseReason::Session);
         }
-        if st.per_uid.get(&sub.uid).copied().unwrap_or(0) >= self.per_uid {
+        let held = |n: Option<&usize>| n.copied().unwrap_or(0);
+        if held(st.per_uid.get(&sub.uid)) >= share(self.max, self.per_uid) {
             return Err(RefuseReason::PerUid);
         }
-        if let Some(b) = &sub.budget
-            && !b.take()
-        {
-            return Err(RefuseReason::QueueEntries);
+        if let Some(q) = sub.queue {
+            if held(st.queue_waits.get(&q.queue)) >= q.max {
+                return Err(RefuseReason::QueueEntries);
+            }
+            if held(st.queue_uid_waits.get(&(q.queue, sub.uid))) >= share(q.max, self.per_uid) {
+                return Err(RefuseReason::QueueShare);
+            }
+            take(&mut st.queue_waits, q.queue);
+            take(&mut st.queue_uid_waits, (q.queue, sub.uid));
         }
         st.running += 1;
-        *st.per_uid.entry(sub.uid).or_insert(0) += 1;
+        take(&mut st.per_uid, sub.uid);
         let id = st.next_id;
         st.next_id += 1;
         st.waits.insert(id, sub.wait.clone());
@@ -353,7 +377,7 @@ impl Helpers {
                 uid: sub.uid,
                 unique: sub.unique,
             },
-            budget: sub.budget,
+            queue: sub.queue.map(|q| q.queue),
         })
     }
 
@@ -439,6 +463,92 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
+    fn sub(uid: u32, queue: Option<QueueEntries>) -> Submission {
+        Submission {
+            uid,
+            unique: 1,
+            queue,
+            wait: WaitState::new(),
+        }
+    }
+
+    #[test]
+    fn a_share_is_half_a_pool_at_most_the_per_uid_limit() {
+        assert_eq!(share(0, 32), 0);
+        // A single place: refusing it would give nobody more.
+        assert_eq!(share(1, 32), 1);
+        assert_eq!(share(2, 32), 1);
+        assert_eq!(share(7, 32), 3);
+        assert_eq!(share(256, 32), 32);
+        assert_eq!(share(256, 1000), 128);
+        assert_eq!(share(6, 1), 1);
+    }
+
+    /// Over io_uring one uid's waits take at most half of the entries its
+    /// queue lets waits hold; another uid's wait on that queue still gets
+    /// one, other queues are counted apart, and a place given back is
+    /// taken again.
+    #[test]
+    fn one_uid_leaves_half_of_a_queues_wait_entries_to_others() {
+        let helpers = Helpers::new(256, 32, Duration::from_secs(1));
+        let q0 = Some(QueueEntries { queue: 0, max: 6 });
+        let q1 = Some(QueueEntries { queue: 1, max: 6 });
+        let mut greedy: Vec<Reservation> = (0..3)
+            .map(|_| helpers.reserve(sub(1000, q0)).expect("within the share"))
+            .collect();
+        assert_eq!(
+            helpers.reserve(sub(1000, q0)).err(),
+            Some(RefuseReason::QueueShare)
+        );
+        // Another queue has a share of its own for the same uid.
+        let other_queue = helpers.reserve(sub(1000, q1)).expect("another queue");
+        // Another uid waits on the queue the first one filled its share of.
+        let others: Vec<Reservation> = (0..3)
+            .map(|_| helpers.reserve(sub(2000, q0)).expect("another uid"))
+            .collect();
+        // Now the queue's wait entries are all held.
+        assert_eq!(
+            helpers.reserve(sub(3000, q0)).err(),
+            Some(RefuseReason::QueueEntries)
+        );
+        // A `/dev/fuse` request's wait holds no entry.
+        let dev = helpers.reserve(sub(1000, None)).expect("no queue");
+        drop(greedy.pop());
+        let late = helpers
+            .reserve(sub(3000, q0))
+            .expect("a place given back is free again");
+        drop((greedy, others, other_queue, dev, late));
+        let st = helpers.state.0.lock().unwrap();
+        assert_eq!(st.running, 0);
+        assert!(st.per_uid.is_empty() && st.queue_waits.is_empty() && st.queue_uid_waits.is_empty());
+    }
+
+    /// The session's waits: one uid takes at most `max_deferred_per_uid`
+    /// and never more than half of `max_deferred`.
+    #[test]
+    fn one_uid_leaves_half_of_the_sessions_waits_to_others() {
+        let helpers = Helpers::new(4, 32, Duration::from_secs(1));
+        let a: Vec<Reservation> = (0..2)
+            .map(|_| helpers.reserve(sub(1000, None)).expect("within the share"))
+            .collect();
+        assert_eq!(helpers.reserve(sub(1000, None)).err(), Some(RefuseReason::PerUid));
+        let b: Vec<Reservation> = (0..2)
+            .map(|_| helpers.reserve(sub(2000, None)).expect("another uid"))
+            .collect();
+        assert_eq!(
+            helpers.reserve(sub(3000, None)).err(),
+            Some(RefuseReason::Session)
+        );
+        drop((a, b));
+        let helpers = Helpers::new(256, 2, Duration::from_secs(1));
+        let a: Vec<Reservation> = (0..2)
+            .map(|_| helpers.reserve(sub(1000, None)).expect("within the limit"))
+            .collect();
+        assert_eq!(helpers.reserve(sub(1000, None)).err(), Some(RefuseReason::PerUid));
+        drop(a);
+        assert!(helpers.reserve(sub(1000, None)).is_ok());
+    }
+
     /// The INTERRUPT's signal is spent while the closure is between its
     /// check and its blocking call (here: inside a channel receive, which
     /// retries after the handler); the blocking read that follows must still
@@ -452,7 +562,7 @@ mod tests {
             .reserve(Submission {
                 uid: 1000,
                 unique: 7,
-                budget: None,
+                queue: None,
                 wait: wait.clone(),
             })
             .expect("a place for the wait");

@@ -21,14 +21,16 @@
 //! lock, whatever the opcode) should still give its reply handle to a
 //! helper thread with [`crate::RequestContext::defer`] and return, holding
 //! no thread. A deferred request keeps its ring entry until it is answered,
-//! so only three quarters of a queue's entries may be held by waits.
+//! so only three quarters of a queue's entries may be held by waits, and
+//! one uid at most half of those (counted by [`crate::deferred`], as the
+//! waits of `/dev/fuse` requests are).
 //!
 //! INIT, FORGET, INTERRUPT and NOTIFY_REPLY keep arriving on `/dev/fuse`,
 //! and notifications are still written there; the session keeps its
 //! `/dev/fuse` worker pool for them. See `docs/uring.md`.
 
 use crate::conn::{Shared, WorkerCore};
-use crate::deferred::EntryBudget;
+use crate::deferred::QueueEntries;
 use crate::filesystem::Filesystem;
 use crate::init::Negotiated;
 use crate::transport::uring::ring::{self, KIND_COMMIT, Queue, RingEntry, WAKE};
@@ -202,7 +204,10 @@ pub(crate) fn start<F: Filesystem>(
     for qid in 0..nr_queues {
         let queue = Arc::new(Queue::new(qid, dev.clone(), depth)?);
         let mut entries = Vec::with_capacity(depth);
-        let budget = EntryBudget::new(deferrable_entries(depth));
+        let waits = QueueEntries {
+            queue: qid,
+            max: deferrable_entries(depth),
+        };
         for i in 0..depth {
             let e = RingEntry::new(queue.clone(), i as u32, payload_len)
                 .map_err(|e| setup(&format!("allocating {payload_len}-byte ring buffers"), e))?;
@@ -211,7 +216,7 @@ pub(crate) fn start<F: Filesystem>(
                 index: shared.uring_base + qid,
                 chan: e.clone(),
                 shared: shared.clone(),
-                defer_budget: Some(budget.clone()),
+                defer_queue: Some(waits),
             });
             entries.push((e, core));
         }

@@ -68,7 +68,10 @@ pub struct SessionConfig {
     /// [`crate::deferred::DEFAULT_MAX_DEFERRED`]).
     pub max_deferred: usize,
     /// Most deferred waits at once of one caller uid (0:
-    /// [`crate::deferred::DEFAULT_MAX_DEFERRED_PER_UID`]).
+    /// [`crate::deferred::DEFAULT_MAX_DEFERRED_PER_UID`]). Never more than
+    /// half of `max_deferred`, nor over io_uring more than half of the
+    /// waits its queue allows ([`crate::deferred::share`]), so that one
+    /// user's waits leave room for other users'.
     pub max_deferred_per_uid: usize,
     /// Serve only this uid and root (the `allow_root` mount option: the kernel
     /// lets everyone in, so the session refuses others with `EACCES`, except
@@ -847,7 +850,7 @@ impl<F: Filesystem> Spawner<F> {
                     index,
                     chan: chan.clone(),
                     shared: shared.clone(),
-                    defer_budget: None,
+                    defer_queue: None,
                 });
                 let buf = buf.unwrap_or_else(|| AlignedBuf::receive(shared.negotiated.buffer_size()));
                 log::debug!("worker {index} serving on {}", core.chan.describe());
