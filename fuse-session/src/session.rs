@@ -181,6 +181,35 @@ impl SessionConfig {
         true
     }
 
+    /// The most file descriptors a session with this configuration holds
+    /// open itself, for an application that sizes its own descriptors
+    /// (a cache of them, say) within its open-file limit. It counts the
+    /// `/dev/fuse` fd and a few for the mount; for each `/dev/fuse` worker
+    /// thread (at most `max_workers`, and one more that only reads) its
+    /// clone of the fd (`clone_fd`), the two pipes it splices READ replies
+    /// through and, with `splice_write`, the pipe it receives into; with
+    /// io_uring (asked for or `Auto`), a copy of the `/dev/fuse` fd and,
+    /// per queue (one per possible CPU), the ring, two eventfds and a
+    /// timerfd. Helper threads of deferred waits hold none, unless a
+    /// deferred closure splices a READ reply (two pipes more each then).
+    pub fn max_descriptors(&self) -> usize {
+        /// The session's `/dev/fuse` fd and the mount's (its watchdog, the
+        /// guard checking the mountpoint).
+        const BASE: usize = 8;
+        let threads = self.resolved().slots();
+        let per_thread = usize::from(self.clone_fd) + 4 + if self.splice_write { 2 } else { 0 };
+        let rings = match self.transport {
+            Transport::DevFuse => 0,
+            Transport::Uring | Transport::Auto => {
+                let queues = uring::possible_cpus()
+                    .or_else(|_| std::thread::available_parallelism().map(usize::from))
+                    .unwrap_or(1);
+                1 + 4 * queues
+            }
+        };
+        BASE + threads * per_thread + rings
+    }
+
     fn resolved(&self) -> PoolConfig {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let workers = if self.workers == 0 {
@@ -947,5 +976,28 @@ mod tests {
         }
         .resolved();
         assert_eq!((three.floor, three.max), (3, 3));
+    }
+
+    #[test]
+    fn the_descriptor_bound_counts_each_worker_thread_and_each_ring() {
+        let dev = SessionConfig {
+            workers: 2,
+            max_workers: 4,
+            ..SessionConfig::default()
+        };
+        // Five threads: each a clone of the fd and two pipes.
+        assert_eq!(dev.max_descriptors(), 8 + 5 * 5);
+        let spliced = SessionConfig {
+            splice_write: true,
+            clone_fd: false,
+            ..dev.clone()
+        };
+        assert_eq!(spliced.max_descriptors(), 8 + 5 * 6);
+        let queues = uring::possible_cpus().unwrap();
+        let ring = SessionConfig {
+            transport: Transport::Uring,
+            ..dev.clone()
+        };
+        assert_eq!(ring.max_descriptors(), dev.max_descriptors() + 1 + 4 * queues);
     }
 }
