@@ -6,6 +6,9 @@
 //! handles) the same walk fails with `EMFILE`. Also: identity of renamed,
 //! linked and recreated files with a tiny descriptor cache, and the start
 //! refused by `inode_file_handles=mandatory` on a source without handles.
+//! Under a hard limit of 1024 open files the default cache fits it (a walk
+//! of 6000 files gets no `EMFILE`) and a larger `fd_cache=` is refused at
+//! start.
 //!
 //! Every test runs under a deadline: past it, the test's own connection is
 //! aborted and its daemon killed, so the waiting calls fail and the test
@@ -49,23 +52,45 @@ struct Daemon {
     doing: Doing,
 }
 
-impl Daemon {
-    fn start(tm: &TempMountpoint, src: &Path, opts: &str) -> Daemon {
-        let mut o = String::from("timeout=1");
-        for x in [opts, if common::over_uring() { "uring" } else { "" }] {
-            if !x.is_empty() {
-                o.push(',');
-                o.push_str(x);
-            }
+/// `passthrough_ll SRC MOUNTPOINT -o timeout=1,OPTS[,uring]` with an
+/// open-file limit (soft and hard) of `nofile`; and the `-o` list.
+fn command(tm: &TempMountpoint, src: &Path, opts: &str, nofile: u64) -> (Command, String) {
+    let mut o = String::from("timeout=1");
+    for x in [opts, if common::over_uring() { "uring" } else { "" }] {
+        if !x.is_empty() {
+            o.push(',');
+            o.push_str(x);
         }
-        let mut cmd = Command::new(common::example_binary("passthrough_ll"));
-        cmd.arg(src)
-            .arg(tm.path())
-            .arg("-o")
-            .arg(&o)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+    }
+    let mut cmd = Command::new(common::example_binary("passthrough_ll"));
+    cmd.arg(src)
+        .arg(tm.path())
+        .arg("-o")
+        .arg(&o)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure only calls setrlimit(2), which is
+    // async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    (cmd, o)
+}
+
+impl Daemon {
+    /// A daemon with an open-file limit of [`NOFILE`] (or this process's
+    /// hard limit, if lower).
+    fn start(tm: &TempMountpoint, src: &Path, opts: &str) -> Daemon {
         let mut lim = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -77,20 +102,12 @@ impl Daemon {
             nofile > 4096 + SLACK as u64 + 1000,
             "the open-file hard limit ({nofile}) leaves no room for the default cache"
         );
-        // SAFETY: the closure only calls setrlimit(2), which is
-        // async-signal-safe, between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: nofile,
-                    rlim_max: nofile,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        Daemon::start_with_limit(tm, src, opts, nofile)
+    }
+
+    /// A daemon with an open-file limit (soft and hard) of `nofile`.
+    fn start_with_limit(tm: &TempMountpoint, src: &Path, opts: &str, nofile: u64) -> Daemon {
+        let (mut cmd, o) = command(tm, src, opts, nofile);
         let mut child = cmd.spawn().expect("start passthrough_ll");
         common::wait_for_mount(&mut child, tm.path(), &format!("passthrough_ll -o {o}"));
         let doing: Doing = Arc::new(Mutex::new("the first request"));
@@ -167,11 +184,16 @@ impl Drop for Daemon {
 
 /// A source directory with `big/` holding [`FILES`] empty files `f0`...
 fn big_source(tm: &TempMountpoint) -> PathBuf {
+    source_of(tm, FILES)
+}
+
+/// A source directory with `big/` holding `files` empty files `f0`...
+fn source_of(tm: &TempMountpoint, files: usize) -> PathBuf {
     let src = tm.root().join("src");
     let big = src.join("big");
     fs::create_dir_all(&big).unwrap();
     fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
-    for i in 0..FILES {
+    for i in 0..files {
         fs::File::create(big.join(format!("f{i}"))).unwrap();
     }
     src
@@ -283,6 +305,77 @@ fn ls_l_of_30000_files_holds_a_bounded_number_of_descriptors() {
         "fd_cache=200: {} descriptors (base {base}): {w:?}",
         w.max_fds
     );
+    d.stop();
+}
+
+/// A common hard limit of open files.
+const LOW_NOFILE: u64 = 1024;
+/// Files listed under [`LOW_NOFILE`]: more than the daemon may open.
+const LOW_FILES: usize = 6000;
+
+#[test]
+fn ls_l_of_6000_files_under_a_hard_limit_of_1024_descriptors() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-fds-low");
+    let src = source_of(&tm, LOW_FILES);
+    // The default mode and the default cache, which must fit the limit.
+    let d = Daemon::start_with_limit(&tm, &src, "", LOW_NOFILE);
+    for pass in ["first", "second"] {
+        d.doing("a walk of 6000 files under a limit of 1024 descriptors");
+        let w = walk(&d, &d.p("big"));
+        assert_eq!(
+            (w.ok, w.emfile),
+            (LOW_FILES, 0),
+            "{pass} walk of {LOW_FILES} files under a limit of {LOW_NOFILE} descriptors: {w:?}"
+        );
+        assert!(w.other.is_empty(), "{pass} walk: {w:?}");
+    }
+    d.stop();
+}
+
+#[test]
+fn an_fd_cache_beyond_the_open_file_limit_is_refused_at_start() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let tm = TempMountpoint::new("pt-fds-refused");
+    let src = source_of(&tm, 0);
+    let (mut cmd, o) = command(&tm, &src, "fd_cache=100000", LOW_NOFILE);
+    let mut child = cmd.spawn().expect("run passthrough_ll");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match child.try_wait().expect("wait for passthrough_ll") {
+            Some(s) => break s,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            None => {
+                if common::fuse_mounted_at(tm.path()) {
+                    let _ = common::abort_fuse_connection(tm.path());
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("passthrough_ll -o {o} under a limit of {LOW_NOFILE} files still runs after 10 s");
+            }
+        }
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "started with -o {o}: {err}");
+    assert!(!common::fuse_mounted_at(tm.path()), "mounted anyway");
+    // Says which option, and the limit it does not fit.
+    assert!(
+        err.contains("fd_cache=100000") && err.contains(&LOW_NOFILE.to_string()),
+        "{err}"
+    );
+
+    // A cache that fits is taken.
+    let d = Daemon::start_with_limit(&tm, &src, "fd_cache=100", LOW_NOFILE);
     d.stop();
 }
 

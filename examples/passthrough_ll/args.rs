@@ -25,6 +25,9 @@ pub struct Args {
     pub idle_timeout: Option<Duration>,
     /// Most blocking lock waits of one uid at once (0: the session's default).
     pub max_waits_per_uid: usize,
+    /// `fd_cache=`, when given (otherwise sized from the open-file limit,
+    /// see `fdcache::fit`).
+    pub fd_cache: Option<usize>,
     pub clone_fd: bool,
     pub atomic_open: bool,
     pub uring: bool,
@@ -82,7 +85,9 @@ filesystem options (-o):
                        without them. Inodes on filesystems mounted below the
                        source keep a descriptor each in every mode
     fd_cache=N         most descriptors kept open in file-handle mode, beside
-                       those of open files (default 4096)
+                       those of open files (default 4096, or half of what the open
+                       file limit leaves after the daemon's threads; a cache that
+                       does not fit the limit is refused at start)
     threads=N          worker threads to start and keep (default: two per CPU)
     max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
@@ -173,6 +178,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut max_threads = 0;
     let mut idle_timeout = None;
     let mut max_waits_per_uid = 0;
+    let mut fd_cache = None;
     let mut clone_fd = true;
     let mut atomic_open = false;
     let mut uring = false;
@@ -245,10 +251,11 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 }
             }
             "fd_cache" => {
-                fs.fd_cache = value()?
+                fd_cache = value()?
                     .parse()
                     .ok()
                     .filter(|n| (1..=1 << 20).contains(n))
+                    .map(Some)
                     .ok_or_else(|| format!("fd_cache={}: expected 1 to 1048576", v.unwrap_or("")))?
             }
             "splice" => fs.splice = flag(true)?,
@@ -364,6 +371,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         max_threads,
         idle_timeout,
         max_waits_per_uid,
+        fd_cache,
         clone_fd,
         atomic_open,
         uring,
@@ -492,10 +500,10 @@ mod tests {
     fn file_handle_options() {
         let a = run(&["/m"]).unwrap();
         assert_eq!(a.fs.inode_file_handles, HandleMode::Prefer);
-        assert_eq!(a.fs.fd_cache, crate::fdcache::DEFAULT_CAPACITY);
+        assert_eq!(a.fd_cache, None);
         let a = run(&["-o", "inode_file_handles=never,fd_cache=100", "/m"]).unwrap();
         assert_eq!(a.fs.inode_file_handles, HandleMode::Never);
-        assert_eq!(a.fs.fd_cache, 100);
+        assert_eq!(a.fd_cache, Some(100));
         let a = run(&["-o", "inode_file_handles=mandatory", "/m"]).unwrap();
         assert_eq!(a.fs.inode_file_handles, HandleMode::Mandatory);
         assert!(run(&["-o", "inode_file_handles=always", "/m"]).is_err());

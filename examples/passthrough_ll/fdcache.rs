@@ -12,7 +12,8 @@
 //!
 //! An evicted descriptor closes when the last request using it is done (the
 //! slots hand out `Arc`s), so the descriptors open are at most the capacity
-//! plus those pinned by open files plus those in use by requests.
+//! plus those pinned by open files plus those in use by requests. [`fit`]
+//! sizes the capacity within the daemon's open-file limit.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -20,8 +21,43 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 /// Number of rings (a power of two).
 const RINGS: usize = 16;
 
-/// Default capacity (`-o fd_cache=`).
+/// Default capacity (`-o fd_cache=`) where the open-file limit allows it.
 pub const DEFAULT_CAPACITY: usize = 4096;
+
+/// Descriptors the daemon holds besides the session's, the cache's and
+/// those of open files: stdio, the source root, the log and statistics
+/// files, and those requests in flight hold beyond the cache.
+pub const OWN_DESCRIPTORS: u64 = 64;
+
+/// The capacity under an open-file limit of `limit` descriptors of which
+/// `reserved` are kept for everything but the cache and open files.
+///
+/// `asked` (`-o fd_cache=`) is taken if the descriptors it may hold fit in
+/// what is left, and refused otherwise. By default the cache takes half of
+/// what is left (the other half stays for open files and directories), at
+/// most [`DEFAULT_CAPACITY`], and at least one descriptor per ring.
+pub fn fit(limit: u64, reserved: u64, asked: Option<usize>) -> Result<usize, String> {
+    let left = limit.saturating_sub(reserved);
+    let default = usize::try_from(left / 2)
+        .unwrap_or(usize::MAX)
+        .min(DEFAULT_CAPACITY)
+        / RINGS
+        * RINGS;
+    let default = default.max(RINGS);
+    let Some(n) = asked else {
+        return Ok(default);
+    };
+    let holds = n.div_ceil(RINGS) * RINGS;
+    if holds as u64 > left {
+        return Err(format!(
+            "fd_cache={n} does not fit the open file limit of {limit} descriptors: the daemon keeps \
+             {reserved} of them for its threads and its own files, which leaves {left} for cached \
+             descriptors and open files (a cache holds a multiple of {RINGS}); leave fd_cache= out \
+             to size the cache from the limit ({default} here), or raise the limit (ulimit -Hn)"
+        ));
+    }
+    Ok(n)
+}
 
 /// What the cache needs of an entry (an inode holding a descriptor).
 pub trait Cached {
@@ -116,6 +152,23 @@ mod tests {
         fn evict_fd(&self) {
             self.evicted.store(true, Ordering::Relaxed);
         }
+    }
+
+    #[test]
+    fn the_capacity_fits_the_open_file_limit() {
+        // Plenty of descriptors: the default, and any cache that fits.
+        assert_eq!(fit(1 << 20, 200, None), Ok(DEFAULT_CAPACITY));
+        assert_eq!(fit(1 << 20, 200, Some(100_000)), Ok(100_000));
+        // 1024: half of what the reserve leaves, in whole rings.
+        assert_eq!(fit(1024, 200, None), Ok(412 / RINGS * RINGS));
+        assert_eq!(fit(1024, 200, Some(800)), Ok(800));
+        let e = fit(1024, 200, Some(100_000)).unwrap_err();
+        assert!(e.contains("fd_cache=100000") && e.contains("1024"), "{e}");
+        // A cache holds whole rings: 817 would hold 832 > 824.
+        assert!(fit(1024, 200, Some(817)).is_err());
+        // A limit below the reserve still gets a ring's worth, no more.
+        assert_eq!(fit(100, 200, None), Ok(RINGS));
+        assert!(fit(100, 200, Some(1)).is_err());
     }
 
     #[test]

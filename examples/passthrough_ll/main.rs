@@ -21,6 +21,7 @@ mod inodes;
 mod sys;
 
 use fs::PassthroughFs;
+use inodes::HandleMode;
 
 use fuse_wire::session::{Session, SessionConfig, SessionHandle, Transport};
 use std::ffi::CString;
@@ -45,7 +46,7 @@ fn run() -> i32 {
             }
         }
     }
-    let args = match args::parse(&argv) {
+    let mut args = match args::parse(&argv) {
         Ok(args::Command::Run(a)) => a,
         Ok(args::Command::Help) => {
             print!("{}", args::USAGE);
@@ -89,6 +90,50 @@ fn run() -> i32 {
         }
     };
 
+    let defaults = SessionConfig::default();
+    let config = SessionConfig {
+        workers: args.threads,
+        max_workers: args.max_threads,
+        idle_timeout: args.idle_timeout.unwrap_or(defaults.idle_timeout),
+        max_deferred_per_uid: args.max_waits_per_uid,
+        clone_fd: args.clone_fd,
+        atomic_open: args.atomic_open,
+        // The statistics file reports the peaks of requests in flight.
+        track_inflight: args.stats.is_some(),
+        splice_write: args.splice_write,
+        splice_write_min: args.splice_write_min,
+        transport: if args.uring {
+            Transport::Uring
+        } else {
+            Transport::DevFuse
+        },
+        ..defaults
+    };
+
+    // The descriptor cache (file-handle mode) within the open file limit,
+    // beside the session's descriptors and the daemon's own.
+    args.fs.fd_cache = args.fd_cache.unwrap_or(fdcache::DEFAULT_CAPACITY);
+    if let Some(limit) = nofile
+        && args.fs.inode_file_handles != HandleMode::Never
+    {
+        let reserved = config.max_descriptors() as u64 + fdcache::OWN_DESCRIPTORS;
+        match fdcache::fit(limit, reserved, args.fd_cache) {
+            Ok(n) => args.fs.fd_cache = n,
+            Err(e) => {
+                eprintln!("passthrough_ll: {e}");
+                return 2;
+            }
+        }
+        let left = limit.saturating_sub(reserved);
+        if args.fs.fd_cache as u64 > left / 2 {
+            log::warn!(
+                "fd_cache={} leaves {} descriptors of the open file limit ({limit}) for open files",
+                args.fs.fd_cache,
+                left.saturating_sub(args.fs.fd_cache as u64)
+            );
+        }
+    }
+
     if args.fs.passthrough && args.fs.cache == fs::Cache::Never {
         log::warn!(
             "passthrough: cache=never does not set DIRECT_IO (it would route reads and writes back here)"
@@ -130,37 +175,10 @@ fn run() -> i32 {
             "inodes known by file handle; at most {} cached descriptors",
             fs.fd_cache_capacity()
         );
-        if let Some(n) = nofile
-            && fs.fd_cache_capacity() as u64 + 1024 > n
-        {
-            log::warn!(
-                "fd_cache={} leaves little of the open file limit ({n}) for open files",
-                args.fs.fd_cache
-            );
-        }
     } else {
         log::info!("one descriptor per inode (no file handles)");
     }
 
-    let defaults = SessionConfig::default();
-    let config = SessionConfig {
-        workers: args.threads,
-        max_workers: args.max_threads,
-        idle_timeout: args.idle_timeout.unwrap_or(defaults.idle_timeout),
-        max_deferred_per_uid: args.max_waits_per_uid,
-        clone_fd: args.clone_fd,
-        atomic_open: args.atomic_open,
-        // The statistics file reports the peaks of requests in flight.
-        track_inflight: args.stats.is_some(),
-        splice_write: args.splice_write,
-        splice_write_min: args.splice_write_min,
-        transport: if args.uring {
-            Transport::Uring
-        } else {
-            Transport::DevFuse
-        },
-        ..defaults
-    };
     // The session owns the mount: stop() unmounts it, and so does the end
     // of the session if it is still there; only our own mount, never one
     // placed over it or made on the path after an outside umount. With
