@@ -61,6 +61,13 @@ impl<'a> RequestContext<'a> {
         self.header.unique
     }
 
+    /// Whether the kernel sent this request again after a takeover
+    /// (`FUSE_UNIQUE_RESEND` in its unique; see [`crate::handover`]): a
+    /// predecessor read it and may have carried it out before it died.
+    pub fn is_resent(&self) -> bool {
+        self.header.unique & fuse_proto::consts::UNIQUE_RESEND != 0
+    }
+
     /// The caller's effective uid (`u32::MAX` if unmapped in an idmapped mount).
     pub fn uid(&self) -> u32 {
         self.header.uid

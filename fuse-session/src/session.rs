@@ -279,6 +279,10 @@ struct HandleInner {
     on_stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// Wakes the io_uring queue threads, once they run.
     ring_waker: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Stopping to hand the connection over: no DESTROY, no unmount, and
+    /// deferred waits are left unanswered for the successor (see
+    /// [`SessionHandle::retire`]).
+    retiring: AtomicBool,
 }
 
 /// A handle to a session, usable from any thread while it runs.
@@ -340,6 +344,26 @@ impl SessionHandle {
         }
     }
 
+    /// Asks the session to end at a request boundary so that another
+    /// process can take its connection over ([`crate::handover`]): workers
+    /// finish the request they are serving and exit, and the session ends
+    /// without calling the filesystem's `destroy` and without unmounting.
+    /// Requests waiting in [`crate::RequestContext::defer`] (lock waits)
+    /// are left unanswered: the kernel keeps them, and the successor has
+    /// them sent again (`FUSE_NOTIFY_RESEND`). So the process must exit once
+    /// [`Session::run`] has returned, before a deferred wait could answer
+    /// twice.
+    pub fn retire(&self) {
+        self.0.retiring.store(true, Ordering::Release);
+        *self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.stop();
+    }
+
+    /// Whether [`SessionHandle::retire`] was called.
+    pub fn is_retiring(&self) -> bool {
+        self.0.retiring.load(Ordering::Acquire)
+    }
+
     /// Registers an action run once by [`SessionHandle::stop`] (the mount
     /// layer uses it to unmount).
     pub fn set_on_stop(&self, f: impl FnOnce() + Send + 'static) {
@@ -368,6 +392,8 @@ pub struct Session<F: Filesystem> {
     mount: Option<Arc<Mutex<Option<MountGuard>>>>,
     /// The fd came from someone else (its pid namespace is unknown).
     handed_over: bool,
+    /// A connection taken over: INIT happened already, with this outcome.
+    resumed: Option<Negotiated>,
     /// The mount options said `default_permissions`.
     mount_default_permissions: bool,
 }
@@ -390,6 +416,7 @@ impl<F: Filesystem> Session<F> {
             threads: Arc::new(Threads::default()),
             on_stop: Mutex::new(None),
             ring_waker: Mutex::new(None),
+            retiring: AtomicBool::new(false),
         }));
         Ok(Self {
             fs,
@@ -400,8 +427,35 @@ impl<F: Filesystem> Session<F> {
             uring: false,
             mount: None,
             handed_over: false,
+            resumed: None,
             mount_default_permissions: false,
         })
+    }
+
+    /// Goes on serving a connection a predecessor handed over
+    /// ([`crate::handover::Handover`]): no INIT (the kernel negotiates once
+    /// per connection; `negotiated` is what it granted, so the filesystem's
+    /// `init` is not called and it must restore its own state first), and
+    /// before serving, the kernel is asked to send again the requests the
+    /// predecessor read and left unanswered (`FUSE_NOTIFY_RESEND`, when the
+    /// kernel offered `HAS_RESEND`). Such a session never unmounts: the
+    /// mount belongs to whoever mounted it (a keeper).
+    ///
+    /// It serves over `/dev/fuse`: io_uring queues belong to the process
+    /// that registered them. The successor is expected in the pid namespace
+    /// of the process that mounted (a keeper starts it so): callers'
+    /// credentials are read from `/proc` as for a session that mounted.
+    pub fn resume(
+        fs: Arc<F>,
+        dev: std::os::fd::OwnedFd,
+        negotiated: Negotiated,
+        config: SessionConfig,
+    ) -> std::io::Result<Self> {
+        let chan: Arc<dyn Channel> = Arc::new(crate::transport::dev_fuse::DevFuse::from_fd(dev));
+        let mut s = Self::from_arc(fs, chan, config)?;
+        s.mount_default_permissions = negotiated.default_permissions;
+        s.resumed = Some(negotiated);
+        Ok(s)
     }
 
     /// Mounts `fs` at `mountpoint` with `opts` (privileged `mount(2)` as
@@ -472,9 +526,23 @@ impl<F: Filesystem> Session<F> {
         signal::install_wake_handler();
         let _registered = self.handle.0.threads.register();
         let pool_cfg = self.config.resolved();
-        let (negotiated, buf, nr_queues, mut fallback) = self.handshake_phase()?;
+        let (negotiated, buf, nr_queues, mut fallback) = match self.resumed.clone() {
+            Some(n) => {
+                let buf = AlignedBuf::receive(n.buffer_size());
+                let why = (self.config.transport != Transport::DevFuse).then(|| Unavailable::Setup {
+                    what: "resuming a connection handed over (its io_uring queues were the predecessor's)"
+                        .into(),
+                    errno: libc::EOPNOTSUPP,
+                });
+                (n, buf, 0, why)
+            }
+            None => self.handshake_phase()?,
+        };
         let shared = self.shared_state(&negotiated, pool_cfg, nr_queues);
         let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
+        if self.resumed.is_some() {
+            self.resend_orphans(&negotiated);
+        }
         // The rings, once the /dev/fuse workers run (requests go there until
         // every queue has registered its entries).
         let rings = match nr_queues {
@@ -493,6 +561,23 @@ impl<F: Filesystem> Session<F> {
             cloned_channels: spawner.cloned.load(Ordering::Relaxed),
             transport: info,
         })
+    }
+
+    /// After a takeover: the kernel queues again, marked as resent, every
+    /// request a predecessor read and did not answer (those still held by
+    /// an open `/dev/fuse` file of the connection).
+    fn resend_orphans(&self, negotiated: &Negotiated) {
+        if !negotiated.offered.contains(InitFlags::HAS_RESEND) {
+            log::warn!(
+                "the kernel (7.{}) cannot send again the requests the predecessor left unanswered (no HAS_RESEND): their callers wait until interrupted",
+                negotiated.kernel_minor
+            );
+            return;
+        }
+        match self.handle.0.notifier.resend().and_then(|t| t.wait()) {
+            Ok(()) => log::info!("connection taken over; requests left unanswered are sent again"),
+            Err(e) => log::warn!("NOTIFY_RESEND after the takeover: {e}"),
+        }
     }
 
     /// The handshake: what io_uring needs is checked before INIT, so that
@@ -662,8 +747,11 @@ impl<F: Filesystem> Session<F> {
             || shared.shutdown.load(Ordering::Acquire),
         );
         shared.pool.clear_backlog();
-        // Deferred waits can no longer be answered usefully: interrupt them.
-        shared.helpers.close();
+        // Deferred waits can no longer be answered usefully: interrupt them,
+        // unless the connection goes to a successor, which gets them again.
+        if !self.handle.is_retiring() {
+            shared.helpers.close();
+        }
     }
 
     /// Waits for the ring queues to end. On unmount every parked command
@@ -684,6 +772,11 @@ impl<F: Filesystem> Session<F> {
     /// The end: DESTROY (unless the kernel's already came), the notifier
     /// closed, our mount unmounted if it is still there.
     fn finish(&mut self, shared: &Shared) {
+        if self.handle.is_retiring() {
+            // The connection goes on, served by a successor.
+            self.finish_notifier();
+            return;
+        }
         if !shared.destroyed.swap(true, Ordering::AcqRel) {
             self.fs.destroy();
         }

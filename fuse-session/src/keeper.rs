@@ -1,0 +1,475 @@
+//! The keeper: a small process that mounts, holds the connection, and runs
+//! the serving daemon as its child, so that the daemon can die or be
+//! upgraded without the mount going away.
+//!
+//! The kernel keeps a FUSE connection alive while any process holds one of
+//! its `/dev/fuse` files; it ends the requests read through a file only
+//! when that file's last reference closes (`fuse_dev_release`). The keeper
+//! holds the one file every daemon reads from (daemons under a keeper do
+//! not clone it per worker), so a request a daemon read before it died
+//! stays with the kernel, and the successor has it sent again
+//! ([`crate::Session::resume`]).
+//!
+//! - A child that dies (signal, or exit other than "unmounted") is
+//!   replaced at once by a new one from the same program path, which takes
+//!   the connection over.
+//! - `SIGUSR2` to the keeper is a graceful upgrade: the running child is
+//!   asked to retire at a request boundary and hand its state back, then a
+//!   new child (from the program on disk now) takes over with that state.
+//! - `SIGINT`, `SIGTERM` or `SIGHUP` to the keeper: the child retires, the
+//!   keeper unmounts and exits.
+//! - A child that exits with status 0 saw the mount go (unmounted from
+//!   outside): the keeper exits too.
+//!
+//! The child finds its keeper with [`KeeperLink::from_env`] and serves with
+//! [`KeeperLink::serve`]. Messages on the socket between them: keeper to
+//! child, the connection (fresh, or a [`Handover`]) and then `R` (retire);
+//! child to keeper, `N` with what INIT negotiated, and `S` with its state
+//! when it retires.
+
+use crate::filesystem::Filesystem;
+use crate::handover::{Handover, HandoverError, recv_fds, send_with_fd};
+use crate::init::Negotiated;
+use crate::mount::{Mount, MountError, MountOptions};
+use crate::session::{Session, SessionConfig, SessionError, SessionHandle};
+use crate::transport::dev_fuse::DevFuse;
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The environment variable naming the child's end of the keeper socket.
+pub const KEEPER_FD_ENV: &str = "FUSE_WIRE_KEEPER_FD";
+
+/// Exit status of a child that retired at the keeper's request.
+const RETIRED: i32 = 75;
+
+/// Why the keeper stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum KeeperError {
+    /// Mounting failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    /// Starting a daemon failed.
+    #[error("starting the daemon {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A socket or signal set-up failed.
+    #[error("keeper: {0}")]
+    Io(#[from] io::Error),
+    /// Daemons keep dying before they serve.
+    #[error("the daemon died {0} times in a row before answering INIT; giving up")]
+    CrashLoop(u32),
+}
+
+/// What the keeper saw, when it ends.
+#[derive(Debug, Default)]
+pub struct KeeperReport {
+    /// Daemons started, the first included.
+    pub started: u32,
+    /// Daemons that died and were replaced.
+    pub crashes: u32,
+    /// Graceful upgrades done.
+    pub upgrades: u32,
+}
+
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn note_signal(sig: libc::c_int) {
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+fn install_signals() -> io::Result<()> {
+    for sig in [libc::SIGUSR2, libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a handler that only stores to an atomic is
+        // async-signal-safe; no SA_RESTART, so waits return EINTR.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = note_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// One running child and the keeper's end of its socket.
+struct Running {
+    child: Child,
+    sock: UnixStream,
+}
+
+/// Mounts `mountpoint` with `opts`, then runs `program` with `args` as the
+/// serving daemon (with [`KEEPER_FD_ENV`] set), replacing it whenever it
+/// dies, until the mount goes or the keeper is told to stop. `program` is
+/// looked up anew for each child, so an upgrade runs the binary on disk.
+pub fn run_keeper(
+    mountpoint: impl AsRef<std::path::Path>,
+    opts: &MountOptions,
+    program: PathBuf,
+    args: Vec<OsString>,
+) -> Result<KeeperReport, KeeperError> {
+    install_signals()?;
+    let mount = Mount::new(mountpoint.as_ref(), opts)?;
+    let (dev, guard) = mount.into_parts();
+    let mut report = KeeperReport::default();
+    let mut negotiated: Option<Negotiated> = None;
+    let mut state: Vec<u8> = Vec::new();
+    let mut quick_deaths = 0u32;
+    let spawn = |negotiated: &Option<Negotiated>, state: &[u8], report: &mut KeeperReport| {
+        let r = start_child(&program, &args, &dev, negotiated.as_ref(), state);
+        report.started += 1;
+        r
+    };
+    let mut run = spawn(&negotiated, &state, &mut report)?;
+    let mut started_at = Instant::now();
+    loop {
+        // Messages from the child (what INIT negotiated), exits, signals.
+        pump_messages(&mut run.sock, &mut negotiated, &mut state);
+        match SIGNALLED.swap(0, Ordering::SeqCst) {
+            0 => {}
+            libc::SIGUSR2 => {
+                log::info!("keeper: upgrade requested; retiring daemon {}", run.child.id());
+                retire(&mut run, &mut negotiated, &mut state);
+                report.upgrades += 1;
+                run = spawn(&negotiated, &state, &mut report)?;
+                started_at = Instant::now();
+                continue;
+            }
+            sig => {
+                log::info!("keeper: signal {sig}; retiring the daemon and unmounting");
+                retire(&mut run, &mut negotiated, &mut state);
+                drop(dev);
+                if let Err(e) = guard.unmount() {
+                    log::warn!("keeper: unmount: {e}");
+                }
+                return Ok(report);
+            }
+        }
+        match run.child.try_wait()? {
+            None => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Some(status) if status.code() == Some(0) => {
+                log::info!("keeper: the daemon ended because the mount went; exiting");
+                drop(dev);
+                if let Err(e) = guard.unmount() {
+                    log::debug!("keeper: unmount after the daemon's end: {e}");
+                }
+                return Ok(report);
+            }
+            Some(status) => {
+                pump_messages(&mut run.sock, &mut negotiated, &mut state);
+                report.crashes += 1;
+                log::warn!(
+                    "keeper: daemon {} {}; starting another",
+                    run.child.id(),
+                    describe(status)
+                );
+                if negotiated.is_none() && started_at.elapsed() < Duration::from_secs(2) {
+                    quick_deaths += 1;
+                    if quick_deaths >= 5 {
+                        drop(dev);
+                        let _ = guard.unmount();
+                        return Err(KeeperError::CrashLoop(quick_deaths));
+                    }
+                } else {
+                    quick_deaths = 0;
+                }
+                run = spawn(&negotiated, &state, &mut report)?;
+                started_at = Instant::now();
+            }
+        }
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(s)) => format!("was killed by signal {s}"),
+        _ => "ended".into(),
+    }
+}
+
+fn start_child(
+    program: &PathBuf,
+    args: &[OsString],
+    dev: &DevFuse,
+    negotiated: Option<&Negotiated>,
+    state: &[u8],
+) -> Result<Running, KeeperError> {
+    let (mine, theirs) = UnixStream::pair()?;
+    let fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(program);
+    cmd.args(args).env(KEEPER_FD_ENV, fd.to_string());
+    // SAFETY: between fork and exec only async-signal-safe calls: fcntl to
+    // let the child inherit its end of the socket.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|source| KeeperError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    drop(theirs);
+    let dup = dev.try_dup()?;
+    match negotiated {
+        None => send_with_fd(&mine, b"F", dup.as_fd())?,
+        Some(n) => {
+            let h = Handover {
+                dev: dup.as_fd().try_clone_to_owned()?,
+                negotiated: n.clone(),
+                state: state.to_vec(),
+            };
+            (&mine).write_all(b"H")?;
+            if let Err(e) = h.send(&mine) {
+                log::warn!("keeper: handing the connection to daemon {}: {e}", child.id());
+            }
+        }
+    }
+    mine.set_nonblocking(true)?;
+    Ok(Running { child, sock: mine })
+}
+
+/// Reads what the child has sent so far: `N` + negotiated, `S` + state.
+fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
+    loop {
+        let mut tag = [0u8; 1];
+        match sock.read(&mut tag) {
+            Ok(1) => {}
+            _ => return,
+        }
+        let _ = sock.set_nonblocking(false);
+        let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
+        match tag[0] {
+            b'N' => match read_blob(sock).map(|b| crate::handover::decode_negotiated_bytes(&b)) {
+                Ok(Ok(n)) => *negotiated = Some(n),
+                Ok(Err(e)) => log::warn!("keeper: the daemon's INIT report: {e}"),
+                Err(e) => log::warn!("keeper: reading the daemon's INIT report: {e}"),
+            },
+            b'S' => match read_blob(sock) {
+                Ok(b) => *state = b,
+                Err(e) => log::warn!("keeper: reading the daemon's state: {e}"),
+            },
+            t => log::warn!("keeper: unknown message {t:#x} from the daemon"),
+        }
+        let _ = sock.set_nonblocking(true);
+    }
+}
+
+fn read_blob(sock: &mut UnixStream) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 8];
+    sock.read_exact(&mut len)?;
+    let len = u64::from_le_bytes(len) as usize;
+    if len > crate::handover::MAX_STATE {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "state too large"));
+    }
+    let mut b = vec![0u8; len];
+    sock.read_exact(&mut b)?;
+    Ok(b)
+}
+
+fn write_blob(sock: &UnixStream, tag: u8, b: &[u8]) -> io::Result<()> {
+    let mut w = sock;
+    w.write_all(&[tag])?;
+    w.write_all(&(b.len() as u64).to_le_bytes())?;
+    w.write_all(b)?;
+    w.flush()
+}
+
+/// Asks the child to retire and waits for it (killing it after 30 s, as a
+/// wedged handler would otherwise hold the upgrade forever; its requests are
+/// then sent again to the successor like a crash's).
+fn retire(run: &mut Running, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
+    let _ = run.sock.set_nonblocking(false);
+    if (&run.sock).write_all(b"R").is_err() {
+        log::debug!("keeper: the daemon is gone already");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let _ = run.sock.set_nonblocking(true);
+        pump_messages(&mut run.sock, negotiated, state);
+        match run.child.try_wait() {
+            Ok(Some(status)) => {
+                pump_messages(&mut run.sock, negotiated, state);
+                if status.code() != Some(RETIRED) {
+                    log::warn!("keeper: the retiring daemon {}", describe(status));
+                }
+                return;
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            _ => {
+                log::warn!("keeper: the daemon did not retire within 30 s; killing it");
+                let _ = run.child.kill();
+                let _ = run.child.wait();
+                return;
+            }
+        }
+    }
+}
+
+/// What a child under a keeper serves: a fresh connection (INIT to come) or
+/// one taken over.
+#[derive(Debug)]
+pub enum Connection {
+    /// A new mount: the session answers INIT.
+    Fresh(OwnedFd),
+    /// A connection a predecessor served.
+    TakenOver(Handover),
+}
+
+/// A daemon's link to its keeper.
+#[derive(Debug)]
+pub struct KeeperLink {
+    sock: UnixStream,
+}
+
+impl KeeperLink {
+    /// The link, when this process was started by a keeper
+    /// ([`KEEPER_FD_ENV`] is set); the variable is removed so that the
+    /// daemon's own children do not inherit it.
+    pub fn from_env() -> Option<KeeperLink> {
+        let v = std::env::var_os(KEEPER_FD_ENV)?;
+        // SAFETY: called at start, before other threads read the environment.
+        unsafe { std::env::remove_var(KEEPER_FD_ENV) };
+        let fd: i32 = v.to_str()?.parse().ok()?;
+        // SAFETY: the keeper left this descriptor open for us and nothing
+        // else in this process owns it. Checked to be a socket below.
+        let sock = unsafe { UnixStream::from_raw_fd(fd) };
+        if sock.peer_addr().is_err() {
+            return None;
+        }
+        let flags = nix::fcntl::fcntl(sock.as_fd(), nix::fcntl::FcntlArg::F_GETFD).unwrap_or(0);
+        let _ = nix::fcntl::fcntl(
+            sock.as_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(
+                nix::fcntl::FdFlag::from_bits_retain(flags) | nix::fcntl::FdFlag::FD_CLOEXEC,
+            ),
+        );
+        Some(KeeperLink { sock })
+    }
+
+    /// The connection the keeper hands this daemon.
+    pub fn connection(&self) -> Result<Connection, HandoverError> {
+        let mut tag = [0u8; 1];
+        let (fds, _) = recv_fds(&self.sock, &mut tag, 1)?;
+        match tag[0] {
+            b'F' => Ok(Connection::Fresh(
+                fds.into_iter().next().ok_or(HandoverError::NoDescriptor)?,
+            )),
+            b'H' => Ok(Connection::TakenOver(Handover::receive(&self.sock)?)),
+            _ => Err(HandoverError::Invalid("keeper message")),
+        }
+    }
+
+    /// Serves `fs` on the connection from the keeper. `restore` builds the
+    /// filesystem: from nothing (`None`) for a fresh mount, or from the
+    /// state its predecessor handed back at a graceful upgrade (`Some`,
+    /// empty after a crash). `save` is called after a retirement, and its
+    /// bytes go to the successor. Under a keeper every worker reads the
+    /// keeper's `/dev/fuse` file (`clone_fd` is off, see the module docs).
+    ///
+    /// Returns `Ok(true)` when the daemon retired (exit with
+    /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
+    pub fn serve<F: Filesystem>(
+        self,
+        restore: impl FnOnce(Option<&[u8]>) -> io::Result<F>,
+        save: impl FnOnce(&F) -> Vec<u8>,
+        mut config: SessionConfig,
+    ) -> Result<bool, SessionError> {
+        config.clone_fd = false;
+        let conn = self
+            .connection()
+            .map_err(|e| SessionError::Io(io::Error::other(e)))?;
+        let (session, resumed) = match conn {
+            Connection::Fresh(dev) => {
+                let fs = Arc::new(restore(None)?);
+                let chan = Arc::new(DevFuse::from_fd(dev));
+                (Session::from_arc(fs.clone(), chan, config)?, fs)
+            }
+            Connection::TakenOver(h) => {
+                let fs = Arc::new(restore(Some(&h.state))?);
+                (Session::resume(fs.clone(), h.dev, h.negotiated, config)?, fs)
+            }
+        };
+        let handle = session.handle();
+        let running = session.spawn()?;
+        self.report_negotiated(&handle);
+        let watcher = self.watch(handle.clone());
+        let result = running.join();
+        let retired = handle.is_retiring();
+        if retired {
+            let state = save(&resumed);
+            if let Err(e) = write_blob(&self.sock, b'S', &state) {
+                log::warn!("handing the state back to the keeper: {e}");
+            }
+        }
+        drop(watcher);
+        result.map(|_| retired)
+    }
+
+    /// Tells the keeper what INIT negotiated, once it has.
+    fn report_negotiated(&self, handle: &SessionHandle) {
+        let sock = match self.sock.try_clone() {
+            Ok(s) => s,
+            Err(e) => return log::warn!("keeper link: {e}"),
+        };
+        let handle = handle.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            while Instant::now() < deadline {
+                if let Some(n) = handle.negotiated() {
+                    let mut b = Vec::new();
+                    crate::handover::encode_negotiated_bytes(&n, &mut b);
+                    if let Err(e) = write_blob(&sock, b'N', &b) {
+                        log::warn!("telling the keeper what INIT negotiated: {e}");
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+    }
+
+    /// A thread that retires the session when the keeper says so (or when
+    /// the keeper dies: then the mount goes with it anyway).
+    fn watch(&self, handle: SessionHandle) -> Option<std::thread::JoinHandle<()>> {
+        let mut sock = self.sock.try_clone().ok()?;
+        std::thread::Builder::new()
+            .name("keeper-link".into())
+            .spawn(move || {
+                let mut b = [0u8; 1];
+                match sock.read(&mut b) {
+                    Ok(1) if b[0] == b'R' => handle.retire(),
+                    _ => handle.stop(),
+                }
+            })
+            .ok()
+    }
+
+    /// Exits the process with the status the keeper reads as "retired".
+    pub fn exit_retired() -> ! {
+        std::process::exit(RETIRED)
+    }
+}
