@@ -51,9 +51,51 @@ impl Filesystem for Hello {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    use fuse_wire::session::keeper::{KeeperLink, run_keeper};
+    use std::process::ExitCode;
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let mountpoint = std::env::args_os().nth(1).ok_or("usage: hello MOUNTPOINT")?;
-    let opts = fuse_wire::MountOptions::parse_opts("ro,fsname=hello")?;
-    Ok(fuse_wire::serve(Hello, mountpoint, &opts).map(drop)?)
+    // Started by a keeper (`-o keeper`): serve the connection it holds.
+    if let Some(link) = KeeperLink::from_env() {
+        return match link.serve(|_| Ok(Hello), |_| Vec::new(), fuse_wire::SessionConfig::default()) {
+            Ok(true) => KeeperLink::exit_retired(),
+            Ok(false) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hello: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let keeper = matches!(args.as_slice(), [_, o, k] if o == "-o" && k == "keeper");
+    let (Some(mountpoint), true) = (args.first(), args.len() == 1 || keeper) else {
+        eprintln!("usage: hello MOUNTPOINT [-o keeper]");
+        return ExitCode::from(2);
+    };
+    let opts = match fuse_wire::MountOptions::parse_opts("ro,fsname=hello") {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hello: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = if keeper {
+        // This process keeps the mount; a child serves it, and is replaced
+        // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
+        let program = std::env::current_exe().unwrap_or_else(|_| "hello".into());
+        run_keeper(mountpoint, &opts, program, Vec::new())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    } else {
+        fuse_wire::serve(Hello, mountpoint, &opts)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hello: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

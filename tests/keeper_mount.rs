@@ -1,0 +1,283 @@
+//! The keeper on real mounts (`hello -o keeper`): its daemon is killed with
+//! SIGKILL again and again, and upgraded with SIGUSR2, while readers keep
+//! reading through the mount; no reader may see an error or wrong content,
+//! the mount must stay, and SIGTERM to the keeper must unmount.
+//!
+//! Every step is bounded: a keeper that does not end in time has its
+//! connection aborted and is killed, so a failure cannot hang CI.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const CONTENT: &str = "Hello, world!\n";
+
+/// The keeper's children (the serving daemons).
+fn children(pid: u32) -> Vec<u32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+                .flat_map(|s| {
+                    s.split_whitespace()
+                        .filter_map(|p| p.parse().ok())
+                        .collect::<Vec<u32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` is alive (not a zombie the keeper has yet to reap).
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|r| !r.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The serving daemon's pid, other than those of `gone` (waits up to 10 s).
+/// Only /proc is read: a read through the mount could block forever if the
+/// keeper failed, where the readers' own failures are bounded.
+fn daemon_of(keeper: u32, gone: &[u32]) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live: Vec<u32> = children(keeper)
+            .into_iter()
+            .filter(|p| !gone.contains(p) && alive(*p))
+            .collect();
+        if let [pid] = live.as_slice() {
+            return *pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no daemon serving under keeper {keeper} after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) of a process we started (or its child).
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// Readers that open, read and close `hello` in a loop, counting reads and
+/// recording every failure.
+struct Readers {
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Readers {
+    fn start(mnt: &Path, n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicU64::new(0));
+        let threads = (0..n)
+            .map(|_| {
+                let (stop, reads, file) = (stop.clone(), reads.clone(), mnt.join("hello"));
+                std::thread::spawn(move || {
+                    let mut errors = Vec::new();
+                    while !stop.load(Ordering::Relaxed) && errors.len() < 10 {
+                        let mut s = String::new();
+                        // O_DIRECT: every read goes to the daemon, not to
+                        // the page cache, so kills land mid-request.
+                        let open = fs::OpenOptions::new()
+                            .read(true)
+                            .custom_flags(libc::O_DIRECT)
+                            .open(&file);
+                        match open.and_then(|mut f| f.read_to_string(&mut s)) {
+                            Ok(_) if s == CONTENT => {}
+                            Ok(_) => errors.push(format!("wrong content {s:?}")),
+                            Err(e) => errors.push(e.to_string()),
+                        }
+                        // A stat each time too: GETATTR once the cache expires.
+                        if let Err(e) = fs::metadata(&file) {
+                            errors.push(format!("stat: {e}"));
+                        }
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    errors
+                })
+            })
+            .collect();
+        Readers { stop, reads, threads }
+    }
+
+    /// Stops the readers; their errors. A reader still blocked after 10 s
+    /// (a request nobody answers) has the connection aborted under it, and
+    /// that is reported.
+    fn finish(self, mnt: &Path) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut errors = Vec::new();
+        while self.threads.iter().any(|t| !t.is_finished()) {
+            if Instant::now() > deadline {
+                errors.push("a reader hung on an unanswered request; connection aborted".to_string());
+                let _ = abort_fuse_connection(mnt);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        errors.extend(
+            self.threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap_or_default()),
+        );
+        (self.reads.load(Ordering::Relaxed), errors)
+    }
+}
+
+/// A keeper started on `mnt`, ended (and its mount freed) on drop.
+struct Keeper {
+    child: Option<Child>,
+    mnt: PathBuf,
+}
+
+impl Keeper {
+    fn start(mnt: &Path) -> Self {
+        let mut child = Command::new(example_binary("hello"))
+            .arg(mnt)
+            .args(["-o", "keeper"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hello -o keeper");
+        wait_for_mount(&mut child, mnt, "hello -o keeper");
+        Keeper {
+            child: Some(child),
+            mnt: mnt.to_path_buf(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// SIGTERM; the keeper must exit 0 and unmount within 10 s. Its log.
+    fn stop(mut self) -> String {
+        let mut child = self.child.take().expect("running");
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => break None,
+            }
+        };
+        let mut log = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut log);
+        }
+        if status.is_none() {
+            let _ = abort_fuse_connection(&self.mnt);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the keeper did not exit cleanly on SIGTERM ({status:?}); its log:\n{log}"
+        );
+        assert!(
+            !fuse_mounted_at(&self.mnt),
+            "the keeper left its mount behind; its log:\n{log}"
+        );
+        log
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = abort_fuse_connection(&self.mnt);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn killed_daemons_are_replaced_and_no_reader_sees_an_error() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-kill");
+    let keeper = Keeper::start(tmp.path());
+    let readers = Readers::start(tmp.path(), 4);
+    let mut killed = Vec::new();
+    for i in 0..20u64 {
+        let daemon = daemon_of(keeper.pid(), &killed);
+        // Vary the moment: the readers are mid-request at most of them.
+        std::thread::sleep(Duration::from_millis(20 + (i * 37) % 90));
+        signal(daemon, libc::SIGKILL);
+        killed.push(daemon);
+    }
+    let last = daemon_of(keeper.pid(), &killed);
+    assert!(!killed.contains(&last), "a killed daemon still serves");
+    let (reads, errors) = readers.finish(tmp.path());
+    assert!(reads > 20, "the readers hardly ran ({reads} reads)");
+    let log = keeper.stop();
+    assert!(
+        errors.is_empty(),
+        "readers saw errors across 20 kills: {errors:?}\nkeeper log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("was killed by signal 9; starting another").count(),
+        20,
+        "the keeper's log:\n{log}"
+    );
+}
+
+#[test]
+fn graceful_upgrades_keep_the_mount_and_lose_no_request() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-upgrade");
+    let keeper = Keeper::start(tmp.path());
+    let readers = Readers::start(tmp.path(), 4);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let daemon = daemon_of(keeper.pid(), &seen);
+        seen.push(daemon);
+        std::thread::sleep(Duration::from_millis(100));
+        signal(keeper.pid(), libc::SIGUSR2);
+        // Wait until another daemon serves.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while children(keeper.pid()).iter().any(|p| *p == daemon && alive(*p)) {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not retire 10 s after SIGUSR2"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let (reads, errors) = readers.finish(tmp.path());
+    assert!(reads > 5, "the readers hardly ran ({reads} reads)");
+    let log = keeper.stop();
+    assert!(
+        errors.is_empty(),
+        "readers saw errors across 5 upgrades: {errors:?}\nkeeper log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("upgrade requested").count(),
+        5,
+        "the keeper's log:\n{log}"
+    );
+    assert!(
+        !log.contains("the retiring daemon"),
+        "a daemon did not retire cleanly; the keeper's log:\n{log}"
+    );
+}
