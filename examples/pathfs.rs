@@ -14,6 +14,11 @@
 //! kernel allows it. With `--stats FILE` it writes the session's statistics
 //! as JSON at exit, with `live_nodes` and `open_files`.
 //!
+//! Any depth the source holds is served: a path longer than one system
+//! call takes (`PATH_MAX`, some two thousand levels of short names) is
+//! resolved in chunks, each relative to the directory the one before it
+//! reached, under the same rule as below.
+//!
 //! The kernel checks a request against the node it knows, but pathfs acts
 //! on a name, which whoever can write the source directory may replace in
 //! between (by a symbolic link, or a hard link to any file, even one
@@ -21,7 +26,11 @@
 //!
 //! - paths are resolved under the source by `openat2` with
 //!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: no symbolic link is followed,
-//!   in the middle of a path nor at its end;
+//!   in the middle of a path nor at its end; a path past `PATH_MAX` is
+//!   resolved in chunks of whole components, each by that same `openat2`
+//!   beneath the directory the chunk before it opened, a directory that
+//!   was beneath the source when it was reached (as is the directory that
+//!   every call by name below acts in);
 //! - what is changed is changed through an `O_PATH | O_NOFOLLOW`
 //!   descriptor of the node, checked first (`fchownat` with
 //!   `AT_EMPTY_PATH`; `chmod`, `truncate`, `link` and xattr calls on
@@ -37,6 +46,21 @@
 //!   the node it knows: a name swapped for a hard link to someone else's
 //!   file is refused (`EPERM`). Groups the library cannot know, and ACLs,
 //!   count as no grant for these rechecks.
+//!
+//! So a caller racing a writer of the source may see, besides the error a
+//! system call gives on whatever it finds under a name (`ENOENT`,
+//! `ENOTDIR`, `EISDIR`...):
+//!
+//! - `ESTALE`: a name just created, or opened, that is no longer of the
+//!   type made or expected, and a CREATE of a name that exists (the kernel
+//!   looks the name up again, once);
+//! - `EIO`: the kernel's own answer to attributes of another type than
+//!   the node it knows (a name swapped for a node of another type);
+//! - `EINVAL`: READLINK of a name that is no longer a symbolic link, and a
+//!   SETATTR of a size on one that is no longer a regular file;
+//! - `EOPNOTSUPP`: a SETATTR of the mode on a name that is now a symbolic
+//!   link;
+//! - `ELOOP`: a directory of the path swapped for a symbolic link.
 
 use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
 use fuse_wire::proto::abi::Kstatfs;
@@ -140,6 +164,34 @@ fn open_at(dir: &impl AsRawFd, name: &CStr, flags: i32, mode: u32) -> Result<Fil
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// The longest path, in bytes, that one system call takes: `PATH_MAX`
+/// counts the terminating NUL.
+const CHUNK_MAX: usize = libc::PATH_MAX as usize - 1;
+
+/// `openat2(dir, path, flags)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
+/// | RESOLVE_NO_MAGICLINKS`: `path` resolves below `dir` without following
+/// any symbolic link, as a `File`.
+fn openat2(dir: &impl AsRawFd, path: &CStr, flags: i32) -> Result<File, Errno> {
+    // SAFETY: all-zero is a valid open_how (its fields are integers).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: an fd we hold, a valid C string and an open_how of the size
+    // given; the fd returned is owned by the File below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    check(fd as libc::c_int)?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd as libc::c_int) })
+}
+
 impl Mirror {
     /// A mirror of `source` (without passthrough).
     pub fn new(source: PathBuf) -> Mirror {
@@ -156,31 +208,42 @@ impl Mirror {
     /// with `flags`, never following a symbolic link nor leaving the
     /// source. A symbolic link at the end is opened itself with
     /// `O_PATH | O_NOFOLLOW`, and refused (`ELOOP`) otherwise.
+    ///
+    /// A path too long for one system call (`PATH_MAX`, which a tree
+    /// reaches at a depth of some two thousand short names) is resolved in
+    /// chunks of whole components, each below `PATH_MAX` and opened as a
+    /// directory by the same `openat2` relative to the directory the chunk
+    /// before it reached: no depth the source holds is out of reach, and
+    /// no chunk can leave the directory it starts from, nor follow a link.
     fn resolve(&self, rel: &Path, flags: i32) -> Result<File, Errno> {
         let source = self.source.as_ref().ok_or(Errno::EIO)?;
-        let c = if rel.as_os_str().is_empty() {
-            c".".to_owned()
-        } else {
-            cpath(rel)?
-        };
-        // SAFETY: all-zero is a valid open_how (its fields are integers).
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: a valid C string and open_how of the size given; the fd
-        // returned is owned by the File below.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                source.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        check(fd as libc::c_int)?;
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        Ok(unsafe { File::from_raw_fd(fd as libc::c_int) })
+        let mut rest = rel.as_os_str().as_bytes();
+        if rest.is_empty() {
+            return openat2(source, c".", flags);
+        }
+        let mut dir: Option<File> = None;
+        while rest.len() > CHUNK_MAX {
+            // The last slash that leaves a chunk of at most CHUNK_MAX
+            // bytes before it (a name is at most NAME_MAX bytes, so one is
+            // there unless the path is not the layer's).
+            let cut = rest[..=CHUNK_MAX]
+                .iter()
+                .rposition(|&b| b == b'/')
+                .filter(|&i| i > 0)
+                .ok_or(Errno::ENAMETOOLONG)?;
+            let chunk = CString::new(&rest[..cut]).map_err(|_| Errno::EINVAL)?;
+            let next = match &dir {
+                Some(d) => openat2(d, &chunk, libc::O_PATH | libc::O_DIRECTORY)?,
+                None => openat2(source, &chunk, libc::O_PATH | libc::O_DIRECTORY)?,
+            };
+            dir = Some(next);
+            rest = &rest[cut + 1..];
+        }
+        let last = CString::new(rest).map_err(|_| Errno::EINVAL)?;
+        match &dir {
+            Some(d) => openat2(d, &last, flags),
+            None => openat2(source, &last, flags),
+        }
     }
 
     fn rel(path: &Path) -> &Path {
@@ -850,4 +913,115 @@ fn main() -> ExitCode {
 fn usage() -> ExitCode {
     eprintln!("{USAGE}");
     ExitCode::from(2)
+}
+
+/// Resolution of paths longer than `PATH_MAX`, on a scratch directory of
+/// this machine (no mount).
+#[cfg(test)]
+mod deep_tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A scratch directory, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let p = std::env::temp_dir().join(format!("pathfs-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir(&p).expect("scratch directory");
+            Scratch(p)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Makes `levels` directories `d` one in another below `top` (each
+    /// relative to the one above: no single path could name the bottom)
+    /// and returns the bottom, opened.
+    fn chain(top: &Path, levels: usize) -> File {
+        let mut cur = File::open(top).expect("open the top");
+        for _ in 0..levels {
+            // SAFETY: an fd we hold and a valid C string.
+            check(unsafe { libc::mkdirat(cur.as_raw_fd(), c"d".as_ptr(), 0o755) }).expect("mkdirat");
+            cur = open_at(&cur, c"d", libc::O_RDONLY | libc::O_DIRECTORY, 0).expect("open level");
+        }
+        cur
+    }
+
+    /// `/d/d/.../d` of `levels` names, and after it `tail`.
+    fn path(levels: usize, tail: &str) -> PathBuf {
+        let mut p = "/d".repeat(levels);
+        p.push_str(tail);
+        PathBuf::from(p)
+    }
+
+    #[test]
+    fn paths_past_path_max_resolve_in_chunks() {
+        let s = Scratch::new("chunks");
+        // 6,000 levels: some 12,000 bytes, chunks of exactly CHUNK_MAX
+        // bytes ("d/" repeated ends a chunk on a slash at CHUNK_MAX).
+        let bottom = chain(&s.0, 6000);
+        let f = open_at(&bottom, c"f", libc::O_CREAT | libc::O_WRONLY, 0o644).expect("create f");
+        let m = Mirror::new(s.0.clone());
+        let want = f.metadata().expect("stat f").ino();
+        let got = m.node(&path(6000, "/f")).expect("the file at the bottom");
+        assert_eq!(got.metadata().expect("fstat").ino(), want);
+        // Around the first chunk's end: a relative path of 2 * levels - 1
+        // bytes is CHUNK_MAX at 2048 levels.
+        for levels in 2040..2060 {
+            let d = m
+                .node(&path(levels, ""))
+                .unwrap_or_else(|e| panic!("level {levels}: {e}"));
+            assert!(d.metadata().expect("fstat").is_dir());
+        }
+        let at = m.at(&path(6000, "/f")).expect("the bottom directory");
+        assert_eq!(
+            at.dir.metadata().expect("fstat").ino(),
+            bottom.metadata().expect("fstat").ino()
+        );
+        assert_eq!(m.node(&path(6000, "/missing")).err(), Some(Errno::ENOENT));
+        assert_eq!(m.node(&path(6001, "")).err(), Some(Errno::ENOENT));
+    }
+
+    /// A directory of the path swapped for a symbolic link to the very same
+    /// directory, in a later chunk or at a chunk's end, is still refused.
+    #[test]
+    fn no_chunk_follows_a_symbolic_link() {
+        let s = Scratch::new("links");
+        let levels = 5000;
+        let bottom = chain(&s.0, levels);
+        drop(bottom);
+        let m = Mirror::new(s.0.clone());
+        let target = path(levels, "");
+        assert!(m.node(&target).is_ok());
+        // Level 2048 ends the first chunk (CHUNK_MAX bytes); level 3000 is
+        // inside the second.
+        for level in [2048, 3000] {
+            let parent = m.node(&path(level - 1, "")).expect("the parent");
+            let dir = open_at(&parent, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0).expect("open");
+            // SAFETY: an fd we hold and valid C strings.
+            check(unsafe { libc::renameat(dir.as_raw_fd(), c"d".as_ptr(), dir.as_raw_fd(), c"x".as_ptr()) })
+                .expect("rename");
+            // SAFETY: an fd we hold and valid C strings.
+            check(unsafe { libc::symlinkat(c"x".as_ptr(), dir.as_raw_fd(), c"d".as_ptr()) })
+                .expect("symlink");
+            assert_eq!(
+                m.node(&target).err(),
+                Some(Errno::ELOOP),
+                "a link at level {level}"
+            );
+            assert_eq!(m.at(&target).err(), Some(Errno::ELOOP), "a link at level {level}");
+            // SAFETY: an fd we hold and valid C strings.
+            check(unsafe { libc::unlinkat(dir.as_raw_fd(), c"d".as_ptr(), 0) }).expect("unlink");
+            // SAFETY: an fd we hold and valid C strings.
+            check(unsafe { libc::renameat(dir.as_raw_fd(), c"x".as_ptr(), dir.as_raw_fd(), c"d".as_ptr()) })
+                .expect("rename back");
+            assert!(m.node(&target).is_ok());
+        }
+    }
 }

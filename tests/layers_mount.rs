@@ -3,6 +3,9 @@
 //! the same tree as on a plain directory (the model); afterwards, with the
 //! kernel's caches dropped (`echo 2 > /proc/sys/vm/drop_caches`), the daemon
 //! holds no node but the root when it is unmounted, and no open file.
+//! pathfs serves a chain of directories far deeper than one path can name
+//! as a plain directory does (every operation at its bottom, renames above
+//! it, removal).
 //!
 //! Over io_uring with `FUSE_WIRE_TEST_TRANSPORT=uring`. Every wait is
 //! bounded: the storm processes are killed after [`STORM_TIMEOUT`], the
@@ -424,4 +427,374 @@ fn node_layer_files_in_passthrough_mode() {
     assert!(count("OPEN") >= 3);
     drop(running);
     done.store(true, Ordering::Release);
+}
+
+// ---- a chain of directories deeper than one path can name ----
+
+/// Levels of the chain. Its path from the top (names of one or two bytes and
+/// their slashes) is some 13,000 bytes, three times `PATH_MAX`: no single
+/// system call can name its bottom, in the test process nor in the daemon.
+const DEPTH: usize = 5000;
+/// The level renamed while the chain stands.
+const MID: usize = DEPTH / 2;
+/// Everything done through the mount in the deep-chain test.
+const DEEP_TIMEOUT: Duration = Duration::from_secs(480);
+
+/// The name of level `i`: one or two bytes.
+fn level_name(i: usize) -> String {
+    let c = (b'a' + (i % 26) as u8) as char;
+    if i.is_multiple_of(3) {
+        c.to_string()
+    } else {
+        format!("{c}{}", i % 10)
+    }
+}
+
+/// The outcome of each step, to compare between a plain directory and a
+/// mount; `FAILED` marks a step expected to succeed that did not.
+#[derive(Default)]
+struct Steps(Vec<String>);
+
+impl Steps {
+    /// A step that must succeed; its value logged with `show`.
+    fn ok<T>(&mut self, what: &str, r: Result<T, i32>, show: impl FnOnce(&T) -> String) -> Option<T> {
+        match r {
+            Ok(v) => {
+                self.0.push(format!("{what}: {}", show(&v)));
+                Some(v)
+            }
+            Err(e) => {
+                self.0.push(format!("{what}: FAILED {}", errno_name(e)));
+                None
+            }
+        }
+    }
+
+    /// A step whose value is not compared, only its success.
+    fn done<T>(&mut self, what: &str, r: Result<T, i32>) -> Option<T> {
+        self.ok(what, r, |_| "ok".into())
+    }
+}
+
+fn cname(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s).expect("name without NUL")
+}
+
+/// `openat(2)` relative to `dir`.
+fn open_at(dir: &Fd, name: &str, flags: i32, mode: u32) -> Result<Fd, i32> {
+    let c = cname(name);
+    // SAFETY: a descriptor we hold and a valid C string.
+    let fd = unsafe { libc::openat(dir.0, c.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) };
+    chk(fd as i64).map(|fd| Fd(fd as i32))
+}
+
+/// A directory below `dir`, opened `O_PATH`.
+fn dir_at(dir: &Fd, name: &str) -> Result<Fd, i32> {
+    open_at(dir, name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+}
+
+/// `fstatat(2)` without following a symbolic link, as [`shape`], with the
+/// modification time when `mtime` (for a time the test set).
+fn shape_at(dir: &Fd, name: &str, mtime: bool) -> Result<String, i32> {
+    let c = cname(name);
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold, a valid C string and a stat to fill.
+    chk(unsafe { libc::fstatat(dir.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } as i64)?;
+    Ok(match mtime {
+        true => format!("{} mtime={}", shape(&st), st.st_mtime),
+        false => shape(&st),
+    })
+}
+
+fn mkdir_at(dir: &Fd, name: &str) -> Result<i64, i32> {
+    let c = cname(name);
+    // SAFETY: a descriptor we hold and a valid C string.
+    chk(unsafe { libc::mkdirat(dir.0, c.as_ptr(), 0o755) } as i64)
+}
+
+fn unlink_at(dir: &Fd, name: &str, flags: i32) -> Result<i64, i32> {
+    let c = cname(name);
+    // SAFETY: a descriptor we hold and a valid C string.
+    chk(unsafe { libc::unlinkat(dir.0, c.as_ptr(), flags) } as i64)
+}
+
+fn rename_at(from: &Fd, a: &str, to: &Fd, b: &str) -> Result<i64, i32> {
+    let (a, b) = (cname(a), cname(b));
+    // SAFETY: descriptors we hold and valid C strings.
+    chk(unsafe { libc::renameat(from.0, a.as_ptr(), to.0, b.as_ptr()) } as i64)
+}
+
+/// The names in the directory `dir` (without the dots), sorted.
+fn list_at(dir: &Fd) -> Result<Vec<String>, i32> {
+    let fd = open_at(dir, ".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    // SAFETY: a descriptor we own, handed to the stream (closed by closedir).
+    let stream = unsafe { libc::fdopendir(fd.0) };
+    if stream.is_null() {
+        return Err(errno());
+    }
+    std::mem::forget(fd);
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: an open stream; the entry is read before the next call.
+        let e = unsafe { libc::readdir(stream) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned an entry with a NUL-terminated name.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        let name = name.to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    // SAFETY: closing the stream opened above.
+    unsafe { libc::closedir(stream) };
+    names.sort();
+    Ok(names)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// What the bottom of the chain (`bottom`, its parent `up`) must serve:
+/// create, write, open, read, getattr, setattr by name (mode, times, size),
+/// xattrs, symlink and readlink, link, mknod, rename in and across
+/// directories, readdir, statfs; then renames of a middle level and of the
+/// top (`mid_parent` holds the middle level's name, `top` level 0's) with
+/// the bottom served at its new path, and everything at the bottom removed.
+fn deep_bottom(log: &mut Steps, top: &Fd, mid_parent: &Fd, names: &mut [String], bottom: &Fd) {
+    let Some(f) = log.done(
+        "create f",
+        open_at(bottom, "f", libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o644),
+    ) else {
+        return;
+    };
+    log.ok("write f", pwrite(&f, b"at the bottom\n", 0), |n| n.to_string());
+    drop(f);
+    if let Some(f) = log.done("open f", open_at(bottom, "f", libc::O_RDONLY, 0)) {
+        log.ok("read f", pread(&f, 100, 0), |b| text(b));
+        let x = cname("user.deep");
+        // SAFETY: a descriptor we hold, valid C strings and a value of the length given.
+        let r = unsafe { libc::fsetxattr(f.0, x.as_ptr(), b"v1".as_ptr().cast(), 2, 0) };
+        log.done("setxattr", chk(r as i64));
+        let mut buf = [0u8; 64];
+        // SAFETY: a descriptor we hold, a valid C string and a buffer of the length given.
+        let r = unsafe { libc::fgetxattr(f.0, x.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        log.ok("getxattr", chk(r as i64), |n| text(&buf[..*n as usize]));
+        let mut list = [0u8; 256];
+        // SAFETY: a descriptor we hold and a buffer of the length given.
+        let r = unsafe { libc::flistxattr(f.0, list.as_mut_ptr().cast(), list.len()) };
+        let listed = chk(r as i64).map(|n| {
+            let mut v: Vec<String> = list[..n as usize]
+                .split(|&b| b == 0)
+                .filter(|s| s.starts_with(b"user."))
+                .map(text)
+                .collect();
+            v.sort();
+            v
+        });
+        log.ok("listxattr", listed, |v| format!("{v:?}"));
+        // SAFETY: a descriptor we hold and a valid C string.
+        let r = unsafe { libc::fremovexattr(f.0, x.as_ptr()) };
+        log.done("removexattr", chk(r as i64));
+    }
+    log.ok("stat f", shape_at(bottom, "f", false), String::clone);
+    let c = cname("f");
+    // SAFETY: a descriptor we hold and a valid C string.
+    let r = unsafe { libc::fchmodat(bottom.0, c.as_ptr(), 0o640, 0) };
+    log.done("chmod f", chk(r as i64));
+    if let Some(p) = log.done("open f O_PATH", open_at(bottom, "f", libc::O_PATH, 0)) {
+        // truncate(2) by name (SETATTR without a file handle), naming the
+        // node through its descriptor: no path could reach it.
+        let proc = cname(&format!("/proc/self/fd/{}", p.0));
+        // SAFETY: a valid C string.
+        let r = unsafe { libc::truncate(proc.as_ptr(), 6) };
+        log.done("truncate f", chk(r as i64));
+    }
+    let t = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 1_200_000_000,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: a descriptor we hold, a valid C string and two timespecs.
+    let r = unsafe { libc::utimensat(bottom.0, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    log.done("utimensat f", chk(r as i64));
+    log.ok("stat f", shape_at(bottom, "f", true), String::clone);
+
+    let (target, l) = (cname("some/target"), cname("l"));
+    // SAFETY: a descriptor we hold and valid C strings.
+    let r = unsafe { libc::symlinkat(target.as_ptr(), bottom.0, l.as_ptr()) };
+    log.done("symlink l", chk(r as i64));
+    let mut buf = [0u8; 64];
+    // SAFETY: a descriptor we hold, a valid C string and a buffer of the length given.
+    let r = unsafe { libc::readlinkat(bottom.0, l.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    log.ok("readlink l", chk(r as i64), |n| text(&buf[..*n as usize]));
+    let h = cname("h");
+    // SAFETY: a descriptor we hold and valid C strings.
+    let r = unsafe { libc::linkat(bottom.0, c.as_ptr(), bottom.0, h.as_ptr(), 0) };
+    log.done("link f h", chk(r as i64));
+    log.ok("stat h", shape_at(bottom, "h", true), String::clone);
+    log.done("unlink h", unlink_at(bottom, "h", 0));
+    let p = cname("p");
+    // SAFETY: a descriptor we hold and a valid C string.
+    let r = unsafe { libc::mknodat(bottom.0, p.as_ptr(), libc::S_IFIFO | 0o600, 0) };
+    log.done("mknod p", chk(r as i64));
+    log.ok("stat p", shape_at(bottom, "p", false), String::clone);
+
+    log.done("mkdir s", mkdir_at(bottom, "s"));
+    log.done("rename f g", rename_at(bottom, "f", bottom, "g"));
+    if let Some(s) = log.done("open s", dir_at(bottom, "s")) {
+        log.done("rename g s/g", rename_at(bottom, "g", &s, "g"));
+        log.ok("list s", list_at(&s), |v| format!("{v:?}"));
+        log.done("rename s/g g", rename_at(&s, "g", bottom, "g"));
+    }
+    if let Some(up) = log.done("open ..", dir_at(bottom, "..")) {
+        log.done("rename g ../g", rename_at(bottom, "g", &up, "g"));
+        log.ok("stat ../g", shape_at(&up, "g", true), String::clone);
+        log.done("rename ../g g", rename_at(&up, "g", bottom, "g"));
+    }
+    log.ok("list bottom", list_at(bottom), |v| format!("{v:?}"));
+    // SAFETY: all-zero is a valid statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold and a statvfs to fill.
+    let r = unsafe { libc::fstatvfs(bottom.0, &mut st) };
+    log.done("statfs bottom", chk(r as i64));
+
+    // Renames above: the bottom keeps working at its new path.
+    log.done(
+        "rename the middle level",
+        rename_at(mid_parent, &names[MID], mid_parent, "zz"),
+    );
+    names[MID] = "zz".into();
+    log.done("rename the top level", rename_at(top, &names[0], top, "t"));
+    names[0] = "t".into();
+    log.ok(
+        "stat g after the renames",
+        shape_at(bottom, "g", true),
+        String::clone,
+    );
+    if let Some(g) = log.done(
+        "open g after the renames",
+        open_at(bottom, "g", libc::O_RDONLY, 0),
+    ) {
+        log.ok("read g", pread(&g, 100, 0), |b| text(b));
+    }
+    for (name, flags) in [("g", 0), ("l", 0), ("p", 0), ("s", libc::AT_REMOVEDIR)] {
+        log.done(&format!("remove {name}"), unlink_at(bottom, name, flags));
+    }
+    log.ok("list bottom", list_at(bottom), |v| format!("{v:?}"));
+}
+
+/// Builds the chain below `top` one level at a time (each `mkdirat` and
+/// `openat` relative to the level above), works at its bottom
+/// ([`deep_bottom`]), and removes it from the bottom up (through `..`).
+fn deep_chain(top: &Path) -> Vec<String> {
+    let mut log = Steps::default();
+    let top = open(top, libc::O_PATH | libc::O_DIRECTORY, 0).expect("open the top");
+    let mut names: Vec<String> = (0..DEPTH).map(level_name).collect();
+    let mut cur = dir_at(&top, ".").expect("open the top again");
+    let mut mid_parent = None;
+    let mut built = 0;
+    for (i, name) in names.iter().enumerate() {
+        if i == MID {
+            mid_parent = dir_at(&cur, ".").ok();
+        }
+        match mkdir_at(&cur, name).and_then(|_| dir_at(&cur, name)) {
+            Ok(fd) => {
+                cur = fd;
+                built += 1;
+            }
+            Err(e) => {
+                log.0.push(format!("mkdir level {i}: FAILED {}", errno_name(e)));
+                break;
+            }
+        }
+    }
+    log.0.push(format!("levels built: {built}"));
+    match (&mid_parent, built == DEPTH) {
+        (Some(mid), true) => deep_bottom(&mut log, &top, mid, &mut names, &cur),
+        _ => log.0.push("the bottom was not reached: FAILED".into()),
+    }
+    let mut removed = 0;
+    for i in (0..built).rev() {
+        let up = match dir_at(&cur, "..") {
+            Ok(up) => up,
+            Err(e) => {
+                log.0
+                    .push(format!("open .. of level {i}: FAILED {}", errno_name(e)));
+                break;
+            }
+        };
+        if let Err(e) = unlink_at(&up, &names[i], libc::AT_REMOVEDIR) {
+            log.0.push(format!("rmdir level {i}: FAILED {}", errno_name(e)));
+            break;
+        }
+        cur = up;
+        removed += 1;
+    }
+    log.0.push(format!("levels removed: {removed}"));
+    log.ok("list the top", list_at(&top), |v| format!("{v:?}"));
+    let same = fstat(&cur).and_then(|a| fstat(&top).map(|b| (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)));
+    log.ok("back at the top", same, |s| s.to_string());
+    log.0
+}
+
+/// pathfs serves a chain of directories as deep as the source holds, far
+/// past what one path can name (`PATH_MAX`): every operation at its
+/// bottom gives what it gives on a plain directory.
+#[test]
+fn chain_deeper_than_path_max_pathfs() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let plain = TempBase::new("layers-deep-plain");
+    let want = deep_chain(&plain.subdir("root"));
+    let failed: Vec<&String> = want.iter().filter(|l| l.contains("FAILED")).collect();
+    assert!(failed.is_empty(), "the plain directory failed: {failed:#?}");
+
+    let mut d = Daemon::start(Fs::Pathfs(""));
+    let (mnt, label) = (d.mnt.clone(), d.label().to_string());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let work = std::thread::spawn(move || {
+        let got = deep_chain(&mnt);
+        let _ = tx.send(());
+        got
+    });
+    if rx.recv_timeout(DEEP_TIMEOUT).is_err() && !work.is_finished() {
+        d.kill();
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+        panic!("{label}: the deep chain did not finish within {DEEP_TIMEOUT:?} (daemon killed)");
+    }
+    let got = match work.join() {
+        Ok(got) => got,
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    let diff: Vec<String> = want
+        .iter()
+        .zip(&got)
+        .filter(|(w, g)| w != g)
+        .take(10)
+        .map(|(w, g)| format!("plain: {w}\n{label}: {g}"))
+        .collect();
+    assert!(
+        diff.is_empty() && want.len() == got.len(),
+        "{label} differs from a plain directory:\n{}\n(plain: {} steps, {label}: {})",
+        diff.join("\n"),
+        want.len(),
+        got.len()
+    );
+    let exit = d.finish();
+    assert!(
+        exit.status.is_some_and(|s| s.success()),
+        "{label} did not exit cleanly: {:?}\n{}",
+        exit.status,
+        exit.output_tail
+    );
 }
