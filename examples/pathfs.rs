@@ -5,8 +5,15 @@
 //! extended attributes are the source's.
 //!
 //! ```sh
-//! pathfs [-o source=DIR,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT
+//! pathfs [-f] [-d] [-s] [-o source=DIR,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] [SOURCE] MOUNTPOINT
 //! ```
+//!
+//! The command line follows passthrough_ll's (`--help` lists it): `-o`
+//! anywhere, the source as `-o source=DIR` or as the first of two
+//! positional arguments (mount.fuse3's form); `-f` is accepted and changes
+//! nothing, pathfs always runs in the foreground until unmounted, SIGINT,
+//! SIGTERM or SIGHUP; `-d` (or `-o debug`) logs at debug level (warnings
+//! only otherwise; `RUST_LOG` overrides both); `-s` runs one worker.
 //!
 //! Permission checks are the kernel's (`default_permissions` is always
 //! on); new files are given to the caller's uid and gid when pathfs runs as
@@ -65,12 +72,11 @@
 use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
 use fuse_wire::proto::abi::Kstatfs;
 use fuse_wire::reply::ReplyData;
-use fuse_wire::session::SessionConfig;
 use fuse_wire::session::credentials;
 use fuse_wire::{
     CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, InitConfig, InitFlags, LseekRequest,
-    MknodRequest, MountOptions, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest,
-    TimeOrNow, WriteRequest,
+    MknodRequest, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest, TimeOrNow,
+    WriteRequest,
 };
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -193,7 +199,18 @@ fn openat2(dir: &impl AsRawFd, path: &CStr, flags: i32) -> Result<File, Errno> {
 }
 
 impl Mirror {
-    /// A mirror of `source` (without passthrough).
+    /// A mirror of the directory `source` (without passthrough), or why it
+    /// cannot be opened.
+    pub fn open(source: &Path) -> Result<Mirror, Errno> {
+        let dir = Self::open_path(source, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        Ok(Mirror {
+            source: Some(dir.into()),
+            passthrough: false,
+        })
+    }
+
+    /// A mirror of `source` (without passthrough); one whose source cannot
+    /// be opened fails every request (`EIO`).
     pub fn new(source: PathBuf) -> Mirror {
         let source = Self::open_path(&source, libc::O_PATH | libc::O_DIRECTORY, 0)
             .ok()
@@ -849,50 +866,54 @@ impl PathFilesystem for Mirror {
     }
 }
 
-const USAGE: &str =
-    "usage: pathfs -o source=DIR[,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] MOUNTPOINT";
-
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let (mut mountpoint, mut opts, mut stats) = (None, Vec::new(), None);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "-o" => opts.extend(args.next()),
-            "--stats" => stats = args.next().map(PathBuf::from),
-            s if !s.starts_with('-') && mountpoint.is_none() => mountpoint = Some(PathBuf::from(s)),
-            _ => return usage(),
+    let mut argv = Vec::new();
+    for a in std::env::args_os().skip(1) {
+        match a.into_string() {
+            Ok(s) => argv.push(s),
+            Err(a) => {
+                eprintln!("pathfs: argument {a:?} is not valid UTF-8");
+                return ExitCode::from(2);
+            }
         }
     }
-    let Some(mountpoint) = mountpoint else {
-        return usage();
-    };
-    let Ok((mut mount, ours)) = MountOptions::parse_known(&opts.join(",")) else {
-        return usage();
-    };
-    mount.default_permissions = true;
-    mount.fsname.get_or_insert_with(|| "pathfs".into());
-    let (mut session, mut source, mut passthrough) = (SessionConfig::default(), None, false);
-    for o in ours.into_iter().filter(|o| !session.take_option(o)) {
-        match o.split_once('=') {
-            Some(("source", dir)) => source = Some(PathBuf::from(dir)),
-            None if o == "passthrough" => passthrough = true,
-            _ => return usage(),
+    let args = match args::parse(&argv) {
+        Ok(args::Command::Run(a)) => a,
+        Ok(args::Command::Help) => {
+            print!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
         }
-    }
-    let Some(source) = source.filter(|s| s.is_dir()) else {
-        return usage();
+        Ok(args::Command::Version) => {
+            println!("pathfs (fuse-wire {})", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("pathfs: {e}\n(pathfs --help lists the options)");
+            return ExitCode::from(2);
+        }
     };
-    let mut fs = Mirror::new(source);
-    if fs.source.is_none() {
-        return usage();
-    }
-    fs.passthrough = passthrough;
+    let level = if args.debug {
+        log::LevelFilter::Debug
+    } else {
+        log::LevelFilter::Warn
+    };
+    env_logger::Builder::new()
+        .filter_level(level)
+        .parse_default_env()
+        .init();
+    let mut fs = match Mirror::open(&args.source) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("pathfs: {}: {e}", args.source.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    fs.passthrough = args.passthrough;
     let fs = PathFs::new(fs);
     let counts = fs.clone();
-    match fuse_wire::serve_with(fs, &mountpoint, &mount, session) {
+    match fuse_wire::serve_with(fs, &args.mountpoint, &args.mount, args.session) {
         Ok(report) => {
-            if let Some(path) = stats {
+            if let Some(path) = args.stats {
                 let counts = [
                     ("live_nodes", counts.live_nodes() as u64),
                     ("open_files", counts.open_files() as u64),
@@ -910,9 +931,213 @@ fn main() -> ExitCode {
     }
 }
 
-fn usage() -> ExitCode {
-    eprintln!("{USAGE}");
-    ExitCode::from(2)
+/// The command line: `pathfs [-f] [-d] [-s] [-o opt,...] [--stats FILE]
+/// [SOURCE] MOUNTPOINT`, with passthrough_ll's conventions: `-o` anywhere
+/// (mount.fuse3 puts it after the mountpoint), two positional arguments
+/// for an fstab line's source and mountpoint (`-o source=DIR` wins over
+/// the first), `-f` accepted (pathfs always runs in the foreground).
+mod args {
+    use fuse_wire::MountOptions;
+    use fuse_wire::session::SessionConfig;
+    use std::path::PathBuf;
+
+    /// Everything the command line says.
+    #[derive(Debug)]
+    pub struct Args {
+        pub mountpoint: PathBuf,
+        pub source: PathBuf,
+        pub mount: MountOptions,
+        pub session: SessionConfig,
+        pub passthrough: bool,
+        pub stats: Option<PathBuf>,
+        pub debug: bool,
+    }
+
+    /// What the command line asks for.
+    #[derive(Debug)]
+    pub enum Command {
+        Run(Box<Args>),
+        Help,
+        Version,
+    }
+
+    pub const USAGE: &str = "\
+usage: pathfs [-f] [-d] [-s] [-o opt,[opt...]] [--stats FILE] [SOURCE] MOUNTPOINT
+
+Mirrors the directory SOURCE (or -o source=DIR) at MOUNTPOINT on the path
+layer. Runs in the foreground until unmounted, SIGINT, SIGTERM or SIGHUP.
+
+    -f                 foreground (always)
+    -d                 debug logging (also -o debug)
+    -s                 one worker thread
+    --stats FILE       write the session's statistics as JSON to FILE at exit,
+                       with live_nodes and open_files
+    -h, --help         this help
+    -V, --version      version
+
+filesystem options (-o):
+    source=DIR         directory to mirror (required, here or as SOURCE)
+    threads=N          worker threads (default: two per CPU)
+    uring              serve requests over FUSE-over-io_uring when the kernel
+                       allows it; otherwise /dev/fuse, with the reason logged
+    passthrough        open files in kernel passthrough mode when the kernel
+                       allows it
+
+mount options: fsname=, subtype=, allow_other, allow_root, ro, rw, [no]suid,
+    [no]dev, [no]exec, [no]atime, [no]diratime, sync, async, dirsync,
+    max_read=, auto_unmount
+
+default_permissions is always on: the kernel checks every access.
+";
+
+    /// fstab and mount(8) options that mean nothing to the filesystem itself.
+    const IGNORED: &[&str] = &[
+        "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail",
+        "nonempty",
+    ];
+
+    /// Parses the arguments after the program name.
+    pub fn parse(argv: &[String]) -> Result<Command, String> {
+        let (mut opts, mut positional) = (Vec::new(), Vec::new());
+        let (mut debug, mut single, mut stats) = (false, false, None);
+        let mut only_positional = false;
+        let mut it = argv.iter();
+        while let Some(a) = it.next() {
+            if only_positional || !a.starts_with('-') || a == "-" {
+                positional.push(a.as_str());
+                continue;
+            }
+            match a.as_str() {
+                "--" => only_positional = true,
+                "-h" | "--help" => return Ok(Command::Help),
+                "-V" | "--version" => return Ok(Command::Version),
+                "-f" => {}
+                "-d" => debug = true,
+                "-s" => single = true,
+                "-o" => opts.push(it.next().ok_or("-o needs an option list")?.as_str()),
+                "--stats" => stats = Some(PathBuf::from(it.next().ok_or("--stats needs a file name")?)),
+                s if s.starts_with("--stats=") => stats = Some(PathBuf::from(&s["--stats=".len()..])),
+                s if s.starts_with("-o") => opts.push(&s[2..]),
+                s => return Err(format!("unknown argument `{s}`")),
+            }
+        }
+        let (mut source, mountpoint) = match positional[..] {
+            [] => return Err("no mountpoint given".into()),
+            [m] => (None, PathBuf::from(m)),
+            [s, m] => (Some(PathBuf::from(s)), PathBuf::from(m)),
+            [_, _, ref more @ ..] => return Err(format!("too many arguments: {}", more.join(" "))),
+        };
+        let (mut mount, rest) = MountOptions::parse_known(&opts.join(",")).map_err(|e| e.to_string())?;
+        let mut session = SessionConfig::default();
+        if single {
+            session.workers = 1;
+        }
+        let mut passthrough = false;
+        for o in rest.iter().filter(|o| !session.take_option(o)) {
+            match o.split_once('=') {
+                Some(("source", dir)) => source = Some(PathBuf::from(dir)),
+                Some(("threads", n)) => return Err(format!("threads={n}: expected a number above 0")),
+                None if o == "passthrough" => passthrough = true,
+                None if o == "debug" => debug = true,
+                None if IGNORED.contains(&o.as_str()) => {}
+                _ if o.starts_with("x-") || o.starts_with("comment=") => {}
+                _ => return Err(format!("unknown option `{o}`")),
+            }
+        }
+        let source = source.ok_or("no source directory given (SOURCE or -o source=DIR)")?;
+        // The kernel checks every access: pathfs acts on the caller's
+        // behalf, possibly as root (see the header).
+        mount.default_permissions = true;
+        mount.fsname.get_or_insert_with(|| "pathfs".into());
+        Ok(Command::Run(Box::new(Args {
+            mountpoint,
+            source,
+            mount,
+            session,
+            passthrough,
+            stats,
+            debug,
+        })))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use fuse_wire::session::Transport;
+
+        fn run(args: &[&str]) -> Result<Args, String> {
+            let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            match parse(&v)? {
+                Command::Run(a) => Ok(*a),
+                c => Err(format!("{c:?}")),
+            }
+        }
+
+        #[test]
+        fn passthrough_ll_conventions() {
+            let a = run(&["-f", "-o", "source=/srv", "/mnt"]).unwrap();
+            assert_eq!(
+                (a.source.to_str(), a.mountpoint.to_str()),
+                (Some("/srv"), Some("/mnt"))
+            );
+            assert!(!a.debug && !a.passthrough && a.stats.is_none());
+            assert_eq!(a.session.workers, SessionConfig::default().workers);
+            assert!(a.mount.default_permissions);
+            assert_eq!(a.mount.fsname.as_deref(), Some("pathfs"));
+            assert!(run(&["-d", "-o", "source=/srv", "/mnt"]).unwrap().debug);
+            assert!(run(&["-o", "source=/srv,debug", "/mnt"]).unwrap().debug);
+            assert_eq!(run(&["-s", "-osource=/srv", "/mnt"]).unwrap().session.workers, 1);
+            for help in ["-h", "--help"] {
+                let v = [help.to_string(), "/mnt".into()];
+                assert!(matches!(parse(&v), Ok(Command::Help)));
+            }
+            assert!(matches!(parse(&["-V".to_string()]), Ok(Command::Version)));
+        }
+
+        #[test]
+        fn mount_fuse3_form_and_options_after_the_mountpoint() {
+            let a = run(&[
+                "/data",
+                "/mnt",
+                "-o",
+                "rw,nodev,allow_other,threads=3,uring,passthrough,_netdev",
+                "--stats=/tmp/s.json",
+            ])
+            .unwrap();
+            assert_eq!(
+                (a.source.to_str(), a.mountpoint.to_str()),
+                (Some("/data"), Some("/mnt"))
+            );
+            assert!(a.mount.allow_other && a.passthrough);
+            assert_eq!(a.session.workers, 3);
+            assert!(matches!(a.session.transport, Transport::Uring));
+            assert_eq!(a.stats.as_deref().and_then(|p| p.to_str()), Some("/tmp/s.json"));
+            // -o source= wins over the positional source.
+            let a = run(&["dummy", "/mnt", "-o", "source=/real", "--", "-x"]);
+            assert_eq!(a.unwrap_err(), "too many arguments: -x");
+            let a = run(&["dummy", "/mnt", "-o", "source=/real"]).unwrap();
+            assert_eq!(a.source.to_str(), Some("/real"));
+        }
+
+        #[test]
+        fn errors_say_what_is_wrong() {
+            let err = |args: &[&str]| run(args).unwrap_err();
+            assert_eq!(
+                err(&["/mnt"]),
+                "no source directory given (SOURCE or -o source=DIR)"
+            );
+            assert_eq!(err(&["-o", "source=/s"]), "no mountpoint given");
+            assert_eq!(err(&["-x", "-o", "source=/s", "/mnt"]), "unknown argument `-x`");
+            assert_eq!(err(&["-o", "source=/s,bogus", "/mnt"]), "unknown option `bogus`");
+            assert_eq!(
+                err(&["-o", "source=/s,threads=0", "/mnt"]),
+                "threads=0: expected a number above 0"
+            );
+            assert_eq!(err(&["-o"]), "-o needs an option list");
+            assert_eq!(err(&["/s", "/mnt", "--stats"]), "--stats needs a file name");
+            assert_eq!(err(&["a", "b", "c"]), "too many arguments: c");
+        }
+    }
 }
 
 /// Resolution of paths longer than `PATH_MAX`, on a scratch directory of

@@ -5,7 +5,7 @@
 //! holds no node but the root when it is unmounted, and no open file.
 //! pathfs serves a chain of directories far deeper than one path can name
 //! as a plain directory does (every operation at its bottom, renames above
-//! it, removal).
+//! it, removal), and takes passthrough_ll's command-line conventions.
 //!
 //! Over io_uring with `FUSE_WIRE_TEST_TRANSPORT=uring`. Every wait is
 //! bounded: the storm processes are killed after [`STORM_TIMEOUT`], the
@@ -797,4 +797,44 @@ fn chain_deeper_than_path_max_pathfs() {
         exit.status,
         exit.output_tail
     );
+}
+
+/// pathfs takes passthrough_ll's command-line conventions: `-f` (it always
+/// runs in the foreground), `-d` (debug logging), `--help`.
+#[test]
+fn pathfs_takes_the_common_command_line() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let help = Command::new(example_binary("pathfs"))
+        .arg("--help")
+        .output()
+        .expect("run pathfs --help");
+    let usage = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.status.success() && usage.starts_with("usage: pathfs [-f] [-d]"),
+        "pathfs --help: {:?}\n{usage}",
+        help.status
+    );
+    for (extra, debug) in [(&["-f", "-d"][..], true), (&["-f"][..], false)] {
+        let d = Daemon::start_with(Fs::Pathfs(""), extra);
+        fs::write(d.mnt.join("f"), b"x").expect("write through the mount");
+        assert_eq!(
+            fs::read(d.source.as_ref().expect("source").join("f")).expect("read the source"),
+            b"x"
+        );
+        let exit = d.finish();
+        assert!(
+            exit.status.is_some_and(|s| s.success()),
+            "pathfs {extra:?} did not exit cleanly: {:?}\n{}",
+            exit.status,
+            exit.output_tail
+        );
+        assert_eq!(
+            exit.output_tail.contains("[DEBUG "),
+            debug,
+            "pathfs {extra:?}: debug lines in its output are expected {debug}:\n{}",
+            exit.output_tail
+        );
+    }
 }
