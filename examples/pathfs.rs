@@ -506,8 +506,17 @@ impl PathFilesystem for Mirror {
                 let node = self.node(p)?;
                 let m = node.metadata()?;
                 let now = |t: Option<TimeOrNow>| matches!(t, None | Some(TimeOrNow::Now));
-                if req.perm.is_some() {
-                    Self::may_change(ctx, &m, false, cap::FOWNER)?;
+                if let Some(perm) = req.perm {
+                    // Only set-ID bits dropped: the kernel clearing them
+                    // after it let the caller write, truncate or fallocate
+                    // the file (without ownership). Allowed to a caller who
+                    // may write the file by its mode bits, so a name
+                    // swapped for someone else's set-ID file stays refused.
+                    let cur = std::os::unix::fs::MetadataExt::mode(&m) & 0o7777;
+                    let setid = libc::S_ISUID | libc::S_ISGID;
+                    let perm = u32::from(perm) & 0o7777;
+                    let kill_only = perm != cur && (cur ^ perm) & !setid == 0 && perm & !cur == 0;
+                    Self::may_change(ctx, &m, kill_only, cap::FOWNER)?;
                 }
                 if req.uid.is_some() || req.gid.is_some() {
                     Self::may_change(ctx, &m, false, cap::CHOWN)?;

@@ -838,3 +838,103 @@ fn pathfs_takes_the_common_command_line() {
         );
     }
 }
+
+/// pathfs leaves set-ID bits to the kernel, which clears them with a
+/// SETATTR of the mode after it let a caller who does not own the file
+/// write, truncate, fallocate or copy into it. That SETATTR (only set-ID
+/// bits dropped) is allowed to a caller who may write the file; the change
+/// itself succeeds and the bits go, as on a plain directory. A chmod by a
+/// non-owner that only drops set-ID bits is still refused.
+#[test]
+fn pathfs_non_owner_writes_clear_set_id_bits() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let plain = TempBase::new("layers-setid-plain");
+    let want = setid_steps(&plain.subdir("root"), None);
+    let d = Daemon::start(Fs::Pathfs(""));
+    let got = setid_steps(&d.mnt, d.source.as_deref());
+    let label = d.label().to_string();
+    let exit = d.finish();
+    assert_eq!(want, got, "{label} against a plain directory");
+    assert!(
+        want.iter().any(|l| l.contains("ok") && l.contains("mode 777")),
+        "the plain directory cleared nothing: {want:#?}"
+    );
+    assert!(
+        exit.status.is_some_and(|s| s.success()),
+        "{label}: {}",
+        exit.output_tail
+    );
+}
+
+/// One step of [`setid_steps`] on a file.
+type SetidOp = fn(&Path) -> std::io::Result<()>;
+
+fn setid_steps(root: &Path, source: Option<&Path>) -> Vec<String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut log = Vec::new();
+    let mk = |name: &str, mode: u32| {
+        let p = root.join(name);
+        fs::write(&p, vec![b'x'; 8192]).expect("create");
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).expect("chmod");
+        p
+    };
+    let ops: [(&str, u32, SetidOp); 6] = [
+        ("append", 0o6777, |p| {
+            use std::io::Write;
+            fs::OpenOptions::new().append(true).open(p)?.write_all(b"more")
+        }),
+        ("O_DIRECT write", 0o4777, |p| {
+            use std::os::unix::fs::FileExt;
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(p)?;
+            // An aligned block: 8 KiB in a Vec, written from its first
+            // 4 KiB boundary.
+            let buf = vec![0u8; 8192];
+            let skip = buf.as_ptr().align_offset(4096);
+            f.write_all_at(&buf[skip..skip + 4096], 0)
+        }),
+        ("truncate", 0o2777, |p| {
+            fs::OpenOptions::new().write(true).open(p)?.set_len(10)
+        }),
+        ("fallocate", 0o6777, |p| {
+            use std::os::fd::AsRawFd;
+            let f = fs::OpenOptions::new().write(true).open(p)?;
+            // SAFETY: plain system call on a descriptor we hold.
+            match unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 65536) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        }),
+        ("copy_file_range into", 0o6777, |p| {
+            let from = fs::File::open(p.with_file_name("from"))?;
+            let to = fs::OpenOptions::new().write(true).open(p)?;
+            std::io::copy(&mut &from, &mut &to).map(drop)
+        }),
+        ("chmod dropping S_ISUID of root's file", 0o4755, |p| {
+            fs::set_permissions(p, fs::Permissions::from_mode(0o755))
+        }),
+    ];
+    fs::write(root.join("from"), b"copied").expect("create");
+    let files: Vec<_> = ops.iter().map(|(n, m, _)| mk(&n.replace(' ', "_"), *m)).collect();
+    for ((what, _, op), p) in ops.iter().zip(&files) {
+        let r = as_user(65534, 65534, &[], || op(p));
+        let mode = fs::metadata(p).map(|m| format!("{:o}", m.mode() & 0o7777));
+        let mode = mode.unwrap_or_else(|e| e.to_string());
+        // The source must agree with what the mount shows.
+        let backing = source.map(|s| {
+            fs::metadata(s.join(p.file_name().expect("name")))
+                .map_or_else(|e| e.to_string(), |m| format!("{:o}", m.mode() & 0o7777))
+        });
+        let differs = backing.filter(|b| *b != mode).map(|b| format!(" (source {b})"));
+        log.push(format!(
+            "{what}: {}, mode {mode}{}",
+            r.map_or_else(|e| format!("error {:?}", e.raw_os_error()), |()| "ok".into()),
+            differs.unwrap_or_default()
+        ));
+    }
+    log
+}
