@@ -281,3 +281,47 @@ fn graceful_upgrades_keep_the_mount_and_lose_no_request() {
         "a daemon did not retire cleanly; the keeper's log:\n{log}"
     );
 }
+
+/// A takeover checks it has the right mount: a descriptor's connection is
+/// compared with the mount's device, read from mountinfo (no request to
+/// the possibly hung mount).
+#[test]
+fn a_descriptor_of_another_mount_is_refused() {
+    use fuse_wire::session::handover::{HandoverError, check_mountpoint, connection_of};
+    use fuse_wire::session::mount::{Mount, MountOptions};
+    use std::os::fd::AsFd;
+    if !require_mount_capability() {
+        return;
+    }
+    let (ta, tb) = (
+        TempMountpoint::new("keeper-check-a"),
+        TempMountpoint::new("keeper-check-b"),
+    );
+    let opts = MountOptions::default();
+    // Mounted but never served: nothing here touches the mounts.
+    let a = Mount::new(ta.path(), &opts).expect("mount a");
+    let b = Mount::new(tb.path(), &opts).expect("mount b");
+    let (da, ga) = a.into_parts();
+    let (db, gb) = b.into_parts();
+    let ca = connection_of(da.as_fd())
+        .flatten()
+        .expect("a's fdinfo names its connection");
+    let cb = connection_of(db.as_fd())
+        .flatten()
+        .expect("b's fdinfo names its connection");
+    assert_ne!(ca, cb);
+    let ok_a = check_mountpoint(da.as_fd(), ta.path());
+    let wrong = check_mountpoint(da.as_fd(), tb.path());
+    let none = check_mountpoint(db.as_fd(), Path::new("/nonexistent-mountpoint"));
+    for (d, g, p) in [(da, ga, ta.path()), (db, gb, tb.path())] {
+        let _ = abort_fuse_connection(p);
+        drop(d);
+        let _ = g.unmount();
+    }
+    assert!(ok_a.is_ok(), "{ok_a:?}");
+    assert!(
+        matches!(wrong, Err(HandoverError::WrongMount { conn, minor }) if conn == ca && minor == cb),
+        "{wrong:?}"
+    );
+    assert!(matches!(none, Err(HandoverError::Invalid(_))), "{none:?}");
+}

@@ -54,6 +54,14 @@ pub enum HandoverError {
     /// A field is out of range.
     #[error("invalid handover: {0}")]
     Invalid(&'static str),
+    /// The descriptor serves another mount.
+    #[error("the descriptor serves FUSE connection {conn}, the mount is connection {minor}")]
+    WrongMount {
+        /// The descriptor's connection.
+        conn: u32,
+        /// The mount's.
+        minor: u32,
+    },
 }
 
 /// A live connection on its way to a successor.
@@ -111,6 +119,11 @@ impl Handover {
         read_exact(sock, &mut state)?;
         let dev = dev.ok_or(HandoverError::NoDescriptor)?;
         check_fuse_device(dev.as_fd())?;
+        if connection_of(dev.as_fd()) == Some(None) {
+            return Err(HandoverError::NotFuse(
+                "a /dev/fuse file bound to no connection (never mounted)".into(),
+            ));
+        }
         Ok(Handover {
             dev,
             negotiated,
@@ -138,6 +151,50 @@ pub fn check_fuse_device(fd: BorrowedFd<'_>) -> Result<(), HandoverError> {
             libc::major(st.st_rdev),
             libc::minor(st.st_rdev)
         )));
+    }
+    Ok(())
+}
+
+/// The FUSE connection a `/dev/fuse` descriptor is bound to: the number
+/// after `fuse_connection:` in its `/proc/self/fdinfo` entry, which is the
+/// minor of the mount's device number and the name of its directory in
+/// `/sys/fs/fuse/connections`. `Some(None)`: the kernel shows the line for
+/// bound files and this one has none (never mounted); `None`: fdinfo could
+/// not be read.
+pub fn connection_of(fd: BorrowedFd<'_>) -> Option<Option<u32>> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    Some(
+        info.lines()
+            .find_map(|l| l.strip_prefix("fuse_connection:"))
+            .and_then(|v| v.trim().parse().ok()),
+    )
+}
+
+/// Checks that `fd` serves the FUSE mount at `mountpoint` (its connection
+/// is the mount's device minor, read from `/proc/self/mountinfo` without
+/// touching the mount, which may hang), so that a takeover of the wrong
+/// mount is refused before it serves anything.
+pub fn check_mountpoint(fd: BorrowedFd<'_>, mountpoint: &std::path::Path) -> Result<(), HandoverError> {
+    let conn = connection_of(fd)
+        .flatten()
+        .ok_or_else(|| HandoverError::NotFuse("no fuse_connection in its fdinfo".into()))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.to_string_lossy();
+    // Fields: id parent major:minor root mountpoint ...; the last mount on
+    // a path is the visible one.
+    let minor = info
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            if f.get(4) != Some(&want.as_ref()) {
+                return None;
+            }
+            f.get(2)?.split(':').nth(1)?.parse::<u32>().ok()
+        })
+        .ok_or(HandoverError::Invalid("nothing is mounted at that mountpoint"))?;
+    if minor != conn {
+        return Err(HandoverError::WrongMount { conn, minor });
     }
     Ok(())
 }
@@ -375,6 +432,42 @@ mod tests {
         match Handover::receive(&b) {
             Err(HandoverError::NotFuse(why)) => assert!(why.contains("1:3"), "{why}"),
             other => panic!("expected NotFuse, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unbound_dev_fuse_is_refused() {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+        else {
+            // No FUSE device here: the real-mount tests fail loudly then.
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "/dev/fuse is needed under CI=true"
+            );
+            return;
+        };
+        assert_eq!(
+            connection_of(f.as_fd()),
+            Some(None),
+            "a fresh /dev/fuse is bound to nothing"
+        );
+        assert!(matches!(
+            check_mountpoint(f.as_fd(), std::path::Path::new("/")),
+            Err(HandoverError::NotFuse(_))
+        ));
+        let (a, b) = UnixStream::pair().unwrap();
+        let h = Handover {
+            dev: OwnedFd::from(f),
+            negotiated: sample(),
+            state: Vec::new(),
+        };
+        h.send(&a).unwrap();
+        match Handover::receive(&b) {
+            Err(HandoverError::NotFuse(why)) => assert!(why.contains("never mounted"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
         }
     }
 

@@ -388,7 +388,8 @@ impl KeeperLink {
     /// state its predecessor handed back at a graceful upgrade (`Some`,
     /// empty after a crash). `save` is called after a retirement, and its
     /// bytes go to the successor. Under a keeper every worker reads the
-    /// keeper's `/dev/fuse` file (`clone_fd` is off, see the module docs).
+    /// keeper's `/dev/fuse` file (`clone_fd` is off, see the module docs),
+    /// and io_uring is not used.
     ///
     /// Returns `Ok(true)` when the daemon retired (exit with
     /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
@@ -399,6 +400,10 @@ impl KeeperLink {
         mut config: SessionConfig,
     ) -> Result<bool, SessionError> {
         config.clone_fd = false;
+        // A connection on io_uring cannot go back to /dev/fuse, and ring
+        // entries die with the daemon that registered them
+        // (docs/recovery.md): under a keeper, /dev/fuse only.
+        config.transport = crate::transport::Transport::DevFuse;
         let conn = self
             .connection()
             .map_err(|e| SessionError::Io(io::Error::other(e)))?;
