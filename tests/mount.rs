@@ -319,6 +319,26 @@ fn root_auto_unmount_mounts_with_mount2_and_a_watchdog() {
     assert_eq!(m.method(), MountMethod::Privileged);
     assert_eq!(mountinfo(tm.path()).unwrap().fstype, "fuse.fwrootauto");
     assert_eq!(children().len(), before.len() + 1, "one watchdog process runs");
+    // Named as itself in `ps`, not as a second copy of this process.
+    let watchdog = children()
+        .into_iter()
+        .find(|c| !before.contains(c))
+        .expect("the watchdog");
+    // (It renames itself right after the fork: give it a moment.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let cmdline = loop {
+        let c = fs::read(format!("/proc/{watchdog}/cmdline")).expect("its cmdline");
+        if c.starts_with(b"fuse-wire-unmnt\0") || std::time::Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // Its name, then only the zeroed rest of the argument area.
+    let shown = String::from_utf8_lossy(&cmdline);
+    assert!(
+        cmdline.starts_with(b"fuse-wire-unmnt\0") && cmdline.iter().skip(16).all(|b| *b == 0),
+        "the watchdog's command line: {shown:?}"
+    );
     let (dev, guard) = m.into_parts();
     let server = serve_root(dev, 0, 0);
     assert_root_is_served(tm.path(), 0);

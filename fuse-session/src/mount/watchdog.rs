@@ -53,6 +53,20 @@ struct Plan {
     fusermount: Option<Exec>,
     /// `[fuse-wire] auto_unmount watchdog for PATH: `
     prefix: Vec<u8>,
+    /// This process's argument area (`arg_start`, `arg_end` of
+    /// `/proc/self/stat`), which the child overwrites with its name.
+    args: Option<(usize, usize)>,
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of
+/// `/proc/self/stat`, counted after the command name's closing parenthesis).
+fn arg_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let mut f = rest.split(' ').skip(45);
+    let start: usize = f.next()?.parse().ok()?;
+    let end: usize = f.next()?.parse().ok()?;
+    (start > 0 && end > start).then_some((start, end))
 }
 
 /// A prepared `execve(2)`: the strings and the NULL-terminated pointer arrays.
@@ -95,6 +109,7 @@ impl Watchdog {
             ours,
             fusermount,
             prefix: format!("[fuse-wire] auto_unmount watchdog for {}: ", path.display()).into_bytes(),
+            args: arg_area(),
         };
         let (ours_end, theirs) = nix::sys::socket::socketpair(
             nix::sys::socket::AddressFamily::Unix,
@@ -178,6 +193,9 @@ impl Drop for Watchdog {
     }
 }
 
+/// The watchdog's command line, as `/proc/PID/cmdline` shows it.
+static CMDLINE: [u8; 16] = *b"fuse-wire-unmnt\0";
+
 /// The watchdog itself, in the forked child, with its end of the socket
 /// `sock` and a copy of the parent's end `parent_end` (which must not stay
 /// open here, or the end of file would never come). Never returns.
@@ -198,6 +216,19 @@ fn watch(plan: &Plan, sock: RawFd, parent_end: RawFd) -> ! {
             0,
             0,
         );
+        // Its command line too (what `ps` shows), or it looks like a second
+        // copy of the daemon: our name over the argument area, the rest
+        // zeroed, in this child's own copy of that memory (the parent's is
+        // untouched), as setproctitle does.
+        if let Some((start, end)) = plan.args {
+            let len = end - start;
+            let n = CMDLINE.len().min(len);
+            std::ptr::copy_nonoverlapping(CMDLINE.as_ptr(), start as *mut u8, n);
+            std::ptr::write_bytes((start + n) as *mut u8, 0, len - n);
+            if n < CMDLINE.len() && n > 0 {
+                *((start + n - 1) as *mut u8) = 0;
+            }
+        }
 
         // Our socket to fd 3, /dev/null on 0 and 1 (and on 2 if a socket
         // sat there), everything else closed, the parent's end included.
