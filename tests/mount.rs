@@ -694,3 +694,100 @@ fn unprivileged_child() {
         other => panic!("unknown child mode {other}"),
     }
 }
+
+/// A filesystem with an empty root, for the stacking tests.
+struct EmptyRoot;
+
+impl fuse_wire::session::Filesystem for EmptyRoot {
+    fn getattr(
+        &self,
+        _: &fuse_wire::session::RequestContext<'_>,
+        ino: fuse_wire::session::Inode,
+        _: Option<fuse_wire::session::FileHandle>,
+        reply: fuse_wire::session::reply::ReplyAttr,
+    ) {
+        use fuse_wire::session::{FileAttr, FileKind};
+        reply.attr(
+            Duration::from_secs(1),
+            &FileAttr::fixed(ino.0, FileKind::Directory, 0o755),
+        );
+    }
+}
+
+/// A second instance on a mounted mountpoint is refused with a message
+/// naming what is mounted there; with `-o stack` it mounts on top. The
+/// covered one, stopped first, leaves its mount in place and says so in
+/// its report; the top one unmounts.
+#[test]
+fn a_second_mount_on_a_mountpoint_is_refused_unless_stacked() {
+    use fuse_wire::session::{SessionConfig, SessionError, spawn};
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("stacked");
+    let first = spawn(EmptyRoot, tm.path(), &opts("fwfirst"), SessionConfig::default()).expect("first mount");
+    let refused = spawn(EmptyRoot, tm.path(), &opts("fwsecond"), SessionConfig::default());
+    match &refused {
+        Err(SessionError::Mount(MountError::AlreadyMounted { mounted, .. })) => {
+            assert!(mounted.contains("fuse.fwfirst"), "names the mount: {mounted}")
+        }
+        other => panic!("a second mount must be refused: {:?}", other.as_ref().map(|_| ())),
+    }
+    let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("-o stack") && message.contains("fuse.fwfirst"),
+        "{message}"
+    );
+    assert_eq!(
+        mountinfo(tm.path()).map(|m| m.fstype),
+        Some("fuse.fwfirst".into())
+    );
+
+    let stacked = MountOptions::parse_opts("stack,subtype=fwsecond").expect("-o stack parses");
+    assert!(stacked.stack);
+    let second = spawn(EmptyRoot, tm.path(), &stacked, SessionConfig::default()).expect("a stacked mount");
+    assert_eq!(
+        mountinfo(tm.path()).map(|m| m.fstype),
+        Some("fuse.fwsecond".into())
+    );
+    let first_report = first.stop().expect("the covered session ends");
+    let left = first_report
+        .mount_left
+        .expect("the covered mount is reported as left in place");
+    assert!(left.contains("covered"), "{left}");
+    assert_eq!(
+        mountinfo(tm.path()).map(|m| m.fstype),
+        Some("fuse.fwsecond".into())
+    );
+    let second_report = second.stop().expect("the top session ends");
+    assert_eq!(second_report.mount_left, None, "the top mount is unmounted");
+    // The covered mount is left, dead: TempMountpoint's drop detaches it.
+    assert_eq!(
+        mountinfo(tm.path()).map(|m| m.fstype),
+        Some("fuse.fwfirst".into())
+    );
+}
+
+/// `-o nonempty_check` refuses a non-empty mountpoint; without it, the
+/// mount goes ahead.
+#[test]
+fn nonempty_check_is_an_o_option() {
+    if !require_mount_capability() {
+        return;
+    }
+    let _s = serial();
+    let tm = TempMountpoint::new("nonempty");
+    fs::write(tm.path().join("hidden"), b"x").unwrap();
+    let o = MountOptions::parse_opts("nonempty_check,subtype=fwnonempty").expect("parses");
+    match Mount::new(tm.path(), &o) {
+        Err(MountError::NotEmpty { path }) => assert_eq!(path, tm.path()),
+        other => panic!("expected NotEmpty, got {:?}", other.map(|m| m.method())),
+    }
+    assert!(!fuse_mounted_at(tm.path()));
+    let m = Mount::new(tm.path(), &opts("fwnonempty")).expect("mounts without the check");
+    assert!(fuse_mounted_at(tm.path()));
+    let (dev, guard) = m.into_parts();
+    drop(dev);
+    guard.unmount().expect("unmount");
+}

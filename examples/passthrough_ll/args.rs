@@ -120,7 +120,9 @@ filesystem options (-o):
 
 mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
     ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
-    dirsync, max_read=, auto_unmount
+    dirsync, max_read=, auto_unmount,
+    nonempty_check     refuse a mountpoint that is not empty (default: mount, and log it)
+    stack              mount where something is mounted already, hiding it (default: refuse)
 
 With allow_other, default_permissions is on unless no_default_permissions is
 given: the kernel then checks every access against the file modes and ACLs as

@@ -69,13 +69,21 @@ pub fn serve_with<F: Filesystem>(
     watch.attach(session.handle());
     let report = session.run();
     drop(watch);
-    if let Ok(r) = &report {
-        log::info!(
+    match &report {
+        Ok(r) if r.mount_left.is_some() => log::warn!(
+            "{} not unmounted ({}); {} requests served by {} workers",
+            mountpoint.display(),
+            r.mount_left.as_deref().unwrap_or_default(),
+            r.stats.total_requests(),
+            r.workers_started
+        ),
+        Ok(r) => log::info!(
             "{} unmounted; {} requests served by {} workers",
             mountpoint.display(),
             r.stats.total_requests(),
             r.workers_started
-        );
+        ),
+        Err(_) => {}
     }
     report
 }

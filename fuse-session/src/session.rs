@@ -268,6 +268,12 @@ pub struct SessionReport {
     /// The transport that served requests, and why io_uring was not used
     /// if it was asked for and is not.
     pub transport: TransportInfo,
+    /// `Some(why)` when the session owned its mount and left it in place:
+    /// covered by another mount (a stacked mount over it), or an unmount
+    /// that failed. `None` when it unmounted it, found it unmounted already,
+    /// or never owned one (a handed-over descriptor, a resumed or retired
+    /// session).
+    pub mount_left: Option<String>,
 }
 
 struct HandleInner {
@@ -394,6 +400,9 @@ pub struct Session<F: Filesystem> {
     handed_over: bool,
     /// A connection taken over: INIT happened already, with this outcome.
     resumed: Option<Negotiated>,
+    /// Why our mount was left in place, once an unmount was tried
+    /// ([`SessionReport::mount_left`]).
+    mount_left: Arc<Mutex<Option<String>>>,
     /// The mount options said `default_permissions`.
     mount_default_permissions: bool,
 }
@@ -428,6 +437,7 @@ impl<F: Filesystem> Session<F> {
             mount: None,
             handed_over: false,
             resumed: None,
+            mount_left: Arc::new(Mutex::new(None)),
             mount_default_permissions: false,
         })
     }
@@ -490,7 +500,8 @@ impl<F: Filesystem> Session<F> {
         s.mount_default_permissions = opts.default_permissions;
         let guard = Arc::new(Mutex::new(Some(guard)));
         let on_stop = guard.clone();
-        s.handle.set_on_stop(move || unmount_guard(&on_stop));
+        let left = s.mount_left.clone();
+        s.handle.set_on_stop(move || unmount_guard(&on_stop, &left));
         s.mount = Some(guard);
         Ok(s)
     }
@@ -560,6 +571,7 @@ impl<F: Filesystem> Session<F> {
             workers_started: started,
             cloned_channels: spawner.cloned.load(Ordering::Relaxed),
             transport: info,
+            mount_left: self.mount_left.lock().unwrap_or_else(|e| e.into_inner()).take(),
         })
     }
 
@@ -604,7 +616,7 @@ impl<F: Filesystem> Session<F> {
             Err(e) => {
                 self.finish_notifier();
                 if let Some(g) = &self.mount {
-                    unmount_guard(g);
+                    unmount_guard(g, &self.mount_left);
                 }
                 return Err(e);
             }
@@ -787,7 +799,8 @@ impl<F: Filesystem> Session<F> {
             // aborted), never whatever is mounted on the path now.
             let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(Err(e)) = guard.map(MountGuard::unmount) {
-                log::warn!("unmount at session end: {e}");
+                *self.mount_left.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                log::warn!("not unmounted: {e}");
             }
         }
     }
@@ -1003,12 +1016,13 @@ impl<F: Filesystem> Spawner<F> {
 /// Unmounts (once) the mount a session owns. The guard touches only our own
 /// mount: one unmounted from outside is fine, and one with another mount on
 /// top of it is left in place (logged here).
-fn unmount_guard(g: &Mutex<Option<MountGuard>>) {
+fn unmount_guard(g: &Mutex<Option<MountGuard>>, left: &Mutex<Option<String>>) {
     let guard = g.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(guard) = guard
         && let Err(e) = guard.unmount()
     {
-        log::warn!("unmount on stop: {e}");
+        *left.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+        log::warn!("not unmounted: {e}");
     }
 }
 

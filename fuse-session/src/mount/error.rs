@@ -51,6 +51,21 @@ pub enum MountError {
         /// The mountpoint as given.
         path: PathBuf,
     },
+    /// Something is mounted on the mountpoint already, and
+    /// [`MountOptions::stack`](super::MountOptions::stack) was not set:
+    /// mounting would hide it (and a second instance of a daemon would
+    /// hide the first).
+    #[error(
+        "{} is a mount point already ({mounted}): mounting over it would hide it; \
+         unmount it first, or ask for a stacked mount (-o stack)",
+        .path.display()
+    )]
+    AlreadyMounted {
+        /// The mountpoint as given.
+        path: PathBuf,
+        /// What is mounted there (type, source, mount id).
+        mounted: String,
+    },
     /// The mountpoint cannot be examined (e.g. `ENOTCONN`: a dead FUSE mount is still there).
     #[error("cannot use mountpoint {}: {source}", .path.display())]
     Mountpoint {

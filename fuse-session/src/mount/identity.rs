@@ -138,6 +138,18 @@ pub(crate) fn top_at(path: &CStr) -> io::Result<(OwnedFd, MountIdentity)> {
     Ok((fd, id))
 }
 
+/// The topmost mount whose root `path` is, if it is one (its mount id
+/// differs from its parent directory's): mounting there would stack on it.
+/// `None` for a plain directory, or when it cannot be told.
+pub(crate) fn mount_root_at(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let here = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let up = std::ffi::CString::new(path.join("..").as_os_str().as_bytes()).ok()?;
+    let (_, a) = top_at(&here).ok()?;
+    let (_, b) = top_at(&up).ok()?;
+    (!a.is(&b)).then_some(a.id)
+}
+
 /// Where a mount that is no longer the topmost at our mountpoint went.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Whereabouts {

@@ -244,14 +244,26 @@ fn check_mountpoint(mountpoint: &Path, opts: &MountOptions) -> Result<(PathBuf, 
     if !meta.is_dir() {
         return Err(MountError::NotADirectory { path: given() });
     }
-    if opts.nonempty_check {
-        let mut entries = std::fs::read_dir(mountpoint).map_err(|source| MountError::Mountpoint {
+    if !opts.stack
+        && let Some(id) = identity::mount_root_at(mountpoint)
+    {
+        return Err(MountError::AlreadyMounted {
             path: given(),
-            source,
-        })?;
-        if entries.next().is_some() {
+            mounted: identity::describe(id),
+        });
+    }
+    let mut entries = std::fs::read_dir(mountpoint).map_err(|source| MountError::Mountpoint {
+        path: given(),
+        source,
+    })?;
+    if entries.next().is_some() {
+        if opts.nonempty_check {
             return Err(MountError::NotEmpty { path: given() });
         }
+        log::warn!(
+            "{} is not empty: what it holds is hidden while mounted (-o nonempty_check refuses such a mountpoint)",
+            mountpoint.display()
+        );
     }
     let path = std::fs::canonicalize(mountpoint).map_err(|source| MountError::Mountpoint {
         path: given(),

@@ -83,9 +83,17 @@ pub struct MountOptions {
     /// libfuse before 3.15. See docs/security.md, "Unmounting only our own
     /// mount".
     pub auto_unmount: bool,
-    /// Refuse to mount over a non-empty directory. Off by default (FUSE and
-    /// libfuse 3 allow it); not an `-o` option.
+    /// Refuse to mount over a non-empty directory (`-o nonempty_check`). Off
+    /// by default (FUSE and libfuse 3 allow it); without it, mounting over
+    /// a non-empty directory is logged, since its entries are hidden while
+    /// mounted.
     pub nonempty_check: bool,
+    /// Mount even where something is mounted already (`-o stack`), on top
+    /// of it, hiding it until this mount goes. Off by default: a second
+    /// instance started on the same mountpoint is refused with
+    /// [`MountError::AlreadyMounted`] instead of silently covering the
+    /// first, whose files would vanish from view.
+    pub stack: bool,
 }
 
 impl Default for MountOptions {
@@ -109,6 +117,7 @@ impl Default for MountOptions {
             blkdev: false,
             auto_unmount: false,
             nonempty_check: false,
+            stack: false,
         }
     }
 }
@@ -140,7 +149,9 @@ impl MountOptions {
     /// Known: `fsname=`, `subtype=`, `allow_other`, `allow_root`,
     /// `default_permissions`, `ro`, `rw`, `nosuid`, `suid`, `nodev`, `dev`,
     /// `noexec`, `exec`, `noatime`, `atime`, `nodiratime`, `diratime`, `sync`,
-    /// `async`, `dirsync`, `max_read=`, `blksize=`, `blkdev`, `auto_unmount`.
+    /// `async`, `dirsync`, `max_read=`, `blksize=`, `blkdev`, `auto_unmount`,
+    /// `nonempty_check`, `stack` (the last two are the library's, not
+    /// passed to the kernel).
     /// Empty items are ignored.
     pub fn apply(&mut self, opts: &str) -> Result<(), MountError> {
         match self.apply_known(opts)?.into_iter().next() {
@@ -185,6 +196,8 @@ impl MountOptions {
                 "dirsync" => self.dirsync = flag(value)?,
                 "blkdev" => self.blkdev = flag(value)?,
                 "auto_unmount" => self.auto_unmount = flag(value)?,
+                "nonempty_check" => self.nonempty_check = flag(value)?,
+                "stack" => self.stack = flag(value)?,
                 k if RESERVED.contains(&k) => {
                     return Err(invalid(k, "is computed by the library and cannot be given"));
                 }
