@@ -90,8 +90,45 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-pub use fuse_proto as proto;
-pub use fuse_session as session;
+// Both crates are modules here, their items inlined, rather than re-exported
+// crates: `cargo doc --no-deps -p fuse-wire` and docs.rs then render every
+// page the facade's documentation links to (`session::filesystem`,
+// `session::WriteData`...) under `fuse_wire`, and the paths are the same.
+
+pub mod proto {
+    //! The kernel ABI without I/O (the `fuse-proto` crate): the
+    //! `#[repr(C)]` structs of `include/uapi/linux/fuse.h` in [`abi`], the
+    //! opcode table in [`opcode`], the flags in [`flags`], zero-copy parsing
+    //! of requests in [`request`] and encoding of replies in [`reply`].
+    //!
+    //! A filesystem served through [`serve`](crate::serve) rarely needs it
+    //! beyond the flag types; it is there for the raw structs and for
+    //! speaking the protocol without the session loop.
+    #[doc(inline)]
+    pub use fuse_proto::*;
+}
+
+pub mod session {
+    //! Mounting, the INIT handshake and the multi-threaded session loop
+    //! (the `fuse-session` crate). Its user-facing items are also at the
+    //! crate root; its modules hold the details they refer to:
+    //!
+    //! - [`filesystem`]: the [`Filesystem`] trait, with what the kernel sends
+    //!   when, lookup counts, caching and the defaults of every method;
+    //! - [`reply`]: the typed reply handles; [`ops`]: the typed requests,
+    //!   [`WriteData`] among them;
+    //! - [`init`]: what INIT negotiates ([`init::DEFAULT_WANTED`]);
+    //! - [`mount`]: mounting and [`MountOptions`]; [`session`](mod@session):
+    //!   [`Session`] and [`SessionConfig`]; [`transport`]: `/dev/fuse` and
+    //!   FUSE-over-io_uring;
+    //! - [`node`] and [`path`]: the layers that keep node ids for you;
+    //! - [`notify`], [`stats`], [`credentials`], [`backing`]: notifications,
+    //!   statistics, acting as the caller, kernel passthrough.
+    pub use crate::proto;
+    #[doc(inline)]
+    pub use fuse_session::*;
+}
+
 pub use fuse_session::{
     AccessMode, CopyFileRangeRequest, CreateRequest, DirAdd, DirPlusAdd, Entry, Errno, FallocateRequest,
     FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, InitConfig, InitFlags, Inode, IoctlRequest, Lock,
