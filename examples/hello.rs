@@ -1,10 +1,14 @@
 //! The smallest useful filesystem: a read-only root holding one file, `hello`. Run it (as root;
 //! Ctrl-C unmounts): `cargo run --example hello -- /mnt/hello; cat /mnt/hello/hello`.
+#[path = "common/cli.rs"]
+mod cli; // -f, -d, -o and --help as passthrough_ll takes them; errors printed with their text
+
 use fuse_wire::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry};
+use fuse_wire::session::keeper::{KeeperLink, run_keeper};
 use fuse_wire::{
     Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode, ReadRequest, RequestContext,
 };
-use std::{ffi::CStr, time::Duration};
+use std::{ffi::CStr, process::ExitCode, time::Duration};
 
 const CONTENT: &[u8] = b"Hello, world!\n";
 const HELLO: Inode = Inode(2);
@@ -51,51 +55,45 @@ impl Filesystem for Hello {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    use fuse_wire::session::keeper::{KeeperLink, run_keeper};
-    use std::process::ExitCode;
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+const COMMAND: cli::Command = cli::Command {
+    name: "hello",
+    about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT.
+
+    -o keeper       keep the mount in this process and serve it from a child,
+                    replaced when it dies (SIGUSR2: upgrade to the binary on disk)",
+    own_options: true,
+    stats: false,
+};
+
+fn main() -> ExitCode {
     // Started by a keeper (`-o keeper`): serve the connection it holds.
     if let Some(link) = KeeperLink::from_env() {
+        cli::init_logging(std::env::args().any(|a| a == "-d"));
         return match link.serve(|_| Ok(Hello), |_| Vec::new(), fuse_wire::SessionConfig::default()) {
             Ok(true) => KeeperLink::exit_retired(),
-            Ok(false) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("hello: {e}");
-                ExitCode::FAILURE
-            }
+            r => COMMAND.finish(r.map(drop).map_err(Into::into)),
         };
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let keeper = matches!(args.as_slice(), [_, o, k] if o == "-o" && k == "keeper");
-    let (Some(mountpoint), true) = (args.first(), args.len() == 1 || keeper) else {
-        eprintln!("usage: hello MOUNTPOINT [-o keeper]");
-        return ExitCode::from(2);
-    };
-    let opts = match fuse_wire::MountOptions::parse_opts("ro,fsname=hello") {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("hello: {e}");
-            return ExitCode::FAILURE;
+    COMMAND.run(|args| {
+        let mut keeper = false;
+        for o in &args.options {
+            match o.as_str() {
+                "keeper" => keeper = true,
+                _ => return Err(cli::UsageError(format!("unknown option `{o}`")).into()),
+            }
         }
-    };
-    let r = if keeper {
-        // This process keeps the mount; a child serves it, and is replaced
-        // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
-        let program = std::env::current_exe().unwrap_or_else(|_| "hello".into());
-        run_keeper(mountpoint, &opts, program, Vec::new())
-            .map(drop)
-            .map_err(|e| e.to_string())
-    } else {
-        fuse_wire::serve(Hello, mountpoint, &opts)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hello: {e}");
-            ExitCode::FAILURE
+        let mut opts = args.mount; // what -o asked for, and:
+        opts.read_only = true;
+        opts.fsname.get_or_insert_with(|| "hello".into());
+        if keeper {
+            // This process keeps the mount; a child serves it, and is replaced
+            // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
+            let program = std::env::current_exe().unwrap_or_else(|_| "hello".into());
+            let child_args = if args.debug { vec!["-d".into()] } else { Vec::new() };
+            run_keeper(&args.mountpoint, &opts, program, child_args)?;
+        } else {
+            fuse_wire::serve(Hello, &args.mountpoint, &opts)?;
         }
-    }
+        Ok(())
+    })
 }

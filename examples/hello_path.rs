@@ -1,7 +1,11 @@
 //! hello on the path layer: one read-only file, `/hello`. `hello_path MOUNTPOINT`; Ctrl-C unmounts.
+#[path = "common/cli.rs"]
+mod cli; // -f, -d, -o and --help as passthrough_ll takes them; errors printed with their text
+
 use fuse_wire::path::{PathDirFill as Dir, PathFilesystem, PathFs, PathOpened};
-use fuse_wire::{Errno, FileAttr, FileKind::*, MountOptions, OpenFlags, ReadRequest, RequestContext as Ctx};
+use fuse_wire::{Errno, FileAttr, FileKind::*, OpenFlags, ReadRequest, RequestContext as Ctx};
 use std::path::Path;
+use std::process::ExitCode;
 
 const TEXT: &[u8] = b"Hello, world!\n";
 
@@ -34,10 +38,18 @@ impl PathFilesystem for Hello {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mountpoint = std::env::args().nth(1).ok_or("usage: hello_path MOUNTPOINT")?;
-    let mut opts = MountOptions::default();
-    (opts.read_only, opts.auto_unmount) = (true, true);
-    fuse_wire::serve(PathFs::new(Hello), mountpoint, &opts)?;
-    Ok(())
+const COMMAND: cli::Command = cli::Command {
+    name: "hello_path",
+    about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT, on the path layer.",
+    own_options: false,
+    stats: false,
+};
+
+fn main() -> ExitCode {
+    COMMAND.run(|args| {
+        let mut opts = args.mount;
+        (opts.read_only, opts.auto_unmount) = (true, true);
+        fuse_wire::serve(PathFs::new(Hello), &args.mountpoint, &opts)?;
+        Ok(())
+    })
 }

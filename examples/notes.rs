@@ -20,13 +20,17 @@
 //! `setattr` (the library does not ask for `ATOMIC_O_TRUNC`, so `echo > notes`
 //! arrives as a SETATTR of size 0); `reply.result` with `?` in helpers.
 
+#[path = "common/cli.rs"]
+mod cli; // -f, -d, -o and --help as passthrough_ll takes them; errors printed with their text
+
 use fuse_wire::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite};
 use fuse_wire::{
-    AccessMode, Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, Inode, MountOptions,
-    OpenFlags, ReadRequest, ReleaseRequest, RequestContext, SetattrRequest, WriteRequest,
+    AccessMode, Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, Inode, OpenFlags,
+    ReadRequest, ReleaseRequest, RequestContext, SetattrRequest, WriteRequest,
 };
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -255,11 +259,21 @@ impl Filesystem for NotesFs {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let mountpoint = std::env::args_os().nth(1).ok_or("usage: notes MOUNTPOINT")?;
-    let opts = MountOptions::parse_opts("fsname=notes,default_permissions")?;
-    let report = fuse_wire::serve(NotesFs::new(), mountpoint, &opts)?;
-    eprintln!("served {} requests", report.stats.total_requests());
-    Ok(())
+const COMMAND: cli::Command = cli::Command {
+    name: "notes",
+    about: "Serves at MOUNTPOINT three generated read-only files (uptime, hostname,\n\
+            reads) and one writable file kept in memory (notes).",
+    own_options: false,
+    stats: false,
+};
+
+fn main() -> ExitCode {
+    COMMAND.run(|args| {
+        let mut opts = args.mount;
+        opts.default_permissions = true; // the kernel checks modes: no access checks here
+        opts.fsname.get_or_insert_with(|| "notes".into());
+        let report = fuse_wire::serve(NotesFs::new(), &args.mountpoint, &opts)?;
+        eprintln!("served {} requests", report.stats.total_requests());
+        Ok(())
+    })
 }

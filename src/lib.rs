@@ -18,7 +18,7 @@
 //! use fuse_wire::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry};
 //! use fuse_wire::{Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode};
 //! use fuse_wire::{MountOptions, ReadRequest, RequestContext};
-//! use std::{ffi::CStr, time::Duration};
+//! use std::{ffi::CStr, process::ExitCode, time::Duration};
 //!
 //! const TEXT: &[u8] = b"Hello, world!\n";
 //! const FILE: Inode = Inode(2);
@@ -63,7 +63,15 @@
 //!     }
 //! }
 //!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! fn main() -> ExitCode {
+//!     if let Err(e) = run() {
+//!         eprintln!("hello: {e}"); // its Display text: "hello: mountpoint /mnt/hello does not exist"
+//!         return ExitCode::FAILURE;
+//!     }
+//!     ExitCode::SUCCESS
+//! }
+//!
+//! fn run() -> Result<(), Box<dyn std::error::Error>> {
 //!     let opts = MountOptions { read_only: true, auto_unmount: true, ..MountOptions::default() };
 //!     fuse_wire::serve(Hello, "/mnt/hello", &opts)?;
 //!     Ok(())
@@ -72,6 +80,10 @@
 //!
 //! Things worth knowing before going further (each method's documentation
 //! says more):
+//! - Print errors with `{e}`, as `main` does above: their `Display` text
+//!   says what is wrong and what to do about it. A `main` that returns the
+//!   error prints its `Debug` form instead (`Error: Mount(MountpointMissing
+//!   { path: … })`).
 //! - The library logs through the [`log`](https://docs.rs/log) crate; install
 //!   a logger (`env_logger::init()`) to see its messages, errors included.
 //! - A file whose size is not known when `stat` asks (generated content)
