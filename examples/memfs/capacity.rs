@@ -1,6 +1,6 @@
 //! memfs's capacity: how many bytes and inodes the filesystem may hold
-//! (`-o size=`, `-o nr_inodes=`, as tmpfs spells them), what is in use, and
-//! the parsing of those options.
+//! (`-o size=`, `-o nr_inodes=`, as tmpfs spells them), what is in use, what
+//! each kind of record is charged, and the parsing of those options.
 //!
 //! Both counters are atomics. Growth reserves with a compare-and-swap loop
 //! that never lets the total pass the limit, so concurrent writers and
@@ -8,16 +8,49 @@
 //! No lock is taken, and a write that allocates nothing new touches neither
 //! counter.
 //!
-//! What counts as bytes: the memory backing file contents (allocated
-//! chunks, not the apparent size: holes are free, as on tmpfs), symlink
-//! targets, and extended attribute names and values. What counts as an
-//! inode: every inode alive (the root included) and every hard link beyond
-//! an inode's first name, as tmpfs counts them.
+//! # What is charged
+//!
+//! Bytes are charged for the memory memfs really holds, not for the bytes
+//! a caller stored: a one-byte write into a hole costs a page, an empty file
+//! costs its inode record. Each charge below is an upper bound of what the
+//! record costs the allocator (its allocations rounded as glibc rounds them,
+//! with the maps' slack), checked by the unit tests of this example (see
+//! `alloc_count.rs`):
+//!
+//! - [`INODE_COST`] per inode alive (the root included): its record and its
+//!   slot in the inode table;
+//! - [`PAGE_COST`] per page of file contents that holds data (a [`PAGE`] of
+//!   memory and its entry in the file's page map; holes are free);
+//! - [`DIRENT_COST`] plus the name's length per directory entry;
+//! - [`XATTR_COST`] plus the name's and value's lengths per extended
+//!   attribute;
+//! - [`TARGET_COST`] plus its length for a symbolic link's target;
+//! - [`MAP_COST`] for each map that is not empty (a file's pages, a
+//!   directory's entries, an inode's extended attributes): the first nodes
+//!   of a map cost more than its later entries.
+//!
+//! What counts as an inode: every inode alive (the root included) and every
+//! hard link beyond an inode's first name, as tmpfs counts them.
 
 use fuse_wire::session::Errno;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 const ENOSPC: Errno = Errno::new_or_eio(libc::ENOSPC);
+
+/// The unit of file contents: memory is taken and charged a page at a time.
+pub const PAGE: u64 = 4096;
+/// A page of file contents and its entry in the file's page map.
+pub const PAGE_COST: u64 = PAGE + 128;
+/// An inode's record and its slot in the inode table.
+pub const INODE_COST: u64 = 512;
+/// The first nodes of a map that holds something.
+pub const MAP_COST: u64 = 512;
+/// A directory entry, besides its name.
+pub const DIRENT_COST: u64 = 320;
+/// An extended attribute, besides its name and value.
+pub const XATTR_COST: u64 = 192;
+/// A symbolic link's target, besides its bytes.
+pub const TARGET_COST: u64 = 32;
 
 /// A limit of 0 means "no limit" (as `size=0` on tmpfs).
 pub const UNLIMITED: u64 = 0;

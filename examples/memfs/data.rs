@@ -1,22 +1,33 @@
-//! What memfs keeps per file and per directory: sparse file contents in
-//! chunks, and directory entries with stable readdir cookies.
+//! What memfs keeps per file, per directory and per inode's extended
+//! attributes: sparse file contents in pages, directory entries with stable
+//! readdir cookies, and attribute maps; each reports what it is charged
+//! (see `capacity.rs`), in constant time.
 
+use super::capacity::{DIRENT_COST, MAP_COST, PAGE, PAGE_COST, XATTR_COST};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-/// Contents are stored in chunks of this size (the last bytes of a chunk may
-/// be missing: they read as zeros). A chunk that does not exist is a hole.
-pub const CHUNK: u64 = 64 * 1024;
+/// Bytes in a page, as an index.
+const PAGE_LEN: usize = PAGE as usize;
 
-/// The contents of a regular file.
+/// A page of file contents: always `PAGE` bytes long.
+type Page = Box<[u8]>;
+
+fn new_page() -> Page {
+    // Zeroed by the allocator (calloc), which skips the work for fresh memory.
+    vec![0u8; PAGE_LEN].into_boxed_slice()
+}
+
+/// The contents of a regular file, a page at a time. A page that does not
+/// exist is a hole; a page is allocated when a write or fallocate first
+/// touches it, as tmpfs does.
 ///
 /// Invariant: every stored byte at or beyond `size` is zero, so growing the
 /// file (by truncate or by a write past the end) never exposes old data.
 #[derive(Default)]
 pub struct FileData {
     size: u64,
-    chunks: BTreeMap<u64, Vec<u8>>,
-    /// Bytes held by `chunks` (for `st_blocks`).
-    allocated: u64,
+    pages: BTreeMap<u64, Page>,
 }
 
 impl FileData {
@@ -24,189 +35,191 @@ impl FileData {
         self.size
     }
 
-    /// Bytes of memory backing the file.
-    pub fn allocated(&self) -> u64 {
-        self.allocated
+    /// Pages of memory backing the file.
+    pub fn pages(&self) -> u64 {
+        self.pages.len() as u64
+    }
+
+    /// What the contents are charged (see `capacity.rs`).
+    pub fn cost(&self) -> u64 {
+        cost_with_pages(self.pages())
+    }
+
+    /// Pages a write or allocation of `[offset, offset + len)` would add.
+    pub fn new_pages(&self, offset: u64, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let (first, last) = (offset / PAGE, (offset + len - 1) / PAGE);
+        let present = self.pages.range(first..=last).count() as u64;
+        last - first + 1 - present
+    }
+
+    /// The longest prefix of a write of `len` bytes at `offset` that adds
+    /// at most `budget` pages: the whole write when it fits, otherwise up
+    /// to the first page that would pass the budget (as tmpfs, which stops
+    /// a write at the first page it cannot allocate).
+    pub fn fit(&self, offset: u64, len: u64, budget: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let end = offset + len;
+        let mut added = 0;
+        let mut page = offset / PAGE;
+        while page * PAGE < end {
+            if !self.pages.contains_key(&page) {
+                if added == budget {
+                    return (page * PAGE).saturating_sub(offset);
+                }
+                added += 1;
+            }
+            page += 1;
+        }
+        len
     }
 
     /// Copies the bytes at `offset` into `out`, up to the end of the file;
     /// returns how many were copied. Holes read as zeros.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> usize {
-        // Nothing to copy: also keeps the chunk range below from ending
+        // Nothing to copy: also keeps the page range below from ending
         // before it starts.
         if offset >= self.size || out.is_empty() {
             return 0;
         }
         let n = (self.size - offset).min(out.len() as u64) as usize;
         let out = &mut out[..n];
-        out.fill(0);
         let end = offset + n as u64;
-        for (&idx, chunk) in self.chunks.range(offset / CHUNK..=(end - 1) / CHUNK) {
-            let base = idx * CHUNK;
+        let mut pos = offset;
+        for (&idx, page) in self.pages.range(offset / PAGE..=(end - 1) / PAGE) {
+            let base = idx * PAGE;
             let from = offset.max(base);
-            let to = end.min(base + chunk.len() as u64);
-            if from < to {
-                let src = &chunk[(from - base) as usize..(to - base) as usize];
-                out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
-            }
+            let to = end.min(base + PAGE);
+            // The hole before this page.
+            out[(pos - offset) as usize..(from - offset) as usize].fill(0);
+            let src = &page[(from - base) as usize..(to - base) as usize];
+            out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
+            pos = to;
         }
+        out[(pos - offset) as usize..].fill(0);
         n
     }
 
-    /// Writes `data` at `offset`, extending the file (the gap reads as zeros).
-    /// The caller checks that `offset + data.len()` does not overflow.
+    /// Writes `data` at `offset`, extending the file (the gap reads as
+    /// zeros). The caller checks that `offset + data.len()` does not
+    /// overflow, and has charged the pages it adds.
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         let end = offset + data.len() as u64;
         let mut pos = offset;
         while pos < end {
-            let idx = pos / CHUNK;
-            let base = idx * CHUNK;
-            let to = end.min(base + CHUNK);
-            let chunk = self.chunks.entry(idx).or_default();
-            let need = (to - base) as usize;
-            if chunk.len() < need {
-                self.allocated += (need - chunk.len()) as u64;
-                chunk.resize(need, 0);
-            }
-            chunk[(pos - base) as usize..need]
+            let idx = pos / PAGE;
+            let base = idx * PAGE;
+            let to = end.min(base + PAGE);
+            let page = self.pages.entry(idx).or_insert_with(new_page);
+            page[(pos - base) as usize..(to - base) as usize]
                 .copy_from_slice(&data[(pos - offset) as usize..(to - offset) as usize]);
             pos = to;
         }
         self.size = self.size.max(end);
     }
 
-    /// How much of a write of `len` bytes at `offset` fits in `budget` new
-    /// bytes of memory, and what that part costs: `(bytes, cost)`. Writing
-    /// into a chunk first backs it up to the written end, so the cost of a
-    /// prefix only grows with its length; the answer is the longest prefix
-    /// whose cost is at most `budget` (the whole write when it fits).
-    pub fn fit(&self, offset: u64, len: u64, budget: u64) -> (u64, u64) {
-        let end = offset.saturating_add(len);
-        let (mut pos, mut cost) = (offset, 0u64);
-        while pos < end {
-            let idx = pos / CHUNK;
-            let base = idx * CHUNK;
-            let to = end.min(base + CHUNK);
-            let have = self.chunks.get(&idx).map_or(0, |c| c.len() as u64);
-            let extra = (to - base).saturating_sub(have);
-            if cost + extra > budget {
-                // The chunk can grow to `base + have + what is left`.
-                let reach = base + have + (budget - cost);
-                if reach > pos {
-                    cost = budget;
-                    pos = reach;
-                }
-                break;
-            }
-            cost += extra;
-            pos = to;
-        }
-        (pos - offset, cost)
-    }
-
-    /// Sets the size; shrinking drops the bytes past the new end.
+    /// Sets the size; shrinking drops the pages past the new end and zeroes
+    /// the rest of the last one.
     pub fn truncate(&mut self, size: u64) {
         if size < self.size {
-            let first_gone = size.div_ceil(CHUNK);
-            for (_, chunk) in self.chunks.split_off(&first_gone) {
-                self.allocated -= chunk.len() as u64;
-            }
-            if !size.is_multiple_of(CHUNK)
-                && let Some(chunk) = self.chunks.get_mut(&(size / CHUNK))
+            drop(self.pages.split_off(&size.div_ceil(PAGE)));
+            release_if_empty(&mut self.pages);
+            if !size.is_multiple_of(PAGE)
+                && let Some(page) = self.pages.get_mut(&(size / PAGE))
             {
-                let keep = (size % CHUNK) as usize;
-                if chunk.len() > keep {
-                    self.allocated -= (chunk.len() - keep) as u64;
-                    chunk.truncate(keep);
-                }
+                page[(size % PAGE) as usize..].fill(0);
             }
         }
         self.size = size;
     }
 
-    /// Backs `[offset, offset + len)` with memory (fallocate mode 0 or
-    /// KEEP_SIZE); with `extend`, the file grows to cover the range.
+    /// Backs `[offset, offset + len)` with pages (fallocate mode 0 or
+    /// KEEP_SIZE); with `extend`, the file grows to cover the range. The
+    /// caller has charged the pages it adds.
     pub fn allocate(&mut self, offset: u64, len: u64, extend: bool) {
+        if len == 0 {
+            return;
+        }
         let end = offset + len;
-        let mut pos = offset;
-        while pos < end {
-            let idx = pos / CHUNK;
-            let base = idx * CHUNK;
-            let to = end.min(base + CHUNK);
-            let chunk = self.chunks.entry(idx).or_default();
-            let need = (to - base) as usize;
-            if chunk.len() < need {
-                self.allocated += (need - chunk.len()) as u64;
-                chunk.resize(need, 0);
-            }
-            pos = to;
+        for idx in offset / PAGE..=(end - 1) / PAGE {
+            self.pages.entry(idx).or_insert_with(new_page);
         }
         if extend {
             self.size = self.size.max(end);
         }
     }
 
-    /// Zeroes `[offset, offset + len)` and frees the chunks it covers
+    /// Zeroes `[offset, offset + len)` and frees the pages it covers
     /// entirely (fallocate PUNCH_HOLE); the size does not change.
     pub fn punch_hole(&mut self, offset: u64, len: u64) {
         let end = offset.saturating_add(len);
         if len == 0 {
             return;
         }
-        let idxs: Vec<u64> = self
-            .chunks
-            .range(offset / CHUNK..=(end - 1) / CHUNK)
-            .map(|(&i, _)| i)
-            .collect();
-        for idx in idxs {
-            let base = idx * CHUNK;
-            if offset <= base && end >= base + CHUNK {
-                if let Some(chunk) = self.chunks.remove(&idx) {
-                    self.allocated -= chunk.len() as u64;
-                }
-            } else if let Some(chunk) = self.chunks.get_mut(&idx) {
+        // Whole pages go; the partial ones at either end are zeroed.
+        let (first_whole, end_whole) = (offset.div_ceil(PAGE), end / PAGE);
+        if first_whole < end_whole {
+            let mut tail = self.pages.split_off(&first_whole);
+            let mut rest = tail.split_off(&end_whole);
+            self.pages.append(&mut rest);
+            release_if_empty(&mut self.pages);
+        }
+        for idx in [offset / PAGE, (end - 1) / PAGE] {
+            let base = idx * PAGE;
+            if let Some(page) = self.pages.get_mut(&idx) {
                 let from = (offset.max(base) - base) as usize;
-                let to = ((end.min(base + CHUNK) - base) as usize).min(chunk.len());
-                if from < to {
-                    chunk[from..to].fill(0);
-                }
+                let to = (end.min(base.saturating_add(PAGE)) - base) as usize;
+                page[from..to].fill(0);
             }
         }
     }
 
-    /// SEEK_DATA: the first offset at or after `offset` inside a chunk, or
+    /// SEEK_DATA: the first offset at or after `offset` inside a page, or
     /// `None` (ENXIO) when there is no data there before the end of the file.
     pub fn seek_data(&self, offset: u64) -> Option<u64> {
         if offset >= self.size {
             return None;
         }
-        let (&idx, _) = self.chunks.range(offset / CHUNK..).next()?;
-        let pos = offset.max(idx * CHUNK);
+        let (&idx, _) = self.pages.range(offset / PAGE..).next()?;
+        let pos = offset.max(idx * PAGE);
         (pos < self.size).then_some(pos)
     }
 
-    /// SEEK_HOLE: the first offset at or after `offset` that is in no chunk,
+    /// SEEK_HOLE: the first offset at or after `offset` that is in no page,
     /// or the end of the file (which counts as a hole); `None` (ENXIO) when
     /// `offset` is at or past the end.
     pub fn seek_hole(&self, offset: u64) -> Option<u64> {
         if offset >= self.size {
             return None;
         }
-        let mut idx = offset / CHUNK;
-        for (&i, _) in self.chunks.range(idx..) {
+        let mut idx = offset / PAGE;
+        for (&i, _) in self.pages.range(idx..) {
             if i != idx {
                 break;
             }
             idx += 1;
         }
-        Some(offset.max(idx.saturating_mul(CHUNK)).min(self.size))
+        Some(offset.max(idx.saturating_mul(PAGE)).min(self.size))
+    }
+}
+
+/// What a file's contents are charged with `pages` pages.
+pub fn cost_with_pages(pages: u64) -> u64 {
+    match pages {
+        0 => 0,
+        n => MAP_COST + n * PAGE_COST,
     }
 }
 
 /// One name in a directory.
 #[derive(Clone, Debug)]
 pub struct DirEntry {
-    pub name: Vec<u8>,
+    /// Shared with the directory's name index: one allocation per name.
+    pub name: Arc<[u8]>,
     pub ino: u64,
     /// The `S_IFMT` bits of the inode (its type never changes).
     pub kind: u32,
@@ -221,9 +234,11 @@ pub struct DirEntry {
 /// unlinks (or resumed with `seekdir`) neither repeats nor skips the
 /// entries that stayed. Cookies 1 and 2 belong to "." and "..".
 pub struct DirData {
-    by_name: HashMap<Vec<u8>, u64>,
+    by_name: HashMap<Arc<[u8]>, u64>,
     by_cookie: BTreeMap<u64, DirEntry>,
     next_cookie: u64,
+    /// The names' bytes, for the charge.
+    name_bytes: u64,
 }
 
 /// The cookie after "."; the first real entry gets the one after this.
@@ -235,7 +250,32 @@ impl Default for DirData {
             by_name: HashMap::new(),
             by_cookie: BTreeMap::new(),
             next_cookie: DOTDOT_COOKIE + 1,
+            name_bytes: 0,
         }
+    }
+}
+
+/// What one entry named `name_len` bytes is charged.
+pub fn dirent_cost(name_len: usize) -> u64 {
+    DIRENT_COST + name_len as u64
+}
+
+/// Gives back a hash map's memory once it is mostly empty, and all of it
+/// once it is empty (a map never shrinks by itself: memory freed by
+/// removals would stay uncharged). Halving the capacity when a quarter is
+/// used keeps the cost of resizing proportional to the changes.
+pub fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.is_empty() {
+        *map = HashMap::new();
+    } else if map.len() * 4 <= map.capacity() {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+/// Frees the root node that an emptied B-tree map keeps.
+pub fn release_if_empty<K, V>(map: &mut BTreeMap<K, V>) {
+    if map.is_empty() {
+        *map = BTreeMap::new();
     }
 }
 
@@ -252,12 +292,27 @@ impl DirData {
         self.by_name.len()
     }
 
+    /// What the entries are charged (see `capacity.rs`).
+    pub fn cost(&self) -> u64 {
+        match self.len() as u64 {
+            0 => 0,
+            n => MAP_COST + n * DIRENT_COST + self.name_bytes,
+        }
+    }
+
+    /// What adding an entry named `name_len` bytes adds to [`cost`](Self::cost).
+    pub fn insert_cost(&self, name_len: usize) -> u64 {
+        let first = if self.is_empty() { MAP_COST } else { 0 };
+        first + dirent_cost(name_len)
+    }
+
     /// Adds a name that is not present.
     pub fn insert(&mut self, name: &[u8], ino: u64, kind: u32) {
         let cookie = self.next_cookie;
         self.next_cookie += 1;
-        self.by_name.insert(name.to_vec(), cookie);
-        let name = name.to_vec();
+        let name: Arc<[u8]> = Arc::from(name);
+        self.name_bytes += name.len() as u64;
+        self.by_name.insert(name.clone(), cookie);
         self.by_cookie.insert(cookie, DirEntry { name, ino, kind });
     }
 
@@ -271,7 +326,11 @@ impl DirData {
 
     pub fn remove(&mut self, name: &[u8]) -> Option<DirEntry> {
         let cookie = self.by_name.remove(name)?;
-        self.by_cookie.remove(&cookie)
+        shrink(&mut self.by_name);
+        let e = self.by_cookie.remove(&cookie)?;
+        release_if_empty(&mut self.by_cookie);
+        self.name_bytes -= e.name.len() as u64;
+        Some(e)
     }
 
     /// Entries whose cookie is greater than `after`, in cookie order.
@@ -282,32 +341,181 @@ impl DirData {
     }
 }
 
+/// An inode's extended attributes.
+#[derive(Default)]
+pub struct Xattrs {
+    map: BTreeMap<Box<[u8]>, Box<[u8]>>,
+    /// Names' and values' bytes, for the charge.
+    bytes: u64,
+}
+
+impl Xattrs {
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.map.get(name).map(|v| &v[..])
+    }
+
+    pub fn contains(&self, name: &[u8]) -> bool {
+        self.map.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.map.keys().map(|k| &k[..])
+    }
+
+    /// What the attributes are charged (see `capacity.rs`).
+    pub fn cost(&self) -> u64 {
+        match self.map.len() as u64 {
+            0 => 0,
+            n => MAP_COST + n * XATTR_COST + self.bytes,
+        }
+    }
+
+    /// What [`cost`](Self::cost) would be with `name` set to a value of
+    /// `value_len` bytes.
+    pub fn cost_with(&self, name: &[u8], value_len: usize) -> u64 {
+        let new = XATTR_COST + (name.len() + value_len) as u64;
+        match self.map.get(name) {
+            Some(old) => self.cost() - old.len() as u64 + value_len as u64,
+            None if self.map.is_empty() => MAP_COST + new,
+            None => self.cost() + new,
+        }
+    }
+
+    pub fn set(&mut self, name: &[u8], value: &[u8]) {
+        self.bytes += value.len() as u64;
+        match self.map.get_mut(name) {
+            Some(v) => {
+                self.bytes -= v.len() as u64;
+                *v = value.into();
+            }
+            None => {
+                self.bytes += name.len() as u64;
+                self.map.insert(name.into(), value.into());
+            }
+        }
+    }
+
+    /// Removes `name`; whether it was there.
+    pub fn remove(&mut self, name: &[u8]) -> bool {
+        match self.map.remove(name) {
+            Some(v) => {
+                self.bytes -= (name.len() + v.len()) as u64;
+                release_if_empty(&mut self.map);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A read of 0 bytes inside the file (READ of size 0, COPY_FILE_RANGE
-    /// of length 0) used to ask the chunk map for a backwards range.
+    /// of length 0) used to ask the page map for a backwards range.
     #[test]
     fn empty_reads_inside_the_file() {
         let mut f = FileData::default();
-        f.write(0, &vec![1u8; 3 * CHUNK as usize]);
-        for off in [0, 1, CHUNK, 2 * CHUNK] {
+        f.write(0, &vec![1u8; 3 * PAGE_LEN]);
+        for off in [0, 1, PAGE, 2 * PAGE] {
             assert_eq!(f.read(off, &mut []), 0);
         }
     }
 
     #[test]
-    fn fit_is_the_longest_prefix_within_budget() {
+    fn sparse_writes_take_one_page_each() {
+        let mut f = FileData::default();
+        for i in 0..10 {
+            assert_eq!(f.new_pages(i * 128 * 1024, 1), 1);
+            f.write(i * 128 * 1024, b"x");
+        }
+        assert_eq!(f.pages(), 10);
+        assert_eq!(f.cost(), MAP_COST + 10 * PAGE_COST);
+        let mut buf = vec![7u8; 128 * 1024 + 1];
+        assert_eq!(f.read(0, &mut buf), buf.len());
+        assert_eq!(
+            (buf[0], buf[1], buf[PAGE_LEN], buf[128 * 1024]),
+            (b'x', 0, 0, b'x')
+        );
+        assert_eq!(buf.iter().filter(|&&b| b != 0).count(), 2);
+        // Overwriting costs nothing; a write across a page boundary into
+        // a hole costs the pages it touches.
+        assert_eq!(f.new_pages(0, PAGE), 0);
+        assert_eq!(f.new_pages(PAGE - 1, 2), 1);
+        assert_eq!(f.new_pages(0, 128 * 1024 + 1), 31);
+    }
+
+    #[test]
+    fn fit_stops_at_the_first_page_past_the_budget() {
         let mut f = FileData::default();
         f.write(0, &[1u8; 100]);
-        // Overwriting costs nothing; growing chunk 0 to 150 costs 50.
-        assert_eq!(f.fit(0, 150, u64::MAX), (150, 50));
-        assert_eq!(f.fit(0, 150, 20), (120, 20));
-        // A write at 200 must first fill 100..200 of its chunk.
-        assert_eq!(f.fit(200, 10, 100), (0, 0));
-        assert_eq!(f.fit(200, 10, 105), (5, 105));
-        // Across chunks: the second chunk starts empty.
-        assert_eq!(f.fit(CHUNK - 10, 20, u64::MAX), (20, CHUNK - 100 + 10));
+        // Page 0 is there: anything within it fits without a new page.
+        assert_eq!(f.fit(0, PAGE, 0), PAGE);
+        // Into page 1 and 2: the budget decides how many.
+        assert_eq!(f.fit(10, 2 * PAGE, 0), PAGE - 10);
+        assert_eq!(f.fit(10, 2 * PAGE, 1), 2 * PAGE - 10);
+        assert_eq!(f.fit(10, 2 * PAGE, 2), 2 * PAGE);
+        // A write starting in a hole gets nothing without a page.
+        assert_eq!(f.fit(PAGE + 5, 10, 0), 0);
+        assert_eq!(f.fit(PAGE + 5, 10, 1), 10);
+    }
+
+    #[test]
+    fn truncate_punch_and_seek_work_in_pages() {
+        let mut f = FileData::default();
+        f.write(0, &vec![9u8; 4 * PAGE_LEN]);
+        f.punch_hole(PAGE / 2, 2 * PAGE);
+        // Page 1 is gone; pages 0 and 2 are zeroed in part.
+        assert_eq!(f.pages(), 3);
+        assert_eq!(f.seek_hole(0), Some(PAGE));
+        assert_eq!(f.seek_data(PAGE), Some(2 * PAGE));
+        let mut buf = vec![0u8; 4 * PAGE_LEN];
+        f.read(0, &mut buf);
+        let nines = buf.iter().filter(|&&b| b == 9).count() as u64;
+        assert_eq!(nines, 4 * PAGE - 2 * PAGE);
+        assert_eq!(buf[PAGE_LEN / 2 - 1], 9);
+        assert_eq!(buf[PAGE_LEN / 2], 0);
+        assert_eq!(buf[5 * PAGE_LEN / 2], 9);
+        // Shrinking drops whole pages and zeroes the tail of the last one,
+        // so growing again shows zeros.
+        f.truncate(PAGE + 1);
+        assert_eq!(f.pages(), 1);
+        f.truncate(PAGE / 4);
+        f.truncate(PAGE);
+        let mut page = vec![1u8; PAGE_LEN];
+        f.read(0, &mut page);
+        assert!(page[PAGE_LEN / 4..].iter().all(|&b| b == 0));
+        assert_eq!(f.seek_hole(0), Some(PAGE));
+        f.truncate(0);
+        assert_eq!((f.pages(), f.cost()), (0, 0));
+    }
+
+    #[test]
+    fn directory_and_xattr_costs_follow_their_contents() {
+        let mut d = DirData::default();
+        assert_eq!(d.cost(), 0);
+        assert_eq!(d.insert_cost(3), MAP_COST + dirent_cost(3));
+        d.insert(b"abc", 5, libc::S_IFREG);
+        assert_eq!(d.cost(), MAP_COST + dirent_cost(3));
+        assert_eq!(d.insert_cost(10), dirent_cost(10));
+        d.insert(b"0123456789", 6, libc::S_IFREG);
+        assert_eq!(d.cost(), MAP_COST + dirent_cost(3) + dirent_cost(10));
+        assert_eq!(d.remove(b"abc").map(|e| e.ino), Some(5));
+        assert_eq!(d.cost(), MAP_COST + dirent_cost(10));
+        d.remove(b"0123456789");
+        assert_eq!(d.cost(), 0);
+
+        let mut x = Xattrs::default();
+        assert_eq!(x.cost_with(b"user.a", 10), MAP_COST + XATTR_COST + 16);
+        x.set(b"user.a", &[1; 10]);
+        assert_eq!(x.cost(), MAP_COST + XATTR_COST + 16);
+        assert_eq!(x.cost_with(b"user.a", 2), MAP_COST + XATTR_COST + 8);
+        x.set(b"user.a", &[1; 2]);
+        assert_eq!(x.cost(), MAP_COST + XATTR_COST + 8);
+        assert_eq!(x.cost_with(b"user.bb", 0), x.cost() + XATTR_COST + 7);
+        assert!(x.remove(b"user.a"));
+        assert!(!x.remove(b"user.a"));
+        assert_eq!(x.cost(), 0);
     }
 }

@@ -29,23 +29,45 @@
 //!   has only its primary group). A caller with `CAP_DAC_OVERRIDE` and
 //!   `CAP_FOWNER` (root, normally) passes every check; uid 0 without them
 //!   does not.
-//! - Holes are tracked per 64 KiB chunk: SEEK_DATA/SEEK_HOLE report chunks,
-//!   so zeros inside a written chunk count as data.
+//! - Holes are tracked per 4 KiB page, as on tmpfs: SEEK_DATA/SEEK_HOLE
+//!   report pages, so zeros inside a written page count as data.
 //! - atime changes only through SETATTR (as if mounted `noatime`).
 //!
 //! # Capacity
 //!
-//! `-o size=` and `-o nr_inodes=` bound what memfs holds (see
-//! `capacity.rs` for what counts); the defaults are tmpfs's, half of the
-//! RAM and one inode per page of that. Each inode records the bytes it is
-//! charged for (`Data::charged`), and gives them back, with its inode slot,
-//! when it is dropped: after its last name, kernel reference and open file
-//! are gone, so an unlinked file that is still open keeps its space until
-//! the last RELEASE. A write that does not fit entirely writes what fits
-//! and answers with that count, as tmpfs does (the caller sees a short
-//! write, then ENOSPC on the next one); fallocate and xattrs are all or
-//! nothing; truncating up makes a hole and costs nothing, as on tmpfs.
-
+//! `-o size=` and `-o nr_inodes=` bound what memfs holds; the defaults are
+//! tmpfs's, half of the RAM and one inode per page of that. `size=` is
+//! charged the memory memfs really takes, not the bytes callers stored:
+//! each page of contents touched, each inode, directory entry, extended
+//! attribute, symlink target and lock record, at a cost per record that
+//! bounds what it takes from the allocator (`capacity.rs` lists them; unit
+//! tests hold each against the allocations it makes). statfs reports that
+//! same figure as used. Each inode records the bytes it is charged for
+//! (`Data::charged`) and gives them back, with its inode slot, when it is
+//! dropped: after its last name, kernel reference and open file are gone,
+//! so an unlinked file that is still open keeps its space until the last
+//! RELEASE. Every growth is reserved before anything changes, so a request
+//! refused with ENOSPC (ENOLCK for locks) leaves everything as it was. A
+//! write that does not fit entirely writes the pages that fit and answers
+//! with that count, as tmpfs does (the caller sees a short write, then
+//! ENOSPC on the next one); fallocate, xattrs, creations and renames are
+//! all or nothing; truncating up makes a hole and costs nothing, as on
+//! tmpfs.
+//!
+//! # Memory beyond `size=`
+//!
+//! The daemon's resident memory stays within `size=` plus:
+//!
+//! - what it takes before holding anything: code, libraries, and each
+//!   worker thread's stack and request buffer (about `max_write` plus a page
+//!   each, for the workers the load has started);
+//! - buffers of requests in flight: a COPY_FILE_RANGE copies 64 KiB at a
+//!   time, a LISTXATTR reply is at most what the caller's buffer holds
+//!   (64 KiB), and the session's own per-request state;
+//! - what the allocator keeps once memfs frees memory: glibc reuses it for
+//!   later records and gives back what it can at the end of its heaps, but
+//!   freed memory scattered between live records stays resident (at most
+//!   the peak of what was charged).
 use fuse_wire::proto::abi::{Kstatfs, SetattrIn};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, SetattrValid, WriteFlags};
 use fuse_wire::session::attr::time_from_wire;
@@ -60,20 +82,23 @@ use fuse_wire::session::{
     ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
     WriteRequest,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(test)]
+#[path = "alloc_count.rs"]
+mod alloc_count;
 #[path = "capacity.rs"]
 pub mod capacity;
 #[path = "data.rs"]
 mod data;
 #[path = "locks.rs"]
 mod locks;
-use capacity::Capacity;
-use data::{DOTDOT_COOKIE, DirData, FileData};
+use capacity::{Capacity, INODE_COST, PAGE, TARGET_COST};
+use data::{DOTDOT_COOKIE, DirData, FileData, Xattrs, dirent_cost};
 use locks::Locks;
 
 /// Number of inode-table shards.
@@ -85,6 +110,10 @@ const MAX_XATTR: usize = 64 * 1024;
 const MAX_SIZE: u64 = i64::MAX as u64;
 /// Largest amount one COPY_FILE_RANGE copies (callers loop on short copies).
 const COPY_MAX: u64 = 16 << 20;
+/// What COPY_FILE_RANGE copies at a time, through a buffer.
+const COPY_PIECE: usize = 64 << 10;
+/// The preferred I/O size reported in `st_blksize`.
+const IO_SIZE: u32 = 64 << 10;
 
 const ENXIO: Errno = Errno::new_or_eio(libc::ENXIO);
 const EFBIG: Errno = Errno::new_or_eio(libc::EFBIG);
@@ -115,9 +144,19 @@ impl Time {
 enum Content {
     File(FileData),
     Dir(DirData),
-    Symlink(Vec<u8>),
+    Symlink(Box<[u8]>),
     /// FIFOs, sockets and device nodes: only attributes.
     Special,
+}
+
+/// What an inode's contents are charged (see `capacity.rs`).
+fn content_cost(c: &Content) -> u64 {
+    match c {
+        Content::File(f) => f.cost(),
+        Content::Dir(d) => d.cost(),
+        Content::Symlink(t) => TARGET_COST + t.len() as u64,
+        Content::Special => 0,
+    }
 }
 
 /// What an inode's lock protects.
@@ -130,7 +169,7 @@ struct Data {
     atime: Time,
     mtime: Time,
     ctime: Time,
-    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    xattrs: Xattrs,
     content: Content,
     /// Bytes of the capacity this inode holds (what `usage` says, plus
     /// what a change in progress has reserved).
@@ -140,17 +179,7 @@ struct Data {
 impl Data {
     /// Bytes this inode should be charged for: see `capacity.rs`.
     fn usage(&self) -> u64 {
-        let content = match &self.content {
-            Content::File(f) => f.allocated(),
-            Content::Symlink(t) => t.len() as u64,
-            Content::Dir(_) | Content::Special => 0,
-        };
-        content
-            + self
-                .xattrs
-                .iter()
-                .map(|(k, v)| (k.len() + v.len()) as u64)
-                .sum::<u64>()
+        INODE_COST + content_cost(&self.content) + self.xattrs.cost()
     }
 
     fn dir(&self) -> Result<&DirData, Errno> {
@@ -201,7 +230,7 @@ impl Data {
         if self.mode & libc::S_IXGRP != 0 || caller.is_some_and(|c| !c.is_root() && !c.in_group(self.gid)) {
             self.mode &= !libc::S_ISGID;
         }
-        self.xattrs.remove(&b"security.capability"[..]);
+        self.xattrs.remove(b"security.capability");
     }
 }
 
@@ -240,7 +269,7 @@ impl Node {
 
     fn attr(&self, d: &Data) -> FileAttr {
         let (size, blocks) = match &d.content {
-            Content::File(f) => (f.size(), f.allocated().div_ceil(512)),
+            Content::File(f) => (f.size(), f.pages() * (PAGE / 512)),
             Content::Dir(dir) => (dir.len() as u64 * 32, 0),
             Content::Symlink(t) => (t.len() as u64, 0),
             Content::Special => (0, 0),
@@ -258,7 +287,7 @@ impl Node {
             uid: d.uid,
             gid: d.gid,
             rdev: d.rdev,
-            blksize: data::CHUNK as u32,
+            blksize: IO_SIZE,
             flags: 0,
         }
     }
@@ -390,8 +419,10 @@ impl MemFs {
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((0, 0));
         let cap = Arc::new(Capacity::new(config.size, config.nr_inodes));
-        // The root takes the first inode slot (any limit has room for it).
+        // The root takes the first inode slot and its record's bytes,
+        // whatever the limits.
         let _ = cap.reserve_inode();
+        cap.force_bytes(INODE_COST);
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
@@ -416,9 +447,9 @@ impl MemFs {
                 atime: now,
                 mtime: now,
                 ctime: now,
-                xattrs: BTreeMap::new(),
+                xattrs: Xattrs::default(),
                 content: Content::Dir(DirData::default()),
-                charged: 0,
+                charged: INODE_COST,
             }),
             cap,
         };
@@ -495,6 +526,9 @@ impl MemFs {
         let mut shard = self.shard(node.ino).write().unwrap_or_else(|e| e.into_inner());
         if unused(node) && shard.remove(&node.ino).is_some() {
             log::trace!("inode {} freed", node.ino);
+            // A table never shrinks by itself: give back what a mass
+            // removal left empty (INODE_COST counts a slot's share).
+            data::shrink(&mut shard);
         }
     }
 
@@ -622,14 +656,17 @@ impl MemFs {
             perm &= !libc::S_ISGID;
         }
         // Last, so that a refused request reserves nothing: the inode slot,
-        // then the bytes of a symlink's target (the new node gives both
-        // back when it is dropped).
-        let bytes = match &content {
-            Content::Symlink(t) => t.len() as u64,
-            _ => 0,
-        };
+        // the new inode's bytes (it gives both back when it is dropped),
+        // then the directory's new entry.
+        let bytes = INODE_COST + content_cost(&content);
         self.cap.reserve_inode()?;
         if let Err(e) = self.cap.reserve_bytes(bytes) {
+            self.cap.release_inode();
+            return Err(e);
+        }
+        let entry_cost = pd.dir()?.insert_cost(name.len());
+        if let Err(e) = self.charge(pd, entry_cost) {
+            self.cap.release_bytes(bytes);
             self.cap.release_inode();
             return Err(e);
         }
@@ -649,7 +686,7 @@ impl MemFs {
                 atime: now,
                 mtime: now,
                 ctime: now,
-                xattrs: BTreeMap::new(),
+                xattrs: Xattrs::default(),
                 content,
                 charged: bytes,
             }),
@@ -658,6 +695,7 @@ impl MemFs {
         let entry = self.entry(&node, &node.read());
         self.insert(node.clone());
         pd.dir_mut()?.insert(name, ino, kind);
+        self.settle(pd);
         if is_dir {
             parent.nlink.fetch_add(1, AcqRel);
         }
@@ -835,6 +873,7 @@ impl MemFs {
             cd.ctime = Time::now();
         }
         pd.dir_mut()?.remove(name);
+        self.settle(&mut pd);
         pd.touch_modified();
         drop(pd);
         self.maybe_free(&child);
@@ -955,30 +994,47 @@ impl MemFs {
             }
             dst_node.write().ctime = now;
         } else {
-            if let Some(d) = &dst {
-                if src_is_dir && !dst_is_dir {
-                    return Err(Errno::ENOTDIR);
-                }
-                if !src_is_dir && dst_is_dir {
-                    return Err(Errno::EISDIR);
-                }
-                let dst_node = self.get(Inode(d.ino))?;
-                {
-                    let mut dd = dst_node.write();
-                    if dst_is_dir {
-                        if !dd.dir()?.is_empty() {
-                            return Err(Errno::ENOTEMPTY);
-                        }
-                        dst_node.nlink.store(0, Release);
-                        np.nlink.fetch_sub(1, AcqRel);
-                    } else {
-                        self.unlinked(dst_node.nlink.fetch_sub(1, AcqRel));
+            let dst_node = match &dst {
+                Some(d) => {
+                    if src_is_dir && !dst_is_dir {
+                        return Err(Errno::ENOTDIR);
                     }
-                    dd.ctime = now;
+                    if !src_is_dir && dst_is_dir {
+                        return Err(Errno::EISDIR);
+                    }
+                    Some(self.get(Inode(d.ino))?)
                 }
-                dirs.dst().dir_mut()?.remove(newname);
-                replaced = Some(dst_node);
+                None => None,
+            };
+            let mut dst_data = dst_node.as_ref().map(|n| n.write());
+            if let Some(dd) = &dst_data
+                && dst_is_dir
+                && !dd.dir()?.is_empty()
+            {
+                return Err(Errno::ENOTEMPTY);
             }
+            // What the destination directory grows by, reserved before
+            // anything changes: nothing when an entry of that name is
+            // replaced; a new entry in another directory; in the same
+            // directory, a longer name.
+            let growth = match (&dst, cross) {
+                (Some(_), _) => 0,
+                (None, true) => dirs.dst().dir()?.insert_cost(newname.len()),
+                (None, false) => dirent_cost(newname.len()).saturating_sub(dirent_cost(name.len())),
+            };
+            self.charge(dirs.dst(), growth)?;
+            if let (Some(n), Some(dd)) = (&dst_node, &mut dst_data) {
+                if dst_is_dir {
+                    n.nlink.store(0, Release);
+                    np.nlink.fetch_sub(1, AcqRel);
+                } else {
+                    self.unlinked(n.nlink.fetch_sub(1, AcqRel));
+                }
+                dd.ctime = now;
+                dirs.dst().dir_mut()?.remove(newname);
+            }
+            drop(dst_data);
+            replaced = dst_node;
             dirs.src().dir_mut()?.remove(name);
             dirs.dst().dir_mut()?.insert(newname, src.ino, src.kind);
             if cross && src_is_dir {
@@ -987,6 +1043,8 @@ impl MemFs {
                 np.nlink.fetch_add(1, AcqRel);
             }
         }
+        self.settle(dirs.src());
+        self.settle(dirs.dst());
         dirs.src().touch_modified();
         dirs.dst().touch_modified();
         src_node.write().ctime = now;
@@ -1020,11 +1078,18 @@ impl MemFs {
         if node.nlink.load(Acquire) == 0 {
             return Err(Errno::ENOENT);
         }
-        // Each extra name takes an inode slot (as on tmpfs).
+        // Each extra name takes an inode slot (as on tmpfs), and the
+        // directory's bytes for the entry.
         self.cap.reserve_inode()?;
+        let entry_cost = pd.dir()?.insert_cost(newname.len());
+        if let Err(e) = self.charge(&mut pd, entry_cost) {
+            self.cap.release_inode();
+            return Err(e);
+        }
         node.nlink.fetch_add(1, AcqRel);
         d.ctime = Time::now();
         pd.dir_mut()?.insert(newname, node.ino, d.mode & libc::S_IFMT);
+        self.settle(&mut pd);
         pd.touch_modified();
         node.lookups.fetch_add(1, AcqRel);
         Ok(self.entry(&node, &d))
@@ -1110,22 +1175,32 @@ impl MemFs {
 
     /// Writes `data` at `offset` into the file `d` (write locked), or the
     /// longest part of it that the capacity has room for (a short write, as
-    /// on tmpfs); ENOSPC when not one byte fits. The caller settles.
+    /// on tmpfs: up to the first page that cannot be charged); ENOSPC when
+    /// not one byte fits. Nothing is written before it is charged, so a
+    /// refused write changes nothing. The caller settles.
     fn write_locked(&self, d: &mut Data, offset: u64, data: &[u8]) -> Result<usize, Errno> {
         let len = data.len() as u64;
-        let (_, cost) = d.file()?.fit(offset, len, u64::MAX);
-        let n = if self.charge(d, cost).is_ok() {
+        let f = d.file()?;
+        let (pages, new) = (f.pages(), f.new_pages(offset, len));
+        let cost = |added: u64| data::cost_with_pages(pages + added) - data::cost_with_pages(pages);
+        let n = if self.charge(d, cost(new)).is_ok() {
             data.len()
         } else {
             // Other writers move the free space meanwhile: try what fits
             // now a few times, then give up.
             let mut fitted = None;
             for _ in 0..16 {
-                let (n, cost) = d.file()?.fit(offset, len, self.cap.bytes_free());
+                let free = self.cap.bytes_free();
+                // The most pages `free` pays for.
+                let mut budget = new;
+                while budget > 0 && cost(budget) > free {
+                    budget = (budget - 1).min(free / capacity::PAGE_COST);
+                }
+                let n = d.file()?.fit(offset, len, budget);
                 if n == 0 {
                     break;
                 }
-                if self.charge(d, cost).is_ok() {
+                if self.charge(d, cost(budget)).is_ok() {
                     fitted = Some(n as usize);
                     break;
                 }
@@ -1145,7 +1220,7 @@ impl MemFs {
         length: u64,
         mode: i32,
     ) -> Result<(), Errno> {
-        let end = offset
+        offset
             .checked_add(length)
             .filter(|&e| e <= MAX_SIZE)
             .ok_or(EFBIG)?;
@@ -1159,9 +1234,10 @@ impl MemFs {
         };
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
-                let new = end.min(if keep_size { f.size() } else { end });
-                let len = new.saturating_sub(offset);
-                let (_, cost) = f.fit(offset, len, u64::MAX);
+                // KEEP_SIZE allocates past the end too, as on tmpfs.
+                let pages = f.pages();
+                let cost =
+                    data::cost_with_pages(pages + f.new_pages(offset, length)) - data::cost_with_pages(pages);
                 // Memory is the backing store: without a size limit, refuse
                 // what cannot fit now rather than let a later write abort
                 // the process.
@@ -1170,7 +1246,7 @@ impl MemFs {
                 }
                 // All or nothing, as on tmpfs.
                 self.charge(&mut d, cost)?;
-                d.file_mut()?.allocate(offset, len, !keep_size);
+                d.file_mut()?.allocate(offset, length, !keep_size);
             }
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
             _ => return Err(Errno::EOPNOTSUPP),
@@ -1193,28 +1269,39 @@ impl MemFs {
     ) -> Result<u64, Errno> {
         let src = self.get(ino_in)?;
         let dst = self.get(ino_out)?;
-        // Copy through a buffer so that the two inode locks are never held
-        // together (same inode included).
-        let mut buf;
-        {
-            let d = src.read();
-            let f = d.file()?;
-            let n = f.size().saturating_sub(off_in).min(len).min(COPY_MAX);
-            buf = vec![0u8; n as usize];
-            let got = f.read(off_in, &mut buf);
-            buf.truncate(got);
+        // Copy through a small buffer, a piece at a time, so that the two
+        // inode locks are never held together (same inode included) and
+        // the buffer stays small whatever the length.
+        let len = len.min(COPY_MAX);
+        let mut buf = vec![0u8; COPY_PIECE.min(len as usize)];
+        let mut done = 0u64;
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            let got = {
+                let d = src.read();
+                d.file()?.read(off_in + done, &mut buf[..want])
+            };
+            if got == 0 {
+                break;
+            }
+            let at = off_out + done;
+            let written = if at.checked_add(got as u64).is_some_and(|e| e <= MAX_SIZE) {
+                let mut d = dst.write();
+                let r = self.write_locked(&mut d, at, &buf[..got]);
+                self.settle(&mut d);
+                r
+            } else {
+                Err(EFBIG)
+            };
+            match written {
+                Ok(n) if n < got => return Ok(done + n as u64),
+                Ok(n) => done += n as u64,
+                // What was copied stands; the error comes with the next call.
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
         }
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        off_out
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= MAX_SIZE)
-            .ok_or(EFBIG)?;
-        let mut d = dst.write();
-        let n = self.write_locked(&mut d, off_out, &buf);
-        self.settle(&mut d);
-        Ok(n? as u64)
+        Ok(done)
     }
 
     fn do_setxattr(
@@ -1235,17 +1322,19 @@ impl MemFs {
         let node = self.get(ino)?;
         let mut d = node.write();
         self.xattr_allowed(caller, &d, name, true)?;
-        let exists = d.xattrs.contains_key(name);
+        let exists = d.xattrs.contains(name);
         if flags & libc::XATTR_CREATE != 0 && exists {
             return Err(Errno::EEXIST);
         }
         if flags & libc::XATTR_REPLACE != 0 && !exists {
             return Err(Errno::ENODATA);
         }
-        let old = d.xattrs.get(name).map_or(0, |v| (name.len() + v.len()) as u64);
-        let new = (name.len() + value.len()) as u64;
-        self.charge(&mut d, new.saturating_sub(old))?;
-        d.xattrs.insert(name.to_vec(), value.to_vec());
+        let growth = d
+            .xattrs
+            .cost_with(name, value.len())
+            .saturating_sub(d.xattrs.cost());
+        self.charge(&mut d, growth)?;
+        d.xattrs.set(name, value);
         d.ctime = Time::now();
         self.settle(&mut d);
         Ok(())
@@ -1403,7 +1492,7 @@ impl Filesystem for MemFs {
         target: &CStr,
         reply: ReplyEntry,
     ) {
-        let content = Content::Symlink(target.to_bytes().to_vec());
+        let content = Content::Symlink(target.to_bytes().into());
         reply.result(self.make(ctx, parent, name, libc::S_IFLNK | 0o777, 0, content));
     }
 
@@ -1731,21 +1820,23 @@ impl Filesystem for MemFs {
         };
         // trusted.* is invisible to unprivileged callers.
         let root = ctx.uid() == 0;
-        let mut names = Vec::new();
-        for name in node.read().xattrs.keys() {
-            if !root && name.starts_with(TRUSTED) {
-                continue;
-            }
+        let d = node.read();
+        let visible = || d.xattrs.names().filter(|n| root || !n.starts_with(TRUSTED));
+        // Measured first: the list is built only when it is wanted and
+        // fits the caller's buffer (at most the kernel's 64 KiB).
+        let total: usize = visible().map(|n| n.len() + 1).sum();
+        if size == 0 {
+            return reply.size(total.min(u32::MAX as usize) as u32);
+        }
+        if total > size as usize {
+            return reply.error(Errno::ERANGE);
+        }
+        let mut names = Vec::with_capacity(total);
+        for name in visible() {
             names.extend_from_slice(name);
             names.push(0);
         }
-        if size == 0 {
-            reply.size(names.len() as u32)
-        } else if names.len() > size as usize {
-            reply.error(Errno::ERANGE)
-        } else {
-            reply.data(&names)
-        }
+        reply.data(&names)
     }
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
@@ -1757,7 +1848,7 @@ impl Filesystem for MemFs {
         if let Err(e) = self.xattr_allowed(&Caller::of(ctx), &d, name.to_bytes(), true) {
             return reply.error(e);
         }
-        if d.xattrs.remove(name.to_bytes()).is_some() {
+        if d.xattrs.remove(name.to_bytes()) {
             d.ctime = Time::now();
             self.settle(&mut d);
             reply.ok()
@@ -1844,5 +1935,161 @@ impl Filesystem for MemFs {
             return reply.error(Errno::EINVAL);
         }
         reply.result(self.do_copy(ino_in, off_in, ino_out, off_out, len));
+    }
+}
+
+/// Each charge of `capacity.rs` against the memory its record really holds
+/// (counted by `alloc_count.rs`), as records are added and removed.
+#[cfg(test)]
+mod tests {
+    use super::alloc_count::held;
+    use super::capacity::{MAP_COST, PAGE_COST};
+    use super::*;
+
+    fn memfs() -> MemFs {
+        MemFs::new(MemFsConfig {
+            size: 0,
+            nr_inodes: 0,
+            ..MemFsConfig::default()
+        })
+    }
+
+    /// A node as `create_node` makes it, charged for what it holds.
+    fn node(fs: &MemFs, content: Content) -> Arc<Node> {
+        let mut d = Data {
+            mode: libc::S_IFREG | 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            atime: Time::default(),
+            mtime: Time::default(),
+            ctime: Time::default(),
+            xattrs: Xattrs::default(),
+            content,
+            charged: 0,
+        };
+        d.charged = d.usage();
+        fs.cap.force_bytes(d.charged);
+        let _ = fs.cap.reserve_inode();
+        Arc::new(Node {
+            ino: fs.next_ino.fetch_add(1, Relaxed),
+            nlink: AtomicU32::new(1),
+            lookups: AtomicU64::new(0),
+            opens: AtomicU32::new(0),
+            parent: AtomicU64::new(Inode::ROOT.0),
+            data: RwLock::new(d),
+            cap: fs.cap.clone(),
+        })
+    }
+
+    /// Asserts that the memory held since `start` is within `charged`.
+    #[track_caller]
+    fn within(what: &str, start: i64, charged: u64) {
+        let used = held() - start;
+        assert!(
+            used <= charged as i64,
+            "{what}: {used} bytes allocated, {charged} charged"
+        );
+    }
+
+    #[test]
+    fn inode_charges_cover_records_and_table_slots() {
+        for kind in 0..4 {
+            let fs = memfs();
+            let base = fs.cap.bytes_used();
+            let mut inos = Vec::with_capacity(4000);
+            let start = held();
+            for i in 0..4000 {
+                let content = match kind {
+                    0 => Content::File(FileData::default()),
+                    1 => Content::Dir(DirData::default()),
+                    2 => Content::Symlink(vec![b'x'; i % 300].into()),
+                    _ => Content::Special,
+                };
+                let n = node(&fs, content);
+                inos.push(n.ino);
+                fs.insert(n);
+                within("inodes", start, fs.cap.bytes_used() - base);
+            }
+            // Freed (as FORGET does after the last unlink), every other
+            // one first: the memory goes with the charge.
+            let order = inos.iter().step_by(2).chain(inos.iter().skip(1).step_by(2));
+            for &ino in order {
+                let n = fs.get(Inode(ino)).unwrap();
+                n.nlink.store(0, Release);
+                fs.maybe_free(&n);
+                drop(n);
+                within("inodes freed", start, fs.cap.bytes_used() - base);
+            }
+            assert_eq!(fs.cap.bytes_used(), base);
+        }
+    }
+
+    #[test]
+    fn page_charges_cover_file_contents() {
+        let mut f = FileData::default();
+        let start = held();
+        // One byte every 128 KiB, the sparsest use of pages.
+        for i in 0..3000 {
+            f.write(i * 128 * 1024, b"x");
+            within("sparse pages", start, f.cost());
+        }
+        assert_eq!(f.cost(), MAP_COST + 3000 * PAGE_COST);
+        for i in (0..3000).rev() {
+            f.truncate(i * 128 * 1024 + 1);
+            within("truncated", start, f.cost());
+        }
+        // Dense, then holes punched in every other page.
+        for i in 0..2000 {
+            f.write(i * PAGE, &[1; 100]);
+        }
+        within("dense pages", start, f.cost());
+        for i in (0..2000).step_by(2) {
+            f.punch_hole(i * PAGE, PAGE);
+            within("punched", start, f.cost());
+        }
+        f.truncate(0);
+        within("empty", start, 0);
+    }
+
+    #[test]
+    fn entry_charges_cover_directories() {
+        let mut d = DirData::default();
+        let start = held();
+        let name = |i: usize| format!("{i:0width$}", width = 1 + i % 255).into_bytes();
+        for i in 0..3000 {
+            d.insert(&name(i), i as u64, libc::S_IFREG);
+            within("entries", start, d.cost());
+        }
+        // Removed out of order: the maps shrink as they empty.
+        for i in (0..3000)
+            .step_by(3)
+            .chain((1..3000).step_by(3))
+            .chain((2..3000).step_by(3))
+        {
+            assert!(d.remove(&name(i)).is_some());
+            within("entries removed", start, d.cost());
+        }
+        within("empty", start, 0);
+    }
+
+    #[test]
+    fn xattr_charges_cover_attributes() {
+        let mut x = Xattrs::default();
+        let start = held();
+        let name = |i: usize| format!("user.{i}").into_bytes();
+        for i in 0..2000 {
+            x.set(&name(i), &vec![7; i % 300]);
+            within("xattrs", start, x.cost());
+        }
+        for i in 0..2000 {
+            x.set(&name(i), &vec![8; (i * 7) % 500]);
+            within("xattrs replaced", start, x.cost());
+        }
+        for i in (0..2000).rev() {
+            assert!(x.remove(&name(i)));
+            within("xattrs removed", start, x.cost());
+        }
+        within("empty", start, 0);
     }
 }
