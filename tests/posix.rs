@@ -1560,6 +1560,49 @@ fn check_posix_locks(ctx: &Ctx, log: &mut Log) {
         child.wait(Duration::from_secs(30)),
         &["F_SETLK write [0,10)"],
     );
+    // Adjacent locks of one type merge, an unlock in the middle splits, a
+    // lock of the other type cuts: F_GETLK shows the ranges as held.
+    log.val(
+        "parent: unlock all",
+        setlk(fd.0, libc::F_SETLK, libc::F_UNLCK, 0, 0),
+    );
+    for (what, ty, start, len) in [
+        ("parent: write lock [0,10)", libc::F_WRLCK, 0, 10),
+        ("parent: write lock [10,20) (merges)", libc::F_WRLCK, 10, 10),
+        ("parent: unlock [5,8) (splits)", libc::F_UNLCK, 5, 3),
+        ("parent: read lock [12,14) (cuts)", libc::F_RDLCK, 12, 2),
+        ("parent: read lock [30,40)", libc::F_RDLCK, 30, 10),
+        ("parent: read lock [40,50) (merges)", libc::F_RDLCK, 40, 10),
+    ] {
+        log.val(what, setlk(fd.0, libc::F_SETLK, ty, start, len));
+    }
+    let child = fork_child(|| {
+        let mut v = [0i64; CHILD_VALUES];
+        // The ranges F_GETLK reports, probing each piece.
+        for (i, at) in [0, 9, 12, 15, 35].into_iter().enumerate() {
+            // SAFETY: valid C string.
+            let cfd = unsafe { libc::open(cf.as_ptr(), libc::O_RDWR) };
+            let g = getlk(cfd, libc::F_WRLCK, at, 1);
+            v[i] = if g.l_type as i32 == libc::F_UNLCK {
+                -1
+            } else {
+                (g.l_type as i64) << 32 | g.l_start << 16 | g.l_len
+            };
+        }
+        v
+    });
+    child_result(
+        log,
+        "child probes the merged and split locks",
+        child.wait(Duration::from_secs(30)),
+        &[
+            "at 0 (type<<32|start<<16|len, -1 free)",
+            "at 9",
+            "at 12",
+            "at 15",
+            "at 35",
+        ],
+    );
     log.val("the parent's pid is not zero", me != 0);
     // An invalid lock type.
     log.val("F_SETLK with a bad type", setlk(fd.0, libc::F_SETLK, 77, 0, 1));
@@ -1574,7 +1617,7 @@ fn posix_locks_between_processes() {
     differential(
         "posix_locks",
         check_posix_locks,
-        &[PT, Fs::Passthrough("posix_lock"), MEM],
+        &[PT, Fs::Passthrough("posix_lock"), MEM, Fs::Memfs("posix_lock")],
     );
 }
 
@@ -1651,7 +1694,11 @@ fn check_flock(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn flock_between_processes() {
-    differential("flock", check_flock, &[PT, Fs::Passthrough("flock"), MEM]);
+    differential(
+        "flock",
+        check_flock,
+        &[PT, Fs::Passthrough("flock"), MEM, Fs::Memfs("flock")],
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -27,7 +27,10 @@
 //! - [`TARGET_COST`] plus its length for a symbolic link's target;
 //! - [`MAP_COST`] for each map that is not empty (a file's pages, a
 //!   directory's entries, an inode's extended attributes): the first nodes
-//!   of a map cost more than its later entries.
+//!   of a map cost more than its later entries;
+//! - [`LOCK_COST`] per lock record memfs serves (`-o posix_lock`, `-o
+//!   flock`), and [`LOCK_OWNER_COST`] per lock owner holding records on a
+//!   file.
 //!
 //! What counts as an inode: every inode alive (the root included) and every
 //! hard link beyond an inode's first name, as tmpfs counts them.
@@ -51,6 +54,10 @@ pub const DIRENT_COST: u64 = 320;
 pub const XATTR_COST: u64 = 192;
 /// A symbolic link's target, besides its bytes.
 pub const TARGET_COST: u64 = 32;
+/// A lock record.
+pub const LOCK_COST: u64 = 256;
+/// A lock owner holding records on a file.
+pub const LOCK_OWNER_COST: u64 = 1024;
 
 /// A limit of 0 means "no limit" (as `size=0` on tmpfs).
 pub const UNLIMITED: u64 = 0;

@@ -97,6 +97,8 @@ pub mod capacity;
 mod data;
 #[path = "locks.rs"]
 mod locks;
+#[path = "readset.rs"]
+mod readset;
 use capacity::{Capacity, INODE_COST, PAGE, TARGET_COST};
 use data::{DOTDOT_COOKIE, DirData, FileData, Xattrs, dirent_cost};
 use locks::Locks;
@@ -428,7 +430,7 @@ impl MemFs {
             next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
             rename_lock: Mutex::new(()),
             config,
-            locks: Arc::new(Locks::default()),
+            locks: Arc::new(Locks::new(cap.clone())),
             cap: cap.clone(),
         };
         let now = Time::now();
@@ -1638,7 +1640,15 @@ impl Filesystem for MemFs {
             sleep,
             flock,
         } = req;
-        self.locks.setlk(ctx, ino.0, owner, lock, sleep, flock, reply);
+        let node = match self.get(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        // Locks are taken only while the file is open: they all go when
+        // its last open file is released (see `release`).
+        let is_open = move || node.opens.load(Acquire) > 0;
+        self.locks
+            .setlk(ctx, ino.0, owner, lock, sleep, flock, is_open, reply);
     }
 
     fn release(
@@ -1658,9 +1668,15 @@ impl Filesystem for MemFs {
             self.locks.drop_owner(ino.0, owner, true);
         }
         if let Ok(node) = self.get(ino) {
-            let _ = node
+            let before = node
                 .opens
-                .fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(1)));
+                .fetch_update(AcqRel, Acquire, |n| Some(n.saturating_sub(1)))
+                .unwrap_or(0);
+            if before <= 1 {
+                // The last open file: no lock can be held any more, but
+                // the kernel names the owner of an OFD lock on no release.
+                self.locks.drop_file(ino.0, || node.opens.load(Acquire) == 0);
+            }
             self.maybe_free(&node);
         }
         reply.ok();
