@@ -1549,3 +1549,98 @@ fn memfs_takes_passthrough_ll_flags() {
         .expect("memfs -x");
     assert_eq!(out.status.code(), Some(2), "an unknown flag is a usage error");
 }
+
+/// The mode as `stat -c %a` reads it: statx asking for the mode alone,
+/// which the kernel answers from its cache while that is valid.
+fn mode_alone(p: &Path) -> u32 {
+    let c = cstr(p);
+    // SAFETY: an all-zero statx is a valid value to be overwritten.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a live buffer.
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MODE, &mut st) };
+    assert_eq!(r, 0, "statx {}: errno {}", p.display(), errno());
+    u32::from(st.stx_mode) & 0o7777
+}
+
+/// A step on a file, with a second file to copy from.
+type TwoPathOp = fn(&Path, &Path) -> std::io::Result<()>;
+
+/// A caller without CAP_FSETID that writes, fallocates or copies into a
+/// set-ID file clears the bits, and the mode seen through the mount (the
+/// kernel's cached one) says so at once, as on a plain directory.
+#[test]
+fn set_id_bits_go_on_writes_fallocate_and_copy_by_others() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let s = memfs_capped("memfs-setid", 64 << 20, 1000, true);
+    let from = s.path("from");
+    fs::write(&from, b"copied").unwrap();
+    fs::set_permissions(&from, fs::Permissions::from_mode(0o644)).unwrap();
+    let ops: [(&str, TwoPathOp); 3] = [
+        ("append", |p, _| {
+            use std::io::Write;
+            fs::OpenOptions::new().append(true).open(p)?.write_all(b"more")
+        }),
+        ("fallocate", |p, _| {
+            let f = fs::OpenOptions::new().write(true).open(p)?;
+            // SAFETY: plain system call on a descriptor we hold.
+            match unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 65536) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        }),
+        ("copy_file_range", |p, from| {
+            let (a, b) = (fs::File::open(from)?, fs::OpenOptions::new().write(true).open(p)?);
+            let (mut x, mut y) = (0i64, 0i64);
+            // SAFETY: descriptors we hold and live offsets.
+            match unsafe {
+                libc::copy_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(&a),
+                    &mut x,
+                    std::os::fd::AsRawFd::as_raw_fd(&b),
+                    &mut y,
+                    6,
+                    0,
+                )
+            } {
+                6 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        }),
+    ];
+    for (what, op) in ops {
+        let p = s.path(what);
+        fs::write(&p, b"x").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o6777)).unwrap();
+        assert_eq!(mode_alone(&p), 0o6777, "{what}: the mode before");
+        let r = common_as_nobody(|| op(&p, &from));
+        assert!(r.is_ok(), "{what} by uid 65534: {r:?}");
+        assert_eq!(
+            mode_alone(&p),
+            0o777,
+            "{what} by uid 65534: the mode seen at once"
+        );
+    }
+}
+
+/// Runs `f` on a thread with fsuid/fsgid 65534 and no capabilities.
+fn common_as_nobody<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // SAFETY: raw credential syscalls on this thread only (the
+            // thread ends right after).
+            unsafe {
+                assert_eq!(
+                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()),
+                    0
+                );
+                assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
+                assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
+            }
+            f()
+        })
+        .join()
+        .expect("the thread as uid 65534")
+    })
+}

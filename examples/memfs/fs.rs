@@ -1221,7 +1221,7 @@ impl MemFs {
         offset: u64,
         length: u64,
         mode: i32,
-    ) -> Result<(), Errno> {
+    ) -> Result<bool, Errno> {
         offset
             .checked_add(length)
             .filter(|&e| e <= MAX_SIZE)
@@ -1253,23 +1253,29 @@ impl MemFs {
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => f.punch_hole(offset, length),
             _ => return Err(Errno::EOPNOTSUPP),
         }
+        let before = d.mode;
         if !caller.is_root() {
             d.kill_suid_sgid(Some(caller));
         }
         d.touch_modified();
         self.settle(&mut d);
-        Ok(())
+        Ok(d.mode != before)
     }
 
+    /// Returns the bytes copied and whether the destination's mode changed
+    /// (set-ID bits cleared for a caller that may not keep them, as a write
+    /// does).
     fn do_copy(
         &self,
+        caller: &Caller,
         ino_in: Inode,
         off_in: u64,
         ino_out: Inode,
         off_out: u64,
         len: u64,
-    ) -> Result<u64, Errno> {
+    ) -> Result<(u64, bool), Errno> {
         let src = self.get(ino_in)?;
+        let mut mode_changed = false;
         let dst = self.get(ino_out)?;
         // Copy through a small buffer, a piece at a time, so that the two
         // inode locks are never held together (same inode included) and
@@ -1290,20 +1296,25 @@ impl MemFs {
             let written = if at.checked_add(got as u64).is_some_and(|e| e <= MAX_SIZE) {
                 let mut d = dst.write();
                 let r = self.write_locked(&mut d, at, &buf[..got]);
+                if r.is_ok() && !caller.is_root() {
+                    let before = d.mode;
+                    d.kill_suid_sgid(Some(caller));
+                    mode_changed |= d.mode != before;
+                }
                 self.settle(&mut d);
                 r
             } else {
                 Err(EFBIG)
             };
             match written {
-                Ok(n) if n < got => return Ok(done + n as u64),
+                Ok(n) if n < got => return Ok((done + n as u64, mode_changed)),
                 Ok(n) => done += n as u64,
                 // What was copied stands; the error comes with the next call.
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
             }
         }
-        Ok(done)
+        Ok((done, mode_changed))
     }
 
     fn do_setxattr(
@@ -1905,7 +1916,8 @@ impl Filesystem for MemFs {
         reply: ReplyEmpty,
     ) {
         let FallocateRequest { offset, length, mode } = req;
-        reply.result(self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode));
+        let r = self.do_fallocate(&Caller::of(ctx), ino, offset, length, mode);
+        reply.result(r.map(|mode_changed| drop_cached_mode(ctx, ino, mode_changed)));
     }
 
     fn lseek(
@@ -1937,7 +1949,7 @@ impl Filesystem for MemFs {
         }
     }
 
-    fn copy_file_range(&self, _ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
         let CopyFileRangeRequest {
             ino_in,
             off_in,
@@ -1950,7 +1962,21 @@ impl Filesystem for MemFs {
         if flags != 0 {
             return reply.error(Errno::EINVAL);
         }
-        reply.result(self.do_copy(ino_in, off_in, ino_out, off_out, len));
+        let r = self.do_copy(&Caller::of(ctx), ino_in, off_in, ino_out, off_out, len);
+        reply.result(r.map(|(n, mode_changed)| {
+            drop_cached_mode(ctx, ino_out, mode_changed);
+            n
+        }));
+    }
+}
+
+/// After set-ID bits were cleared by a FALLOCATE or COPY_FILE_RANGE (which
+/// the kernel answers without new attributes and sends without a kill
+/// flag): the kernel's cached mode would go on showing them, and an exec
+/// honouring them, so it is dropped before the answer.
+fn drop_cached_mode(ctx: &RequestContext<'_>, ino: Inode, changed: bool) {
+    if changed && let Err(e) = ctx.notifier().inval_inode(ino, -1, 0).and_then(|t| t.wait()) {
+        log::warn!("dropping the cached attributes of ino {ino} after clearing its set-ID bits: {e}");
     }
 }
 
