@@ -876,40 +876,16 @@ impl PathFilesystem for Mirror {
 }
 
 fn main() -> ExitCode {
-    let mut argv = Vec::new();
-    for a in std::env::args_os().skip(1) {
-        match a.into_string() {
-            Ok(s) => argv.push(s),
-            Err(a) => {
-                eprintln!("pathfs: argument {a:?} is not valid UTF-8");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let args = match args::parse(&argv) {
-        Ok(args::Command::Run(a)) => a,
-        Ok(args::Command::Help) => {
-            print!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Ok(args::Command::Version) => {
-            println!("pathfs (fuse-wire {})", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("pathfs: {e}\n(pathfs --help lists the options)");
-            return ExitCode::from(2);
-        }
+    let args = match cli::start(
+        "pathfs",
+        args::USAGE,
+        args::parse,
+        |a| a.debug,
+        log::LevelFilter::Warn,
+    ) {
+        Ok(a) => a,
+        Err(code) => return code,
     };
-    let level = if args.debug {
-        log::LevelFilter::Debug
-    } else {
-        log::LevelFilter::Warn
-    };
-    env_logger::Builder::new()
-        .filter_level(level)
-        .parse_default_env()
-        .init();
     let mut fs = match Mirror::open(&args.source) {
         Ok(fs) => fs,
         Err(e) => {
@@ -945,6 +921,9 @@ fn main() -> ExitCode {
 /// (mount.fuse3 puts it after the mountpoint), two positional arguments
 /// for an fstab line's source and mountpoint (`-o source=DIR` wins over
 /// the first), `-f` accepted (pathfs always runs in the foreground).
+#[path = "common/cli.rs"]
+mod cli;
+
 mod args {
     use fuse_wire::MountOptions;
     use fuse_wire::session::SessionConfig;
@@ -963,12 +942,8 @@ mod args {
     }
 
     /// What the command line asks for.
-    #[derive(Debug)]
-    pub enum Command {
-        Run(Box<Args>),
-        Help,
-        Version,
-    }
+    /// What the command line asks for.
+    pub type Command = super::cli::Parsed<Box<Args>>;
 
     pub const USAGE: &str = "\
 usage: pathfs [-f] [-d] [-s] [-o opt,[opt...]] [--stats FILE] [SOURCE] MOUNTPOINT

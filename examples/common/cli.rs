@@ -76,13 +76,6 @@ pub fn init_logging(debug: bool) {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
 }
 
-/// What the arguments ask for.
-enum Parsed {
-    Run(Args),
-    Help,
-    Version,
-}
-
 impl Command {
     /// Reads the process's arguments, installs the logger and calls
     /// `serve` with them; returns the exit status, having printed what went
@@ -156,7 +149,7 @@ impl Command {
     }
 
     /// Parses the arguments after the program's name.
-    fn parse(&self, argv: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageError> {
+    fn parse(&self, argv: impl IntoIterator<Item = OsString>) -> Result<Parsed<Args>, UsageError> {
         let mut lists = Vec::new();
         let mut positional = Vec::new();
         let (mut debug, mut stats, mut only_positional) = (false, None, false);
@@ -226,4 +219,65 @@ impl Command {
             debug,
         }))
     }
+}
+
+/// What the arguments ask for (here, and in the parsers of their own of
+/// memfs and pathfs).
+#[derive(Debug)]
+pub enum Parsed<A> {
+    /// Serve with these.
+    Run(A),
+    /// `-h`, `--help`.
+    Help,
+    /// `-V`, `--version`.
+    Version,
+}
+
+/// The start such programs share: the arguments as UTF-8, `--help` (the
+/// program's `usage`) and `-V` answered, a bad command line reported with
+/// status 2, and the logger set: debug level when `debug` says so, else
+/// `quiet` (`RUST_LOG` decides when it is set). `Err` is the exit status
+/// to return at once.
+pub fn start<A>(
+    name: &str,
+    usage: &str,
+    parse: impl FnOnce(&[String]) -> Result<Parsed<A>, String>,
+    debug: impl FnOnce(&A) -> bool,
+    quiet: log::LevelFilter,
+) -> Result<A, ExitCode> {
+    let mut argv = Vec::new();
+    for a in std::env::args_os().skip(1) {
+        match a.into_string() {
+            Ok(s) => argv.push(s),
+            Err(a) => {
+                eprintln!("{name}: argument {a:?} is not valid UTF-8");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    let args = match parse(&argv) {
+        Ok(Parsed::Run(a)) => a,
+        Ok(Parsed::Help) => {
+            print!("{usage}");
+            return Err(ExitCode::SUCCESS);
+        }
+        Ok(Parsed::Version) => {
+            println!("{name} (fuse-wire {})", env!("CARGO_PKG_VERSION"));
+            return Err(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}\n({name} --help lists the options)");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let level = if debug(&args) {
+        log::LevelFilter::Debug
+    } else {
+        quiet
+    };
+    env_logger::Builder::new()
+        .filter_level(level)
+        .parse_default_env()
+        .init();
+    Ok(args)
 }

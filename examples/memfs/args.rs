@@ -25,11 +25,8 @@ pub struct Args {
 }
 
 /// What the command line asks for.
-pub enum Command {
-    Run(Box<Args>),
-    Help,
-    Version,
-}
+/// What the command line asks for.
+pub type Command = crate::cli::Parsed<Box<Args>>;
 
 pub const USAGE: &str = "\
 usage: memfs [-f] [-d] [-s] [-o opt,[opt...]] [SOURCE] MOUNTPOINT

@@ -35,47 +35,25 @@
 //! `MountOptions`).
 
 mod args;
+#[path = "../common/cli.rs"]
+mod cli;
 mod fs;
 
 use fs::MemFs;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut argv = Vec::new();
-    for a in std::env::args_os().skip(1) {
-        match a.into_string() {
-            Ok(s) => argv.push(s),
-            Err(a) => {
-                eprintln!("memfs: argument {a:?} is not valid UTF-8");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let args = match args::parse(&argv) {
-        Ok(args::Command::Run(a)) => a,
-        Ok(args::Command::Help) => {
-            print!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Ok(args::Command::Version) => {
-            println!("memfs (fuse-wire {})", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("memfs: {e}\n(memfs --help lists the options)");
-            return ExitCode::from(2);
-        }
-    };
     // Logs to stderr: info, debug with -d; RUST_LOG overrides both.
-    let level = if args.debug {
-        log::LevelFilter::Debug
-    } else {
-        log::LevelFilter::Info
+    let args = match cli::start(
+        "memfs",
+        args::USAGE,
+        args::parse,
+        |a| a.debug,
+        log::LevelFilter::Info,
+    ) {
+        Ok(a) => a,
+        Err(code) => return code,
     };
-    env_logger::Builder::new()
-        .filter_level(level)
-        .parse_default_env()
-        .init();
     let args::Args {
         mountpoint,
         mount,
