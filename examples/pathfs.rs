@@ -982,35 +982,19 @@ default_permissions is always on: the kernel checks every access.
 
     /// Parses the arguments after the program name.
     pub fn parse(argv: &[String]) -> Result<Command, String> {
-        let (mut opts, mut positional) = (Vec::new(), Vec::new());
-        let (mut debug, mut single, mut stats) = (false, false, None);
-        let mut only_positional = false;
-        let mut it = argv.iter();
-        while let Some(a) = it.next() {
-            if only_positional || !a.starts_with('-') || a == "-" {
-                positional.push(a.as_str());
-                continue;
-            }
-            match a.as_str() {
-                "--" => only_positional = true,
-                "-h" | "--help" => return Ok(Command::Help),
-                "-V" | "--version" => return Ok(Command::Version),
-                "-f" => {}
-                "-d" => debug = true,
-                "-s" => single = true,
-                "-o" => opts.push(it.next().ok_or("-o needs an option list")?.as_str()),
-                "--stats" => stats = Some(PathBuf::from(it.next().ok_or("--stats needs a file name")?)),
-                s if s.starts_with("--stats=") => stats = Some(PathBuf::from(&s["--stats=".len()..])),
-                s if s.starts_with("-o") => opts.push(&s[2..]),
-                s => return Err(format!("unknown argument `{s}`")),
-            }
-        }
-        let (mut source, mountpoint) = match positional[..] {
-            [] => return Err("no mountpoint given".into()),
-            [m] => (None, PathBuf::from(m)),
-            [s, m] => (Some(PathBuf::from(s)), PathBuf::from(m)),
-            [_, _, ref more @ ..] => return Err(format!("too many arguments: {}", more.join(" "))),
+        let flags = match super::cli::lex(argv, true)? {
+            super::cli::Parsed::Run(f) => f,
+            super::cli::Parsed::Help => return Ok(Command::Help),
+            super::cli::Parsed::Version => return Ok(Command::Version),
         };
+        let super::cli::Flags {
+            opts,
+            mut source,
+            mountpoint,
+            mut debug,
+            single,
+            stats,
+        } = flags;
         let (mut mount, rest) = MountOptions::parse_known(&opts.join(",")).map_err(|e| e.to_string())?;
         let mut session = SessionConfig::default();
         if single {

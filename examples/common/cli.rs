@@ -281,3 +281,68 @@ pub fn start<A>(
         .init();
     Ok(args)
 }
+
+/// The flags of passthrough_ll's command line, as the programs with
+/// parsers of their own (passthrough_ll, memfs, pathfs) take them:
+/// `[-f] [-d] [-s] [-o LIST]... [--stats FILE] [--] [SOURCE] MOUNTPOINT`.
+#[derive(Debug)]
+pub struct Flags {
+    /// The `-o` lists, in order (`-o LIST` or `-oLIST`).
+    pub opts: Vec<String>,
+    /// `SOURCE`, when two positional arguments were given.
+    pub source: Option<PathBuf>,
+    /// `MOUNTPOINT`.
+    pub mountpoint: PathBuf,
+    /// `-d`.
+    pub debug: bool,
+    /// `-s`: one worker thread.
+    pub single: bool,
+    /// `--stats FILE` or `--stats=FILE`, where the program takes it.
+    pub stats: Option<PathBuf>,
+}
+
+/// Splits `argv` (after the program name) into [`Flags`]; `-h` and `-V`
+/// answer at once. `--stats` is refused unless `stats` is allowed.
+pub fn lex(argv: &[String], stats: bool) -> Result<Parsed<Flags>, String> {
+    let (mut opts, mut positional) = (Vec::new(), Vec::new());
+    let (mut debug, mut single, mut stats_file) = (false, false, None);
+    let mut only_positional = false;
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        if only_positional || !a.starts_with('-') || a == "-" {
+            positional.push(a.as_str());
+            continue;
+        }
+        match a.as_str() {
+            "--" => only_positional = true,
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "-V" | "--version" => return Ok(Parsed::Version),
+            "-f" => {}
+            "-d" => debug = true,
+            "-s" => single = true,
+            "-o" => opts.push(it.next().ok_or("-o needs an option list")?.clone()),
+            "--stats" if stats => {
+                stats_file = Some(PathBuf::from(it.next().ok_or("--stats needs a file name")?))
+            }
+            s if stats && s.starts_with("--stats=") => {
+                stats_file = Some(PathBuf::from(&s["--stats=".len()..]))
+            }
+            s if s.starts_with("-o") => opts.push(s[2..].to_string()),
+            s => return Err(format!("unknown argument `{s}`")),
+        }
+    }
+    let (source, mountpoint) = match positional[..] {
+        [] => return Err("no mountpoint given".into()),
+        [m] => (None, PathBuf::from(m)),
+        [s, m] => (Some(PathBuf::from(s)), PathBuf::from(m)),
+        [_, _, ref more @ ..] => return Err(format!("too many arguments: {}", more.join(" "))),
+    };
+    Ok(Parsed::Run(Flags {
+        opts,
+        source,
+        mountpoint,
+        debug,
+        single,
+        stats: stats_file,
+    }))
+}

@@ -86,36 +86,20 @@ fn positive(key: &str, v: &str) -> Result<usize, String> {
 
 /// Parses the arguments after the program name.
 pub fn parse(argv: &[String]) -> Result<Command, String> {
-    let mut opts: Vec<String> = Vec::new();
-    let mut positional: Vec<String> = Vec::new();
-    let mut debug = false;
-    let mut single = false;
-    let mut it = argv.iter();
-    let mut only_positional = false;
-    while let Some(a) = it.next() {
-        if only_positional || !a.starts_with('-') || a == "-" {
-            positional.push(a.clone());
-            continue;
-        }
-        match a.as_str() {
-            "--" => only_positional = true,
-            "-h" | "--help" => return Ok(Command::Help),
-            "-V" | "--version" => return Ok(Command::Version),
-            "-f" => {}
-            "-d" => debug = true,
-            "-s" => single = true,
-            "-o" => opts.push(it.next().ok_or("-o needs an option list")?.clone()),
-            s if s.starts_with("-o") => opts.push(s[2..].to_string()),
-            s => return Err(format!("unknown argument `{s}`")),
-        }
-    }
-    let (source, mountpoint) = match positional.len() {
-        0 => return Err("no mountpoint given".into()),
-        1 => (None, PathBuf::from(&positional[0])),
-        2 => (Some(positional[0].clone()), PathBuf::from(&positional[1])),
-        _ => return Err(format!("too many arguments: {}", positional[2..].join(" "))),
+    let flags = match crate::cli::lex(argv, false)? {
+        crate::cli::Parsed::Run(f) => f,
+        crate::cli::Parsed::Help => return Ok(Command::Help),
+        crate::cli::Parsed::Version => return Ok(Command::Version),
     };
-
+    let crate::cli::Flags {
+        opts,
+        source,
+        mountpoint,
+        mut debug,
+        single,
+        ..
+    } = flags;
+    let source = source.map(|p| p.to_string_lossy().into_owned());
     let (mut mount, ours) = MountOptions::parse_known(&opts.join(",")).map_err(|e| e.to_string())?;
     let mut fs = MemFsConfig {
         default_permissions: mount.default_permissions,

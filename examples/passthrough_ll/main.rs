@@ -12,6 +12,8 @@
 //! `fs.rs` for how operations reach the source directory.
 
 mod args;
+#[path = "../common/cli.rs"]
+mod cli;
 mod fdcache;
 mod fs;
 mod handles;
