@@ -325,3 +325,32 @@ fn a_descriptor_of_another_mount_is_refused() {
     );
     assert!(matches!(none, Err(HandoverError::Invalid(_))), "{none:?}");
 }
+
+/// A keeper killed with SIGKILL leaves its daemon serving: readers see no
+/// error, and the mount stays until the daemon goes too.
+#[test]
+fn a_killed_keeper_leaves_its_daemon_serving() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-dies");
+    let mut keeper = Keeper::start(tmp.path());
+    let daemon = daemon_of(keeper.pid(), &[]);
+    let readers = Readers::start(tmp.path(), 2);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut k = keeper.child.take().expect("running");
+    signal(k.id(), libc::SIGKILL);
+    let _ = k.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    let (reads, errors) = readers.finish(tmp.path());
+    assert!(alive(daemon), "the daemon ended with its keeper");
+    assert!(fuse_mounted_at(tmp.path()), "the mount went with the keeper");
+    signal(daemon, libc::SIGKILL);
+    assert!(reads > 2, "the readers hardly ran ({reads} reads)");
+    assert!(
+        errors.is_empty(),
+        "readers saw errors when the keeper died: {errors:?}"
+    );
+    // The last holder is gone: the connection is dead; TempMountpoint
+    // detaches the mount.
+}

@@ -20,6 +20,9 @@
 //!   keeper unmounts and exits.
 //! - A child that exits with status 0 saw the mount go (unmounted from
 //!   outside): the keeper exits too.
+//! - A keeper that dies leaves its child serving: the child's copy of the
+//!   file keeps the connection, so clients see nothing, but nobody
+//!   restarts the daemon any more.
 //!
 //! The child finds its keeper with [`KeeperLink::from_env`] and serves with
 //! [`KeeperLink::serve`]. Messages on the socket between them: keeper to
@@ -457,8 +460,9 @@ impl KeeperLink {
         });
     }
 
-    /// A thread that retires the session when the keeper says so (or when
-    /// the keeper dies: then the mount goes with it anyway).
+    /// A thread that retires the session when the keeper says so. If the
+    /// keeper dies instead, this daemon serves on: it holds the connection
+    /// now, and clients see nothing (but nobody will restart it).
     fn watch(&self, handle: SessionHandle) -> Option<std::thread::JoinHandle<()>> {
         let mut sock = self.sock.try_clone().ok()?;
         std::thread::Builder::new()
@@ -467,7 +471,10 @@ impl KeeperLink {
                 let mut b = [0u8; 1];
                 match sock.read(&mut b) {
                     Ok(1) if b[0] == b'R' => handle.retire(),
-                    _ => handle.stop(),
+                    Ok(1) => log::warn!("unknown message {:#x} from the keeper; ignoring the link", b[0]),
+                    _ => log::warn!(
+                        "the keeper is gone: serving on without it (if this daemon dies now, the mount goes)"
+                    ),
                 }
             })
             .ok()
