@@ -3258,6 +3258,10 @@ fn workers_the_pool_does_not_need_end_under_a_steady_load() {
             &reply.bytes,
             &ok_reply(x, &attr_out_bytes(5)),
         );
+        // A thread still starting when `served` was sized adds a channel.
+        if reply.channel >= served.len() {
+            served.resize(reply.channel + 1, 0);
+        }
         served[reply.channel] += 1;
         x += 2;
         std::thread::sleep(Duration::from_millis(2));
