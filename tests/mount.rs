@@ -727,6 +727,16 @@ fn a_second_mount_on_a_mountpoint_is_refused_unless_stacked() {
     let _s = serial();
     let tm = TempMountpoint::new("stacked");
     let first = spawn(EmptyRoot, tm.path(), &opts("fwfirst"), SessionConfig::default()).expect("first mount");
+    // Each session is stopped only after INIT, or it ends with
+    // EndedBeforeInit instead of reporting on its mount.
+    let inited = |h: &fuse_wire::session::SessionHandle| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.negotiated().is_none() {
+            assert!(Instant::now() < deadline, "no INIT within 10 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    inited(first.handle());
     let refused = spawn(EmptyRoot, tm.path(), &opts("fwsecond"), SessionConfig::default());
     match &refused {
         Err(SessionError::Mount(MountError::AlreadyMounted { mounted, .. })) => {
@@ -747,6 +757,7 @@ fn a_second_mount_on_a_mountpoint_is_refused_unless_stacked() {
     let stacked = MountOptions::parse_opts("stack,subtype=fwsecond").expect("-o stack parses");
     assert!(stacked.stack);
     let second = spawn(EmptyRoot, tm.path(), &stacked, SessionConfig::default()).expect("a stacked mount");
+    inited(second.handle());
     assert_eq!(
         mountinfo(tm.path()).map(|m| m.fstype),
         Some("fuse.fwsecond".into())
