@@ -88,14 +88,40 @@ pub struct KeeperReport {
 
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
 
+/// The write end of the keeper's wake-up pipe (-1 before it exists).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
 extern "C" fn note_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
+    if sig != libc::SIGCHLD {
+        SIGNALLED.store(sig, Ordering::SeqCst);
+    }
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 0u8;
+        // SAFETY: write(2) is async-signal-safe; a full pipe already wakes.
+        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
 }
 
-fn install_signals() -> io::Result<()> {
-    for sig in [libc::SIGUSR2, libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a handler that only stores to an atomic is
-        // async-signal-safe; no SA_RESTART, so waits return EINTR.
+/// Installs the handlers; returns the read end of the pipe they write to,
+/// so that the keeper sleeps until a signal (a child's death included) or
+/// a message comes, instead of waking up on a timer.
+fn install_signals() -> io::Result<OwnedFd> {
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(io::Error::from)?;
+    WAKE_FD.store(wr.as_raw_fd(), Ordering::Relaxed);
+    // The write end lives as long as the process: the handler may run at
+    // any time.
+    std::mem::forget(wr);
+    for sig in [
+        libc::SIGUSR2,
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGCHLD,
+    ] {
+        // SAFETY: a handler that only stores to an atomic and writes to a
+        // pipe is async-signal-safe; no SA_RESTART, so waits return EINTR.
         let r = unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = note_signal as *const () as usize;
@@ -106,7 +132,35 @@ fn install_signals() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
     }
-    Ok(())
+    Ok(rd)
+}
+
+/// Sleeps until the child sends something, a signal comes (the wake-up
+/// pipe), or a second passes; then empties the pipe.
+fn wait_for_event(sock: &UnixStream, wake: &OwnedFd) {
+    let mut fds = [
+        libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two live pollfd entries; EINTR (a signal) is a wake-up too.
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+    if fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+        // The child closed its end (it is exiting): wait for SIGCHLD, not
+        // for a socket that stays readable.
+        // SAFETY: one live pollfd entry.
+        unsafe { libc::poll(fds[1..].as_mut_ptr(), 1, 1000) };
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: reads into a live buffer from our non-blocking pipe.
+    while unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// One running child and the keeper's end of its socket.
@@ -125,7 +179,7 @@ pub fn run_keeper(
     program: PathBuf,
     args: Vec<OsString>,
 ) -> Result<KeeperReport, KeeperError> {
-    install_signals()?;
+    let wake = install_signals()?;
     let mount = Mount::new(mountpoint.as_ref(), opts)?;
     let (dev, guard) = mount.into_parts();
     let mut report = KeeperReport::default();
@@ -164,7 +218,7 @@ pub fn run_keeper(
         }
         match run.child.try_wait()? {
             None => {
-                std::thread::sleep(Duration::from_millis(5));
+                wait_for_event(&run.sock, &wake);
                 continue;
             }
             Some(status) if status.code() == Some(0) => {
