@@ -200,22 +200,24 @@ pub fn check_mountpoint(fd: BorrowedFd<'_>, mountpoint: &std::path::Path) -> Res
 }
 
 /// Sends `data` with one descriptor attached.
-pub fn send_with_fd(sock: &UnixStream, data: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+pub fn send_with_fd(sock: &impl AsFd, data: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     send_with_fds(sock, data, &[fd.as_raw_fd()])
 }
 
-/// Sends `data` with `fds` attached (at most 250).
-pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+/// Sends `data` with `fds` attached (at most 250), on a stream or a
+/// sequenced-packet socket.
+pub fn send_with_fds(sock: &impl AsFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let iov = [io::IoSlice::new(data)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
-    let n = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-        .map_err(io::Error::from)?;
-    if n != data.len() {
-        // The descriptors went with the first byte; the rest is plain data.
-        let mut w = sock;
-        w.write_all(&data[n..])?;
+    let raw = sock.as_fd().as_raw_fd();
+    let mut n = sendmsg::<()>(raw, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)?;
+    // A stream may take part of it: the descriptors went with the first
+    // byte, the rest is plain data.
+    while n < data.len() {
+        let iov = [io::IoSlice::new(&data[n..])];
+        n += sendmsg::<()>(raw, &iov, &[], MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)?;
     }
     Ok(())
 }
@@ -232,7 +234,7 @@ pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> Result<Option<OwnedFd>
 /// (more are closed). Returns them and the byte count; 0 bytes is
 /// [`HandoverError::Truncated`].
 pub fn recv_fds(
-    sock: &UnixStream,
+    sock: &impl AsFd,
     buf: &mut [u8],
     max_fds: usize,
 ) -> Result<(Vec<OwnedFd>, usize), HandoverError> {
@@ -240,7 +242,7 @@ pub fn recv_fds(
     let mut space = nix::cmsg_space!([RawFd; 253]);
     let mut iov = [io::IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
+        sock.as_fd().as_raw_fd(),
         &mut iov,
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
