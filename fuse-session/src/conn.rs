@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) uring_base: usize,
     /// What can be known about callers' credentials.
     pub(crate) callers: CallerPolicy,
+    /// Under a keeper: the journal of requests in flight.
+    pub(crate) journal: Option<Arc<crate::journal::Journal>>,
 }
 
 /// One worker: its index in the per-worker tables and where its replies go.

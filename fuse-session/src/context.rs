@@ -8,6 +8,7 @@ use crate::deferred::{Refused, Submission, Wait, WaitState};
 use crate::init::Negotiated;
 use crate::interrupt::InterruptCallback;
 use crate::interrupt::Slot;
+use crate::journal::Replay;
 use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::{InitFlags, OpenInFlags};
@@ -23,6 +24,9 @@ pub struct RequestContext<'a> {
     worker: &'a Arc<WorkerCore>,
     slot: Slot,
     open_in: OpenInFlags,
+    replay: Replay,
+    /// The journal slot, and the note a predecessor left in it.
+    journal: Option<(usize, Option<u64>)>,
 }
 
 impl<'a> RequestContext<'a> {
@@ -40,6 +44,42 @@ impl<'a> RequestContext<'a> {
             worker,
             slot,
             open_in: OpenInFlags::empty(),
+            replay: Replay::Fresh,
+            journal: None,
+        }
+    }
+
+    pub(crate) fn with_journal(mut self, replay: Replay, journal: Option<(usize, Option<u64>)>) -> Self {
+        self.replay = replay;
+        self.journal = journal;
+        self
+    }
+
+    /// Whether a predecessor may have carried this request out already
+    /// ([`Replay::MaybeDone`]: it was sent again after the daemon that was
+    /// serving it died; see [`crate::journal`]). Always [`Replay::Fresh`]
+    /// outside a keeper.
+    pub fn replay(&self) -> Replay {
+        self.replay
+    }
+
+    /// The note a predecessor recorded for this request with
+    /// [`RequestContext::set_journal_note`] before it died, if any.
+    pub fn journal_note(&self) -> Option<u64> {
+        self.journal.and_then(|(_, note)| note)
+    }
+
+    /// Records one word about how this request is being carried out (an
+    /// offset chosen for an appending write, the inode a rename moves),
+    /// which a successor sees with [`RequestContext::journal_note`] if this
+    /// daemon dies before answering. Call it before the effect; after the
+    /// answer it is ignored. Does nothing for requests that are not
+    /// journaled or outside a keeper.
+    pub fn set_journal_note(&self, note: u64) {
+        if let Some((i, _)) = self.journal
+            && let Some(j) = self.worker.shared.journal.as_deref()
+        {
+            j.set_note(i, self.header.unique, note);
         }
     }
 

@@ -9,6 +9,7 @@
 use crate::conn::WorkerCore;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
+use crate::journal::{Begin, Replay};
 use crate::ops::*;
 use crate::payload::PipePayload;
 use crate::reply::*;
@@ -161,11 +162,41 @@ fn serve_with<'a, F: Filesystem>(
         }
     }
 
+    let mut replay = Replay::Fresh;
+    let mut journal = None;
+    if let Some(j) = worker.shared.journal.as_deref()
+        && crate::journal::journaled(opcode)
+    {
+        match j.begin(unique, opcode) {
+            Begin::New(i) => journal = Some((i, None)),
+            Begin::Started(i, note) => {
+                replay = Replay::MaybeDone;
+                journal = Some((i, note));
+            }
+            Begin::Answered(error, body) => {
+                // The predecessor answered it and died before the kernel
+                // had the answer: the same answer again, not the effect.
+                log::debug!("{opcode} {unique:#x}: answered from the journal");
+                all.count_only(worker.index, opcode);
+                let msg = match Errno::new(-error) {
+                    Ok(e) if error < 0 => Reply::error(unique, e),
+                    _ => Reply::data(unique, &body).unwrap_or_else(|_| Reply::error(unique, Errno::EIO)),
+                };
+                worker.send_reply(opcode, unique, &msg);
+                return;
+            }
+            Begin::Untracked => {}
+        }
+    }
+
     let table = worker.table();
     let slot = table.register(unique);
     worker.shared.pending.check_new(table, &slot, unique);
     all.start(worker.index, opcode);
     let mut core = ReplyCore::new(unique, opcode, worker.clone(), slot);
+    if let Some((i, _)) = journal {
+        core.set_journal(i);
+    }
     if req.op.is_atomic_open() {
         core.set_atomic_open();
     }
@@ -188,7 +219,8 @@ fn serve_with<'a, F: Filesystem>(
         _ => 0,
     };
     let ctx = RequestContext::new(req.header, umask, req.extensions, worker, slot)
-        .with_open_in(fuse_proto::flags::OpenInFlags::from_bits_retain(open_in));
+        .with_open_in(fuse_proto::flags::OpenInFlags::from_bits_retain(open_in))
+        .with_journal(replay, journal);
     let ino = Inode(req.header.nodeid);
     guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core, piped));
 }

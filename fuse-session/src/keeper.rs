@@ -33,9 +33,11 @@
 use crate::filesystem::Filesystem;
 use crate::handover::{Handover, HandoverError, recv_fds, send_with_fd};
 use crate::init::Negotiated;
+use crate::journal::Journal;
 use crate::mount::{Mount, MountError, MountOptions};
 use crate::session::{Session, SessionConfig, SessionError, SessionHandle};
 use crate::transport::dev_fuse::DevFuse;
+use crate::vault::{RESERVED_KEYS, Vault, VaultStore};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -136,37 +138,75 @@ fn install_signals() -> io::Result<OwnedFd> {
 }
 
 /// Sleeps until the child sends something, a signal comes (the wake-up
-/// pipe), or a second passes; then empties the pipe.
-fn wait_for_event(sock: &UnixStream, wake: &OwnedFd) {
+/// pipe), or a second passes; then empties the pipe. Deposits are read at
+/// most every [`DEPOSIT_BATCH`], so that a daemon opening many files wakes
+/// the keeper once per batch, not once per file.
+fn wait_for_event(run: &Running, wake: &OwnedFd) {
+    let since = run.drained.get().elapsed();
     let mut fds = [
-        libc::pollfd {
-            fd: sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
         libc::pollfd {
             fd: wake.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         },
+        libc::pollfd {
+            fd: run.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: run.vault.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
     ];
-    // SAFETY: two live pollfd entries; EINTR (a signal) is a wake-up too.
-    unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
-    if fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+    let (n, timeout) = if since >= DEPOSIT_BATCH {
+        (3, 1000)
+    } else {
+        (2, (DEPOSIT_BATCH - since).as_millis() as i32 + 1)
+    };
+    // SAFETY: `n` live pollfd entries; EINTR (a signal) is a wake-up too.
+    unsafe { libc::poll(fds.as_mut_ptr(), n, timeout) };
+    if fds[1..]
+        .iter()
+        .any(|f| f.revents & (libc::POLLHUP | libc::POLLERR) != 0)
+    {
         // The child closed its end (it is exiting): wait for SIGCHLD, not
         // for a socket that stays readable.
         // SAFETY: one live pollfd entry.
-        unsafe { libc::poll(fds[1..].as_mut_ptr(), 1, 1000) };
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
     }
     let mut buf = [0u8; 64];
     // SAFETY: reads into a live buffer from our non-blocking pipe.
     while unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
-/// One running child and the keeper's end of its socket.
+/// The longest a deposit waits in the socket before the keeper reads it.
+const DEPOSIT_BATCH: Duration = Duration::from_millis(10);
+
+/// One running child, the keeper's end of its socket and of its vault.
 struct Running {
     child: Child,
     sock: UnixStream,
+    vault: OwnedFd,
+    drained: std::cell::Cell<Instant>,
+}
+
+impl Running {
+    /// Takes the deposits waiting.
+    fn drain(&self, store: &mut VaultStore) {
+        store.drain(&self.vault);
+        self.drained.set(Instant::now());
+    }
+
+    /// Takes every deposit of a child that has exited (all it sent is in
+    /// the socket, then its end).
+    fn drain_all(&self, store: &mut VaultStore) {
+        if !store.drain(&self.vault) {
+            log::warn!("keeper: the daemon's vault did not end with it");
+        }
+        log::debug!("keeper: holding {} deposited descriptors", store.len());
+    }
 }
 
 /// Mounts `mountpoint` with `opts`, then runs `program` with `args` as the
@@ -185,24 +225,29 @@ pub fn run_keeper(
     let mut report = KeeperReport::default();
     let mut negotiated: Option<Negotiated> = None;
     let mut state: Vec<u8> = Vec::new();
+    let mut store = VaultStore::default();
     let mut quick_deaths = 0u32;
-    let spawn = |negotiated: &Option<Negotiated>, state: &[u8], report: &mut KeeperReport| {
-        let r = start_child(&program, &args, &dev, negotiated.as_ref(), state);
-        report.started += 1;
-        r
-    };
-    let mut run = spawn(&negotiated, &state, &mut report)?;
+    let spawn =
+        |negotiated: &Option<Negotiated>, state: &[u8], store: &VaultStore, report: &mut KeeperReport| {
+            let r = start_child(&program, &args, &dev, negotiated.as_ref(), state, store);
+            report.started += 1;
+            r
+        };
+    let mut run = spawn(&negotiated, &state, &store, &mut report)?;
     let mut started_at = Instant::now();
     loop {
-        // Messages from the child (what INIT negotiated), exits, signals.
+        // Messages from the child (what INIT negotiated, deposits), exits,
+        // signals.
         pump_messages(&mut run.sock, &mut negotiated, &mut state);
+        run.drain(&mut store);
         match SIGNALLED.swap(0, Ordering::SeqCst) {
             0 => {}
             libc::SIGUSR2 => {
                 log::info!("keeper: upgrade requested; retiring daemon {}", run.child.id());
                 retire(&mut run, &mut negotiated, &mut state);
+                run.drain_all(&mut store);
                 report.upgrades += 1;
-                run = spawn(&negotiated, &state, &mut report)?;
+                run = spawn(&negotiated, &state, &store, &mut report)?;
                 started_at = Instant::now();
                 continue;
             }
@@ -218,7 +263,7 @@ pub fn run_keeper(
         }
         match run.child.try_wait()? {
             None => {
-                wait_for_event(&run.sock, &wake);
+                wait_for_event(&run, &wake);
                 continue;
             }
             Some(status) if status.code() == Some(0) => {
@@ -231,6 +276,7 @@ pub fn run_keeper(
             }
             Some(status) => {
                 pump_messages(&mut run.sock, &mut negotiated, &mut state);
+                run.drain_all(&mut store);
                 report.crashes += 1;
                 log::warn!(
                     "keeper: daemon {} {}; starting another",
@@ -247,7 +293,7 @@ pub fn run_keeper(
                 } else {
                     quick_deaths = 0;
                 }
-                run = spawn(&negotiated, &state, &mut report)?;
+                run = spawn(&negotiated, &state, &store, &mut report)?;
                 started_at = Instant::now();
             }
         }
@@ -269,6 +315,7 @@ fn start_child(
     dev: &DevFuse,
     negotiated: Option<&Negotiated>,
     state: &[u8],
+    store: &VaultStore,
 ) -> Result<Running, KeeperError> {
     let (mine, theirs) = UnixStream::pair()?;
     let fd = theirs.as_raw_fd();
@@ -305,8 +352,19 @@ fn start_child(
             }
         }
     }
+    let (vault, theirs) = crate::vault::socket_pair()?;
+    send_with_fd(&mine, b"V", theirs.as_fd())?;
+    drop(theirs);
+    if let Err(e) = store.hand_to(&vault) {
+        log::warn!("keeper: handing the deposits to daemon {}: {e}", child.id());
+    }
     mine.set_nonblocking(true)?;
-    Ok(Running { child, sock: mine })
+    Ok(Running {
+        child,
+        sock: mine,
+        vault,
+        drained: std::cell::Cell::new(Instant::now()),
+    })
 }
 
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
@@ -386,6 +444,23 @@ fn retire(run: &mut Running, negotiated: &mut Option<Negotiated>, state: &mut Ve
     }
 }
 
+/// The vault key of the journal's shared region.
+const JOURNAL_KEY: u64 = RESERVED_KEYS | 1;
+
+/// What a daemon under a keeper starts from.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Restore<'a> {
+    /// `None` for a new mount; else the state the predecessor handed back
+    /// at a graceful upgrade (empty after a crash: then what the
+    /// filesystem keeps in the vault is all there is).
+    pub state: Option<&'a [u8]>,
+    /// Where to deposit descriptors that must outlive this daemon, and
+    /// where the predecessors' are ([`Vault::take_deposits`],
+    /// [`Vault::region`]).
+    pub vault: Vault,
+}
+
 /// What a child under a keeper serves: a fresh connection (INIT to come) or
 /// one taken over.
 #[derive(Debug)]
@@ -440,19 +515,32 @@ impl KeeperLink {
         }
     }
 
-    /// Serves `fs` on the connection from the keeper. `restore` builds the
-    /// filesystem: from nothing (`None`) for a fresh mount, or from the
-    /// state its predecessor handed back at a graceful upgrade (`Some`,
-    /// empty after a crash). `save` is called after a retirement, and its
-    /// bytes go to the successor. Under a keeper every worker reads the
-    /// keeper's `/dev/fuse` file (`clone_fd` is off, see the module docs),
-    /// and io_uring is not used.
+    /// The vault the keeper sends after the connection.
+    fn vault(&self) -> Result<Vault, HandoverError> {
+        let mut tag = [0u8; 1];
+        let (fds, _) = recv_fds(&self.sock, &mut tag, 1)?;
+        match (tag[0], fds.into_iter().next()) {
+            (b'V', Some(fd)) => Vault::open(fd),
+            _ => Err(HandoverError::Invalid("keeper message (no vault)")),
+        }
+    }
+
+    /// Serves a filesystem on the connection from the keeper. `restore`
+    /// builds it, from a [`Restore`]: the state its predecessor handed back
+    /// at a graceful upgrade, and the vault with what predecessors
+    /// deposited. `save` is called after a retirement, and its bytes go to
+    /// the successor. Requests are journaled ([`crate::journal`]) so that
+    /// one a dead predecessor answered is answered again from the journal,
+    /// and one it started reaches the filesystem as
+    /// [`crate::journal::Replay::MaybeDone`]. Under a keeper every worker
+    /// reads the keeper's `/dev/fuse` file (`clone_fd` is off, see the
+    /// module docs), and io_uring is not used.
     ///
     /// Returns `Ok(true)` when the daemon retired (exit with
     /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
     pub fn serve<F: Filesystem>(
         self,
-        restore: impl FnOnce(Option<&[u8]>) -> io::Result<F>,
+        restore: impl FnOnce(Restore<'_>) -> io::Result<F>,
         save: impl FnOnce(&F) -> Vec<u8>,
         mut config: SessionConfig,
     ) -> Result<bool, SessionError> {
@@ -461,17 +549,26 @@ impl KeeperLink {
         // entries die with the daemon that registered them
         // (docs/recovery.md): under a keeper, /dev/fuse only.
         config.transport = crate::transport::Transport::DevFuse;
-        let conn = self
-            .connection()
-            .map_err(|e| SessionError::Io(io::Error::other(e)))?;
+        let link_err = |e: HandoverError| SessionError::Io(io::Error::other(e));
+        let conn = self.connection().map_err(link_err)?;
+        let vault = self.vault().map_err(link_err)?;
+        let fresh = matches!(conn, Connection::Fresh(_));
+        let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
+        config.journal = Some(Arc::new(Journal::open(region, fresh)?));
         let (session, resumed) = match conn {
             Connection::Fresh(dev) => {
-                let fs = Arc::new(restore(None)?);
+                let fs = Arc::new(restore(Restore {
+                    state: None,
+                    vault: vault.clone(),
+                })?);
                 let chan = Arc::new(DevFuse::from_fd(dev));
                 (Session::from_arc(fs.clone(), chan, config)?, fs)
             }
             Connection::TakenOver(h) => {
-                let fs = Arc::new(restore(Some(&h.state))?);
+                let fs = Arc::new(restore(Restore {
+                    state: Some(&h.state),
+                    vault: vault.clone(),
+                })?);
                 (Session::resume(fs.clone(), h.dev, h.negotiated, config)?, fs)
             }
         };

@@ -60,6 +60,8 @@ pub(crate) struct ReplyCore {
     /// The node whose cached attributes the kernel must drop before a
     /// success answer (see [`ReplyCore::set_mode_stale`]).
     mode_stale: Option<u64>,
+    /// The request's journal slot, under a keeper ([`crate::journal`]).
+    journal: Option<usize>,
     done: bool,
 }
 
@@ -73,6 +75,7 @@ impl ReplyCore {
             atomic_open: false,
             enosys_as: None,
             mode_stale: None,
+            journal: None,
             done: false,
         }
     }
@@ -93,6 +96,12 @@ impl ReplyCore {
     /// sends them only while it believes the file has the bits.
     pub(crate) fn set_mode_stale(&mut self, nodeid: u64) {
         self.mode_stale = Some(nodeid);
+    }
+
+    /// The request has journal slot `i`: its answer is recorded there
+    /// before it is written, and the slot freed after.
+    pub(crate) fn set_journal(&mut self, i: usize) {
+        self.journal = Some(i);
     }
 
     fn minor(&self) -> u32 {
@@ -116,7 +125,17 @@ impl ReplyCore {
             self.drop_cached_attrs(nodeid);
         }
         self.worker.finished(self.opcode, is_error);
+        let journal = self.journal.zip(self.worker.shared.journal.as_deref());
+        if let Some((i, j)) = journal {
+            let resent = self.unique & fuse_proto::consts::UNIQUE_RESEND != 0;
+            crate::fault::point(self.opcode, crate::fault::Point::Effect, resent);
+            j.answer(i, msg);
+            crate::fault::point(self.opcode, crate::fault::Point::Reply, resent);
+        }
         self.worker.send_reply(self.opcode, self.unique, msg);
+        if let Some((i, j)) = journal {
+            j.finish(i);
+        }
         self.worker.release(&self.slot);
     }
 

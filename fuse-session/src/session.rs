@@ -103,6 +103,10 @@ pub struct SessionConfig {
     /// [`SessionConfig::splice_write`] (0:
     /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
+    /// The journal of requests in flight, which makes requests that a dead
+    /// predecessor carried out take effect once ([`crate::journal`]). Set
+    /// by [`crate::keeper::KeeperLink::serve`].
+    pub journal: Option<Arc<crate::journal::Journal>>,
 }
 
 /// Workers per CPU when [`SessionConfig::workers`] is 0.
@@ -143,6 +147,7 @@ impl Default for SessionConfig {
             track_inflight: false,
             splice_write: false,
             splice_write_min: 0,
+            journal: None,
         }
     }
 }
@@ -637,6 +642,9 @@ impl<F: Filesystem> Session<F> {
     /// published to the handle and the notifier.
     fn shared_state(&self, negotiated: &Negotiated, pool_cfg: PoolConfig, nr_queues: usize) -> Arc<Shared> {
         let slots = pool_cfg.slots();
+        if self.config.journal.is_some() {
+            crate::fault::arm();
+        }
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
@@ -657,6 +665,7 @@ impl<F: Filesystem> Session<F> {
             shutdown: AtomicBool::new(self.handle.0.stop.load(Ordering::Acquire)),
             destroyed: AtomicBool::new(false),
             deny_others: self.config.deny_others,
+            journal: self.config.journal.clone(),
             splice_write: self
                 .config
                 .splice_write
