@@ -7,69 +7,19 @@
 //! connection aborted and is killed, so a failure cannot hang CI.
 
 mod common;
+mod keeper_support;
 
 use common::*;
+use keeper_support::*;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const CONTENT: &str = "Hello, world!\n";
-
-/// The keeper's children (the serving daemons).
-fn children(pid: u32) -> Vec<u32> {
-    fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
-                .flat_map(|s| {
-                    s.split_whitespace()
-                        .filter_map(|p| p.parse().ok())
-                        .collect::<Vec<u32>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether `pid` is alive (not a zombie the keeper has yet to reap).
-fn alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit(')').next().map(|r| !r.trim_start().starts_with('Z')))
-        .unwrap_or(false)
-}
-
-/// The serving daemon's pid, other than those of `gone` (waits up to 10 s).
-/// Only /proc is read: a read through the mount could block forever if the
-/// keeper failed, where the readers' own failures are bounded.
-fn daemon_of(keeper: u32, gone: &[u32]) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let live: Vec<u32> = children(keeper)
-            .into_iter()
-            .filter(|p| !gone.contains(p) && alive(*p))
-            .collect();
-        if let [pid] = live.as_slice() {
-            return *pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no daemon serving under keeper {keeper} after 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) of a process we started (or its child).
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
-}
 
 /// Readers that open, read and close `hello` in a loop, counting reads and
 /// recording every failure.
@@ -135,76 +85,6 @@ impl Readers {
                 .flat_map(|t| t.join().unwrap_or_default()),
         );
         (self.reads.load(Ordering::Relaxed), errors)
-    }
-}
-
-/// A keeper started on `mnt`, ended (and its mount freed) on drop.
-struct Keeper {
-    child: Option<Child>,
-    mnt: PathBuf,
-}
-
-impl Keeper {
-    fn start(mnt: &Path) -> Self {
-        let mut child = Command::new(example_binary("hello"))
-            .arg(mnt)
-            .args(["-o", "keeper"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start hello -o keeper");
-        wait_for_mount(&mut child, mnt, "hello -o keeper");
-        Keeper {
-            child: Some(child),
-            mnt: mnt.to_path_buf(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
-    }
-
-    /// SIGTERM; the keeper must exit 0 and unmount within 10 s. Its log.
-    fn stop(mut self) -> String {
-        let mut child = self.child.take().expect("running");
-        signal(child.id(), libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => break None,
-            }
-        };
-        let mut log = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut log);
-        }
-        if status.is_none() {
-            let _ = abort_fuse_connection(&self.mnt);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "the keeper did not exit cleanly on SIGTERM ({status:?}); its log:\n{log}"
-        );
-        assert!(
-            !fuse_mounted_at(&self.mnt),
-            "the keeper left its mount behind; its log:\n{log}"
-        );
-        log
-    }
-}
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = abort_fuse_connection(&self.mnt);
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
