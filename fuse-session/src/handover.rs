@@ -132,7 +132,7 @@ impl Handover {
     }
 }
 
-fn read_exact(sock: &UnixStream, buf: &mut [u8]) -> Result<(), HandoverError> {
+pub(crate) fn read_exact(sock: &UnixStream, buf: &mut [u8]) -> Result<(), HandoverError> {
     let mut r = sock;
     r.read_exact(buf).map_err(|e| match e.kind() {
         io::ErrorKind::UnexpectedEof => HandoverError::Truncated,

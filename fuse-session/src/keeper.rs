@@ -105,10 +105,15 @@ extern "C" fn note_signal(sig: libc::c_int) {
     }
 }
 
+/// The last signal caught (0: none since the last call).
+pub(crate) fn take_signal() -> i32 {
+    SIGNALLED.swap(0, Ordering::SeqCst)
+}
+
 /// Installs the handlers; returns the read end of the pipe they write to,
 /// so that the keeper sleeps until a signal (a child's death included) or
 /// a message comes, instead of waking up on a timer.
-fn install_signals() -> io::Result<OwnedFd> {
+pub(crate) fn install_signals() -> io::Result<OwnedFd> {
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(io::Error::from)?;
     WAKE_FD.store(wr.as_raw_fd(), Ordering::Relaxed);
@@ -229,7 +234,15 @@ pub fn run_keeper(
     let mut quick_deaths = 0u32;
     let spawn =
         |negotiated: &Option<Negotiated>, state: &[u8], store: &VaultStore, report: &mut KeeperReport| {
-            let r = start_child(&program, &args, &dev, negotiated.as_ref(), state, store);
+            let r = start_child(
+                &program,
+                &args,
+                &dev,
+                negotiated.as_ref(),
+                state,
+                store,
+                opts.default_permissions,
+            );
             report.started += 1;
             r
         };
@@ -240,7 +253,7 @@ pub fn run_keeper(
         // signals.
         pump_messages(&mut run.sock, &mut negotiated, &mut state);
         run.drain(&mut store);
-        match SIGNALLED.swap(0, Ordering::SeqCst) {
+        match take_signal() {
             0 => {}
             libc::SIGUSR2 => {
                 log::info!("keeper: upgrade requested; retiring daemon {}", run.child.id());
@@ -316,6 +329,7 @@ fn start_child(
     negotiated: Option<&Negotiated>,
     state: &[u8],
     store: &VaultStore,
+    default_permissions: bool,
 ) -> Result<Running, KeeperError> {
     let (mine, theirs) = UnixStream::pair()?;
     let fd = theirs.as_raw_fd();
@@ -339,7 +353,7 @@ fn start_child(
     drop(theirs);
     let dup = dev.try_dup()?;
     match negotiated {
-        None => send_with_fd(&mine, b"F", dup.as_fd())?,
+        None => send_with_fd(&mine, &[b'F', u8::from(default_permissions)], dup.as_fd())?,
         Some(n) => {
             let h = Handover {
                 dev: dup.as_fd().try_clone_to_owned()?,
@@ -365,6 +379,24 @@ fn start_child(
         vault,
         drained: std::cell::Cell::new(Instant::now()),
     })
+}
+
+/// Calls `f` with what INIT negotiated (encoded for a handover), from a
+/// thread, once the session has it (INIT may come late; the thread gives up
+/// after an hour).
+pub(crate) fn when_negotiated(handle: &SessionHandle, f: impl FnOnce(&[u8]) + Send + 'static) {
+    let handle = handle.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        while Instant::now() < deadline {
+            if let Some(n) = handle.negotiated() {
+                let mut b = Vec::new();
+                crate::handover::encode_negotiated_bytes(&n, &mut b);
+                return f(&b);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
 }
 
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
@@ -465,8 +497,9 @@ pub struct Restore<'a> {
 /// one taken over.
 #[derive(Debug)]
 pub enum Connection {
-    /// A new mount: the session answers INIT.
-    Fresh(OwnedFd),
+    /// A new mount (made with `default_permissions` when the flag is set):
+    /// the session answers INIT.
+    Fresh(OwnedFd, bool),
     /// A connection a predecessor served.
     TakenOver(Handover),
 }
@@ -507,9 +540,12 @@ impl KeeperLink {
         let mut tag = [0u8; 1];
         let (fds, _) = recv_fds(&self.sock, &mut tag, 1)?;
         match tag[0] {
-            b'F' => Ok(Connection::Fresh(
-                fds.into_iter().next().ok_or(HandoverError::NoDescriptor)?,
-            )),
+            b'F' => {
+                let mut perms = [0u8; 1];
+                crate::handover::read_exact(&self.sock, &mut perms)?;
+                let fd = fds.into_iter().next().ok_or(HandoverError::NoDescriptor)?;
+                Ok(Connection::Fresh(fd, perms[0] != 0))
+            }
             b'H' => Ok(Connection::TakenOver(Handover::receive(&self.sock)?)),
             _ => Err(HandoverError::Invalid("keeper message")),
         }
@@ -552,17 +588,19 @@ impl KeeperLink {
         let link_err = |e: HandoverError| SessionError::Io(io::Error::other(e));
         let conn = self.connection().map_err(link_err)?;
         let vault = self.vault().map_err(link_err)?;
-        let fresh = matches!(conn, Connection::Fresh(_));
+        let fresh = matches!(conn, Connection::Fresh(..));
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
         config.journal = Some(Arc::new(Journal::open(region, fresh)?));
         let (session, resumed) = match conn {
-            Connection::Fresh(dev) => {
+            Connection::Fresh(dev, default_permissions) => {
                 let fs = Arc::new(restore(Restore {
                     state: None,
                     vault: vault.clone(),
                 })?);
                 let chan = Arc::new(DevFuse::from_fd(dev));
-                (Session::from_arc(fs.clone(), chan, config)?, fs)
+                let mut s = Session::from_arc(fs.clone(), chan, config)?;
+                s.set_default_permissions(default_permissions);
+                (s, fs)
             }
             Connection::TakenOver(h) => {
                 let fs = Arc::new(restore(Restore {
@@ -594,19 +632,9 @@ impl KeeperLink {
             Ok(s) => s,
             Err(e) => return log::warn!("keeper link: {e}"),
         };
-        let handle = handle.clone();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(3600);
-            while Instant::now() < deadline {
-                if let Some(n) = handle.negotiated() {
-                    let mut b = Vec::new();
-                    crate::handover::encode_negotiated_bytes(&n, &mut b);
-                    if let Err(e) = write_blob(&sock, b'N', &b) {
-                        log::warn!("telling the keeper what INIT negotiated: {e}");
-                    }
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(2));
+        when_negotiated(handle, move |b| {
+            if let Err(e) = write_blob(&sock, b'N', b) {
+                log::warn!("telling the keeper what INIT negotiated: {e}");
             }
         });
     }

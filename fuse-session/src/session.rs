@@ -492,9 +492,21 @@ impl<F: Filesystem> Session<F> {
         fs: Arc<F>,
         mountpoint: impl AsRef<std::path::Path>,
         opts: &MountOptions,
-        mut config: SessionConfig,
+        config: SessionConfig,
     ) -> Result<Self, SessionError> {
         let m = Mount::new(mountpoint, opts)?;
+        Self::from_mount(fs, m, opts, config)
+    }
+
+    /// Binds a session to a mount made with `opts` (its fd and its guard):
+    /// the session unmounts when it ends or is stopped, but not when it
+    /// retires ([`SessionHandle::retire`]).
+    pub fn from_mount(
+        fs: Arc<F>,
+        m: Mount,
+        opts: &MountOptions,
+        mut config: SessionConfig,
+    ) -> Result<Self, SessionError> {
         if m.allow_root() && config.deny_others.is_none() {
             config.deny_others = Some(nix::unistd::getuid().as_raw());
         }
@@ -509,6 +521,13 @@ impl<F: Filesystem> Session<F> {
         s.handle.set_on_stop(move || unmount_guard(&on_stop, &left));
         s.mount = Some(guard);
         Ok(s)
+    }
+
+    /// Whether the mount has `default_permissions` (the kernel checks
+    /// permissions itself), for a session bound to a connection another
+    /// process mounted.
+    pub(crate) fn set_default_permissions(&mut self, on: bool) {
+        self.mount_default_permissions = on;
     }
 
     /// The handle (statistics, notifier, stop).
