@@ -4,11 +4,13 @@
 mod cli; // -f, -d, -o and --help as passthrough_ll takes them; errors printed with their text
 
 use fuse_wire::reply::{ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry};
+use fuse_wire::session::fdstore::FdStore;
 use fuse_wire::session::keeper::{KeeperLink, run_keeper};
+use fuse_wire::session::service::{ServiceEnd, serve_with_fdstore};
 use fuse_wire::{
     Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode, ReadRequest, RequestContext,
 };
-use std::{ffi::CStr, process::ExitCode, time::Duration};
+use std::{ffi::CStr, process::ExitCode, sync::Arc, time::Duration};
 
 const CONTENT: &[u8] = b"Hello, world!\n";
 const HELLO: Inode = Inode(2);
@@ -60,12 +62,17 @@ const COMMAND: cli::Command = cli::Command {
     about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT.
 
     -o keeper       keep the mount in this process and serve it from a child,
-                    replaced when it dies (SIGUSR2: upgrade to the binary on disk)",
+                    replaced when it dies (SIGUSR2: upgrade to the binary on disk)
+    -o fdstore      run as a systemd service that keeps the mount in systemd's
+                    file-descriptor store across crashes and upgrades
+                    (SIGUSR2: retire, exit 75 and be restarted)",
     own_options: true,
     stats: false,
 };
 
 fn main() -> ExitCode {
+    // Read before any thread starts: it takes variables out of the environment.
+    let fd_store = FdStore::from_env();
     // Started by a keeper (`-o keeper`): serve the connection it holds.
     if let Some(link) = KeeperLink::from_env() {
         cli::init_logging(std::env::args().any(|a| a == "-d"));
@@ -75,17 +82,37 @@ fn main() -> ExitCode {
         };
     }
     COMMAND.run(|args| {
-        let mut keeper = false;
+        let (mut keeper, mut fdstore) = (false, false);
         for o in &args.options {
             match o.as_str() {
                 "keeper" => keeper = true,
+                "fdstore" => fdstore = true,
                 _ => return Err(cli::UsageError(format!("unknown option `{o}`")).into()),
             }
         }
         let mut opts = args.mount; // what -o asked for, and:
         opts.read_only = true;
         opts.fsname.get_or_insert_with(|| "hello".into());
-        if keeper {
+        if fdstore {
+            // systemd keeps the connection while this daemon comes and goes.
+            let Some(store) = fd_store? else {
+                return Err(cli::UsageError(
+                    "-o fdstore: not run by systemd ($NOTIFY_SOCKET is unset)".into(),
+                )
+                .into());
+            };
+            let end = serve_with_fdstore(
+                Arc::new(store),
+                &args.mountpoint,
+                &opts,
+                |_| Ok(Hello),
+                |_| Vec::new(),
+                Default::default(),
+            )?;
+            if end == ServiceEnd::Retired {
+                std::process::exit(fuse_wire::session::service::RETIRED);
+            }
+        } else if keeper {
             // This process keeps the mount; a child serves it, and is replaced
             // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
             let program = std::env::current_exe().unwrap_or_else(|_| "hello".into());

@@ -30,19 +30,9 @@ impl SharedRegion {
     /// A new zeroed region of at least `len` bytes (rounded up to whole
     /// pages) in a new memory file named `name` (as `/proc/PID/fd` shows it).
     pub fn create(name: &str, len: usize) -> io::Result<SharedRegion> {
-        let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: memfd_create with a valid C string; the result is checked.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
-        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        let fd = memory_file(name)?;
         let len = round_to_pages(len.max(1));
-        // SAFETY: ftruncate on a memory file we own.
-        if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        std::fs::File::from(fd.try_clone()?).set_len(len as u64)?;
         Self::map(fd, len)
     }
 
@@ -123,6 +113,18 @@ impl Drop for SharedRegion {
         // it any more (`words()` borrows `self`).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.words * 8) };
     }
+}
+
+/// A new empty memory file (`memfd_create`, close-on-exec) named `name`.
+pub fn memory_file(name: &str) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: memfd_create with a valid C string; the result is checked.
+    let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
 }
 
 /// Stores `bytes` into `words`, eight to a word (little-endian, the last

@@ -19,7 +19,12 @@
 //!
 //! Keys with the top bit set belong to the library (the journal of
 //! requests in flight, [`crate::journal`]).
+//!
+//! A daemon run as a systemd service can use systemd's file-descriptor
+//! store instead of a keeper ([`Vault::in_fdstore`], [`crate::fdstore`]):
+//! the same calls, each a notification to the service manager.
 
+use crate::fdstore::FdStore;
 use crate::handover::{HandoverError, recv_fds, send_with_fds};
 use crate::region::SharedRegion;
 use std::collections::HashMap;
@@ -42,8 +47,22 @@ pub struct Vault {
 
 #[derive(Debug)]
 struct Inner {
-    sock: OwnedFd,
+    backend: Backend,
     left: Mutex<Vec<(u64, OwnedFd)>>,
+}
+
+/// Who holds the deposits.
+#[derive(Debug)]
+enum Backend {
+    /// A keeper process ([`crate::keeper`]), over a sequenced-packet socket.
+    Keeper(OwnedFd),
+    /// systemd's file-descriptor store ([`crate::fdstore`]).
+    Systemd(Arc<FdStore>),
+}
+
+/// The name a deposit has in systemd's store.
+pub(crate) fn fdstore_name(key: u64) -> String {
+    format!("fw-k{key:x}")
 }
 
 /// Why a vault message was refused.
@@ -73,27 +92,66 @@ impl Vault {
         set_timeout(sock.as_fd(), libc::SO_RCVTIMEO, Duration::ZERO)?;
         Ok(Vault {
             inner: Arc::new(Inner {
-                sock,
+                backend: Backend::Keeper(sock),
                 left: Mutex::new(left),
             }),
         })
     }
 
+    /// A vault in systemd's file-descriptor store: what the store passed
+    /// this process under deposit names (`fw-k` and the key in hex) is what the
+    /// predecessors left.
+    pub fn in_fdstore(store: Arc<FdStore>) -> Vault {
+        let left = store
+            .take_prefixed("fw-k")
+            .into_iter()
+            .filter_map(|(name, fd)| match u64::from_str_radix(&name[4..], 16) {
+                Ok(k) => Some((k, fd)),
+                Err(_) => {
+                    log::warn!("fd store: ignoring {name:?}, not a deposit of this library");
+                    None
+                }
+            })
+            .collect();
+        Vault {
+            inner: Arc::new(Inner {
+                backend: Backend::Systemd(store),
+                left: Mutex::new(left),
+            }),
+        }
+    }
+
     /// Has the keeper hold a duplicate of `fd` under `key` (replacing what
     /// it held under that key), until [`Vault::withdraw`].
     pub fn deposit(&self, key: u64, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let mut m = [0u8; 9];
-        m[0] = b'D';
-        m[1..].copy_from_slice(&key.to_le_bytes());
-        send_with_fds(&self.inner.sock, &m, &[fd.as_raw_fd()])
+        match &self.inner.backend {
+            Backend::Keeper(sock) => {
+                let mut m = [0u8; 9];
+                m[0] = b'D';
+                m[1..].copy_from_slice(&key.to_le_bytes());
+                send_with_fds(sock, &m, &[fd.as_raw_fd()])
+            }
+            Backend::Systemd(store) => {
+                // The store keeps every descriptor sent under a name; drop
+                // the one held before, as the keeper does.
+                let name = fdstore_name(key);
+                store.remove(&name)?;
+                store.store(&name, fd)
+            }
+        }
     }
 
     /// Has the keeper close what it holds under `key`.
     pub fn withdraw(&self, key: u64) -> io::Result<()> {
-        let mut m = [0u8; 9];
-        m[0] = b'W';
-        m[1..].copy_from_slice(&key.to_le_bytes());
-        send_with_fds(&self.inner.sock, &m, &[])
+        match &self.inner.backend {
+            Backend::Keeper(sock) => {
+                let mut m = [0u8; 9];
+                m[0] = b'W';
+                m[1..].copy_from_slice(&key.to_le_bytes());
+                send_with_fds(sock, &m, &[])
+            }
+            Backend::Systemd(store) => store.remove(&fdstore_name(key)),
+        }
     }
 
     /// What the predecessors deposited and did not withdraw, with their

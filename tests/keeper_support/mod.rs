@@ -6,9 +6,15 @@
 use crate::common::*;
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// What `hello` serves in its one file.
+pub const CONTENT: &str = "Hello, world!\n";
 
 /// The keeper's children (the serving daemons).
 pub fn children(pid: u32) -> Vec<u32> {
@@ -137,5 +143,71 @@ impl Drop for Keeper {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+/// Readers that open, read and close `hello` in a loop, counting reads and
+/// recording every failure.
+pub struct Readers {
+    stop: Arc<AtomicBool>,
+    reads: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Readers {
+    pub fn start(mnt: &Path, n: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicU64::new(0));
+        let threads = (0..n)
+            .map(|_| {
+                let (stop, reads, file) = (stop.clone(), reads.clone(), mnt.join("hello"));
+                std::thread::spawn(move || {
+                    let mut errors = Vec::new();
+                    while !stop.load(Ordering::Relaxed) && errors.len() < 10 {
+                        let mut s = String::new();
+                        // O_DIRECT: every read goes to the daemon, not to
+                        // the page cache, so kills land mid-request.
+                        let open = fs::OpenOptions::new()
+                            .read(true)
+                            .custom_flags(libc::O_DIRECT)
+                            .open(&file);
+                        match open.and_then(|mut f| f.read_to_string(&mut s)) {
+                            Ok(_) if s == CONTENT => {}
+                            Ok(_) => errors.push(format!("wrong content {s:?}")),
+                            Err(e) => errors.push(e.to_string()),
+                        }
+                        // A stat each time too: GETATTR once the cache expires.
+                        if let Err(e) = fs::metadata(&file) {
+                            errors.push(format!("stat: {e}"));
+                        }
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    errors
+                })
+            })
+            .collect();
+        Readers { stop, reads, threads }
+    }
+
+    /// Stops the readers; their errors. A reader still blocked after 10 s
+    /// (a request nobody answers) has the connection aborted under it, and
+    /// that is reported.
+    pub fn finish(self, mnt: &Path) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut errors = Vec::new();
+        while self.threads.iter().any(|t| !t.is_finished()) {
+            if Instant::now() > deadline {
+                errors.push("a reader hung on an unanswered request; connection aborted".to_string());
+                let _ = abort_fuse_connection(mnt);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        errors.extend(
+            self.threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap_or_default()),
+        );
+        (self.reads.load(Ordering::Relaxed), errors)
     }
 }
