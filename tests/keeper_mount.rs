@@ -160,3 +160,71 @@ fn a_killed_keeper_leaves_its_daemon_serving() {
     // The last holder is gone: the connection is dead; TempMountpoint
     // detaches the mount.
 }
+
+/// An upgrade to a binary that cannot take over (here a build that exits
+/// at once) is undone: the keeper starts the previous binary again, which
+/// it held open, with the same state; readers see nothing. A later upgrade
+/// to a working binary goes through.
+#[test]
+fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-fallback");
+    // The keeper runs a copy of hello, which the test replaces on disk.
+    let program = tmp.root().join("hello-copy");
+    std::fs::copy(example_binary("hello"), &program).expect("copy hello");
+    let replace_with = |content: &[u8]| {
+        let next = tmp.root().join("hello-next");
+        std::fs::write(&next, content).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&next, &program).unwrap();
+    };
+    let keeper = Keeper::start_with(
+        std::process::Command::new(&program)
+            .arg(tmp.path())
+            .args(["-o", "keeper"]),
+        tmp.path(),
+    );
+    let readers = Readers::start(tmp.path(), 2);
+    let upgrade = |seen: &mut Vec<u32>| {
+        let daemon = daemon_of(keeper.pid(), seen);
+        seen.push(daemon);
+        std::thread::sleep(Duration::from_millis(100));
+        signal(keeper.pid(), libc::SIGUSR2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(daemon) {
+            assert!(Instant::now() < deadline, "the daemon did not retire");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Whoever serves next (the new binary, or the previous one again).
+        let next = daemon_of(keeper.pid(), seen);
+        std::thread::sleep(Duration::from_millis(300));
+        next
+    };
+    let mut seen = Vec::new();
+    replace_with(b"#!/bin/sh\necho 'a broken build' >&2\nexit 3\n");
+    upgrade(&mut seen);
+    upgrade(&mut seen);
+    std::fs::copy(example_binary("hello"), tmp.root().join("hello-good")).unwrap();
+    std::fs::rename(tmp.root().join("hello-good"), &program).unwrap();
+    upgrade(&mut seen);
+    let (reads, errors) = readers.finish(tmp.path());
+    let log = keeper.stop();
+    assert!(reads > 3, "the readers hardly ran ({reads} reads)");
+    assert!(
+        errors.is_empty(),
+        "readers saw errors: {errors:?}\nkeeper log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("going back to the previous binary").count(),
+        2,
+        "the keeper's log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("a broken build").count(),
+        2,
+        "the keeper's log:\n{log}"
+    );
+}

@@ -73,7 +73,7 @@ pub enum KeeperError {
     #[error("keeper: {0}")]
     Io(#[from] io::Error),
     /// Daemons keep dying before they serve.
-    #[error("the daemon died {0} times in a row before answering INIT; giving up")]
+    #[error("the daemon died {0} times in a row before serving; giving up (the mount is ended)")]
     CrashLoop(u32),
 }
 
@@ -86,6 +86,9 @@ pub struct KeeperReport {
     pub crashes: u32,
     /// Graceful upgrades done.
     pub upgrades: u32,
+    /// Upgraded daemons that failed to take over (the previous binary
+    /// served again).
+    pub failed_upgrades: u32,
 }
 
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
@@ -195,9 +198,20 @@ struct Running {
     sock: UnixStream,
     vault: OwnedFd,
     drained: std::cell::Cell<Instant>,
+    /// The binary it runs.
+    source: Source,
+    /// It reported what INIT negotiated: it serves.
+    serving: bool,
 }
 
 impl Running {
+    /// Reads its messages; an INIT report says it serves.
+    fn pump(&mut self, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
+        if pump_messages(&mut self.sock, negotiated, state) {
+            self.serving = true;
+        }
+    }
+
     /// Takes the deposits waiting.
     fn drain(&self, store: &mut VaultStore) {
         store.drain(&self.vault);
@@ -217,7 +231,12 @@ impl Running {
 /// Mounts `mountpoint` with `opts`, then runs `program` with `args` as the
 /// serving daemon (with [`KEEPER_FD_ENV`] set), replacing it whenever it
 /// dies, until the mount goes or the keeper is told to stop. `program` is
-/// looked up anew for each child, so an upgrade runs the binary on disk.
+/// looked up anew at each upgrade, so an upgrade runs the binary on disk;
+/// the keeper holds the binary each daemon was started from, so that an
+/// upgraded daemon that fails to take over (it exits before serving: a
+/// state it refuses, a broken build) is replaced by one from the previous
+/// binary, with the same state, and the mount stays served. A daemon that
+/// crashes is replaced from the binary it ran.
 pub fn run_keeper(
     mountpoint: impl AsRef<std::path::Path>,
     opts: &MountOptions,
@@ -231,27 +250,33 @@ pub fn run_keeper(
     let mut negotiated: Option<Negotiated> = None;
     let mut state: Vec<u8> = Vec::new();
     let mut store = VaultStore::default();
-    let mut quick_deaths = 0u32;
-    let spawn =
-        |negotiated: &Option<Negotiated>, state: &[u8], store: &VaultStore, report: &mut KeeperReport| {
-            let r = start_child(
-                &program,
-                &args,
-                &dev,
-                negotiated.as_ref(),
-                state,
-                store,
-                opts.default_permissions,
-            );
-            report.started += 1;
-            r
-        };
-    let mut run = spawn(&negotiated, &state, &store, &mut report)?;
-    let mut started_at = Instant::now();
+    // Daemons in a row that died before serving.
+    let mut failed_starts = 0u32;
+    let spawn = |from: Source,
+                 negotiated: &Option<Negotiated>,
+                 state: &[u8],
+                 store: &VaultStore,
+                 report: &mut KeeperReport| {
+        let r = start_child(
+            from,
+            &program,
+            &args,
+            &dev,
+            negotiated.as_ref(),
+            state,
+            store,
+            opts.default_permissions,
+        );
+        report.started += 1;
+        r
+    };
+    let mut run = spawn(Source::Disk, &negotiated, &state, &store, &mut report)?;
+    // The binary to go back to if an upgraded daemon fails to take over.
+    let mut fallback: Option<Source> = None;
     loop {
         // Messages from the child (what INIT negotiated, deposits), exits,
         // signals.
-        pump_messages(&mut run.sock, &mut negotiated, &mut state);
+        run.pump(&mut negotiated, &mut state);
         run.drain(&mut store);
         match take_signal() {
             0 => {}
@@ -260,8 +285,8 @@ pub fn run_keeper(
                 retire(&mut run, &mut negotiated, &mut state);
                 run.drain_all(&mut store);
                 report.upgrades += 1;
-                run = spawn(&negotiated, &state, &store, &mut report)?;
-                started_at = Instant::now();
+                fallback = Some(run.source.clone());
+                run = spawn(Source::Disk, &negotiated, &state, &store, &mut report)?;
                 continue;
             }
             sig => {
@@ -276,6 +301,11 @@ pub fn run_keeper(
         }
         match run.child.try_wait()? {
             None => {
+                if run.serving {
+                    // It took over: no going back any more.
+                    fallback = None;
+                    failed_starts = 0;
+                }
                 wait_for_event(&run, &wake);
                 continue;
             }
@@ -288,29 +318,54 @@ pub fn run_keeper(
                 return Ok(report);
             }
             Some(status) => {
-                pump_messages(&mut run.sock, &mut negotiated, &mut state);
+                run.pump(&mut negotiated, &mut state);
                 run.drain_all(&mut store);
                 report.crashes += 1;
-                log::warn!(
-                    "keeper: daemon {} {}; starting another",
-                    run.child.id(),
-                    describe(status)
-                );
-                if negotiated.is_none() && started_at.elapsed() < Duration::from_secs(2) {
-                    quick_deaths += 1;
-                    if quick_deaths >= 5 {
+                let mut from = run.source.clone();
+                if run.serving {
+                    failed_starts = 0;
+                    log::warn!(
+                        "keeper: daemon {} {}; starting another",
+                        run.child.id(),
+                        describe(status)
+                    );
+                } else if let Some(previous) = fallback.take() {
+                    report.failed_upgrades += 1;
+                    log::error!(
+                        "keeper: the upgraded daemon {} {} before taking over; going back to the previous binary",
+                        run.child.id(),
+                        describe(status)
+                    );
+                    from = previous;
+                } else {
+                    failed_starts += 1;
+                    log::warn!(
+                        "keeper: daemon {} {} before serving ({failed_starts} in a row); starting another",
+                        run.child.id(),
+                        describe(status)
+                    );
+                    if failed_starts >= 5 {
+                        // Nobody can serve: end the connection rather than
+                        // leave clients waiting for good.
                         drop(dev);
                         let _ = guard.unmount();
-                        return Err(KeeperError::CrashLoop(quick_deaths));
+                        return Err(KeeperError::CrashLoop(failed_starts));
                     }
-                } else {
-                    quick_deaths = 0;
+                    std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
                 }
-                run = spawn(&negotiated, &state, &store, &mut report)?;
-                started_at = Instant::now();
+                run = spawn(from, &negotiated, &state, &store, &mut report)?;
             }
         }
     }
+}
+
+/// Where a daemon's program comes from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// The program's path, looked up now.
+    Disk,
+    /// The binary an earlier daemon was started from, held open.
+    Held(Arc<std::fs::File>),
 }
 
 fn describe(status: ExitStatus) -> String {
@@ -322,7 +377,9 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start_child(
+    from: Source,
     program: &PathBuf,
     args: &[OsString],
     dev: &DevFuse,
@@ -333,15 +390,30 @@ fn start_child(
 ) -> Result<Running, KeeperError> {
     let (mine, theirs) = UnixStream::pair()?;
     let fd = theirs.as_raw_fd();
-    let mut cmd = Command::new(program);
+    // The binary this daemon runs, held for a later fallback.
+    let exe = match from {
+        Source::Held(f) => f,
+        Source::Disk => Arc::new(std::fs::File::open(program).map_err(|source| KeeperError::Spawn {
+            program: program.clone(),
+            source,
+        })?),
+    };
+    // Run through the held file, so that what runs is what is held (the
+    // descriptor is still open in the child when it execs).
+    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
+    cmd.arg0(program);
     cmd.args(args).env(KEEPER_FD_ENV, fd.to_string());
+    let exe_fd = exe.as_raw_fd();
     // SAFETY: between fork and exec only async-signal-safe calls: fcntl to
-    // let the child inherit its end of the socket.
+    // let the child inherit its end of the socket, and the program file (a
+    // script's interpreter opens it by its /proc/self/fd path after exec).
     unsafe {
         cmd.pre_exec(move || {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
+            for fd in [fd, exe_fd] {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -378,6 +450,8 @@ fn start_child(
         sock: mine,
         vault,
         drained: std::cell::Cell::new(Instant::now()),
+        source: Source::Held(exe),
+        serving: false,
     })
 }
 
@@ -400,18 +474,23 @@ pub(crate) fn when_negotiated(handle: &SessionHandle, f: impl FnOnce(&[u8]) + Se
 }
 
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
-fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
+/// Returns whether an INIT report came.
+fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) -> bool {
+    let mut reported = false;
     loop {
         let mut tag = [0u8; 1];
         match sock.read(&mut tag) {
             Ok(1) => {}
-            _ => return,
+            _ => return reported,
         }
         let _ = sock.set_nonblocking(false);
         let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
         match tag[0] {
             b'N' => match read_blob(sock).map(|b| crate::handover::decode_negotiated_bytes(&b)) {
-                Ok(Ok(n)) => *negotiated = Some(n),
+                Ok(Ok(n)) => {
+                    *negotiated = Some(n);
+                    reported = true;
+                }
                 Ok(Err(e)) => log::warn!("keeper: the daemon's INIT report: {e}"),
                 Err(e) => log::warn!("keeper: reading the daemon's INIT report: {e}"),
             },
