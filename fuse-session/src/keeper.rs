@@ -418,31 +418,41 @@ fn start_child(
             Ok(())
         });
     }
+    // What the child is given, made before it starts: a failure here is the
+    // keeper's own (out of descriptors) and ends it with the mount.
+    let dup = dev.try_dup()?;
+    let handover = negotiated
+        .map(|n| -> io::Result<Handover> {
+            Ok(Handover {
+                dev: dup.as_fd().try_clone_to_owned()?,
+                negotiated: n.clone(),
+                state: state.to_vec(),
+            })
+        })
+        .transpose()?;
+    let (vault, vault_theirs) = crate::vault::socket_pair()?;
     let child = cmd.spawn().map_err(|source| KeeperError::Spawn {
         program: program.clone(),
         source,
     })?;
     drop(theirs);
-    let dup = dev.try_dup()?;
-    match negotiated {
-        None => send_with_fd(&mine, &[b'F', u8::from(default_permissions)], dup.as_fd())?,
-        Some(n) => {
-            let h = Handover {
-                dev: dup.as_fd().try_clone_to_owned()?,
-                negotiated: n.clone(),
-                state: state.to_vec(),
-            };
-            (&mine).write_all(b"H")?;
-            if let Err(e) = h.send(&mine) {
-                log::warn!("keeper: handing the connection to daemon {}: {e}", child.id());
+    // A child that ends before it reads all this (a broken build exits at
+    // once) makes these writes fail with EPIPE: that is its failure, seen
+    // as its exit like any other, not the keeper's.
+    let handed = (|| -> io::Result<()> {
+        match handover {
+            None => send_with_fd(&mine, &[b'F', u8::from(default_permissions)], dup.as_fd())?,
+            Some(h) => {
+                (&mine).write_all(b"H")?;
+                h.send(&mine).map_err(io::Error::other)?;
             }
         }
-    }
-    let (vault, theirs) = crate::vault::socket_pair()?;
-    send_with_fd(&mine, b"V", theirs.as_fd())?;
-    drop(theirs);
-    if let Err(e) = store.hand_to(&vault) {
-        log::warn!("keeper: handing the deposits to daemon {}: {e}", child.id());
+        send_with_fd(&mine, b"V", vault_theirs.as_fd())?;
+        store.hand_to(&vault)
+    })();
+    drop(vault_theirs);
+    if let Err(e) = handed {
+        log::warn!("keeper: handing the connection to daemon {}: {e}", child.id());
     }
     mine.set_nonblocking(true)?;
     Ok(Running {
