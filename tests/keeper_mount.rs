@@ -3,6 +3,9 @@
 //! reading through the mount; no reader may see an error or wrong content,
 //! the mount must stay, and SIGTERM to the keeper must unmount.
 //!
+//! In the io_uring pass the daemons are asked for io_uring, which a keeper
+//! refuses (saying why): the same guarantee then holds over `/dev/fuse`.
+//!
 //! Every step is bounded: a keeper that does not end in time has its
 //! connection aborted and is killed, so a failure cannot hang CI.
 
@@ -44,6 +47,7 @@ fn killed_daemons_are_replaced_and_no_reader_sees_an_error() {
         20,
         "the keeper's log:\n{log}"
     );
+    assert_uring_refused(&log);
 }
 
 #[test]
@@ -86,6 +90,7 @@ fn graceful_upgrades_keep_the_mount_and_lose_no_request() {
         !log.contains("the retiring daemon"),
         "a daemon did not retire cleanly; the keeper's log:\n{log}"
     );
+    assert_uring_refused(&log);
 }
 
 /// A takeover checks it has the right mount: a descriptor's connection is
