@@ -65,7 +65,9 @@ const COMMAND: cli::Command = cli::Command {
                     replaced when it dies (SIGUSR2: upgrade to the binary on disk)
     -o fdstore      run as a systemd service that keeps the mount in systemd's
                     file-descriptor store across crashes and upgrades
-                    (SIGUSR2: retire, exit 75 and be restarted)",
+                    (SIGUSR2: retire, exit 75 and be restarted)
+    -o uring        ask for FUSE-over-io_uring (not used with keeper or
+                    fdstore: the log says why)",
     own_options: true,
     stats: false,
 };
@@ -76,23 +78,36 @@ fn main() -> ExitCode {
     // Started by a keeper (`-o keeper`): serve the connection it holds.
     if let Some(link) = KeeperLink::from_env() {
         cli::init_logging(std::env::args().any(|a| a == "-d"));
-        return match link.serve(|_| Ok(Hello), |_| Vec::new(), fuse_wire::SessionConfig::default()) {
+        let mut config = fuse_wire::SessionConfig::default();
+        if std::env::args().any(|a| a == "uring") {
+            config.transport = fuse_wire::session::Transport::Uring;
+        }
+        return match link.serve(|_| Ok(Hello), |_| Vec::new(), config) {
             Ok(true) => KeeperLink::exit_retired(),
             r => COMMAND.finish(r.map(drop).map_err(Into::into)),
         };
     }
     COMMAND.run(|args| {
-        let (mut keeper, mut fdstore) = (false, false);
+        let (mut keeper, mut fdstore, mut uring) = (false, false, false);
         for o in &args.options {
             match o.as_str() {
                 "keeper" => keeper = true,
                 "fdstore" => fdstore = true,
+                "uring" => uring = true,
                 _ => return Err(cli::UsageError(format!("unknown option `{o}`")).into()),
             }
         }
         let mut opts = args.mount; // what -o asked for, and:
         opts.read_only = true;
         opts.fsname.get_or_insert_with(|| "hello".into());
+        let config = fuse_wire::SessionConfig {
+            transport: if uring {
+                fuse_wire::session::Transport::Uring
+            } else {
+                fuse_wire::session::Transport::DevFuse
+            },
+            ..Default::default()
+        };
         if fdstore {
             // systemd keeps the connection while this daemon comes and goes.
             let Some(store) = fd_store? else {
@@ -107,7 +122,7 @@ fn main() -> ExitCode {
                 &opts,
                 |_| Ok(Hello),
                 |_| Vec::new(),
-                Default::default(),
+                config,
             )?;
             if end == ServiceEnd::Retired {
                 std::process::exit(fuse_wire::session::service::RETIRED);
@@ -116,10 +131,16 @@ fn main() -> ExitCode {
             // This process keeps the mount; a child serves it, and is replaced
             // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
             let program = std::env::current_exe().unwrap_or_else(|_| "hello".into());
-            let child_args = if args.debug { vec!["-d".into()] } else { Vec::new() };
+            let mut child_args = Vec::new();
+            if args.debug {
+                child_args.push("-d".into());
+            }
+            if uring {
+                child_args.push("uring".into());
+            }
             run_keeper(&args.mountpoint, &opts, program, child_args)?;
         } else {
-            fuse_wire::serve(Hello, &args.mountpoint, &opts)?;
+            fuse_wire::serve_with(Hello, &args.mountpoint, &opts, config)?;
         }
         Ok(())
     })

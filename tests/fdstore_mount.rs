@@ -85,7 +85,7 @@ impl Manager {
         cmd.args(["-c", "LISTEN_PID=$$ exec \"$0\" \"$@\""])
             .arg(example_binary("hello"))
             .arg(mnt)
-            .args(["-o", "fdstore", "-d"])
+            .args(["-o", if over_uring() { "fdstore,uring" } else { "fdstore" }, "-d"])
             .env("NOTIFY_SOCKET", &self.path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -260,6 +260,7 @@ fn crashes_and_upgrades_under_systemds_store_lose_no_request() {
         7,
         "logs:\n{logs}"
     );
+    assert_uring_refused(&logs);
     assert!(
         manager.ready.load(Ordering::Relaxed) >= 8,
         "READY=1 from every start"

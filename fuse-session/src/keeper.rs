@@ -418,31 +418,41 @@ fn start_child(
             Ok(())
         });
     }
+    // What the child is given, made before it starts: a failure here is the
+    // keeper's own (out of descriptors) and ends it with the mount.
+    let dup = dev.try_dup()?;
+    let handover = negotiated
+        .map(|n| -> io::Result<Handover> {
+            Ok(Handover {
+                dev: dup.as_fd().try_clone_to_owned()?,
+                negotiated: n.clone(),
+                state: state.to_vec(),
+            })
+        })
+        .transpose()?;
+    let (vault, vault_theirs) = crate::vault::socket_pair()?;
     let child = cmd.spawn().map_err(|source| KeeperError::Spawn {
         program: program.clone(),
         source,
     })?;
     drop(theirs);
-    let dup = dev.try_dup()?;
-    match negotiated {
-        None => send_with_fd(&mine, &[b'F', u8::from(default_permissions)], dup.as_fd())?,
-        Some(n) => {
-            let h = Handover {
-                dev: dup.as_fd().try_clone_to_owned()?,
-                negotiated: n.clone(),
-                state: state.to_vec(),
-            };
-            (&mine).write_all(b"H")?;
-            if let Err(e) = h.send(&mine) {
-                log::warn!("keeper: handing the connection to daemon {}: {e}", child.id());
+    // A child that ends before it reads all this (a broken build exits at
+    // once) makes these writes fail with EPIPE: that is its failure, seen
+    // as its exit like any other, not the keeper's.
+    let handed = (|| -> io::Result<()> {
+        match handover {
+            None => send_with_fd(&mine, &[b'F', u8::from(default_permissions)], dup.as_fd())?,
+            Some(h) => {
+                (&mine).write_all(b"H")?;
+                h.send(&mine).map_err(io::Error::other)?;
             }
         }
-    }
-    let (vault, theirs) = crate::vault::socket_pair()?;
-    send_with_fd(&mine, b"V", theirs.as_fd())?;
-    drop(theirs);
-    if let Err(e) = store.hand_to(&vault) {
-        log::warn!("keeper: handing the deposits to daemon {}: {e}", child.id());
+        send_with_fd(&mine, b"V", vault_theirs.as_fd())?;
+        store.hand_to(&vault)
+    })();
+    drop(vault_theirs);
+    if let Err(e) = handed {
+        log::warn!("keeper: handing the connection to daemon {}: {e}", child.id());
     }
     mine.set_nonblocking(true)?;
     Ok(Running {
@@ -558,6 +568,31 @@ fn retire(run: &mut Running, negotiated: &mut Option<Negotiated>, state: &mut Ve
 /// The vault key of the journal's shared region.
 const JOURNAL_KEY: u64 = RESERVED_KEYS | 1;
 
+/// Why a daemon under a keeper (or systemd's store, [`crate::service`])
+/// serves over `/dev/fuse` even when io_uring was asked for. The kernel
+/// routes a connection's requests to the ring entries of the daemon that
+/// registered them; when that daemon ends, crashed or retired, the requests
+/// routed to its idle entries while its rings go away are failed with
+/// `ECANCELED`, and no successor can prevent it (`docs/recovery.md`).
+pub const URING_REFUSED: &str = "when a daemon ends (crash or upgrade), the kernel fails with ECANCELED \
+     the requests it hands to that daemon's io_uring entries meanwhile, which no successor can prevent \
+     (see docs/recovery.md)";
+
+/// Under a keeper, `/dev/fuse` only. When the configuration asked for
+/// io_uring, says why it is not used: as a warning for a new connection
+/// (once per mount), at debug level for each successor.
+pub(crate) fn dev_fuse_only(config: &mut SessionConfig, fresh: bool) {
+    use crate::transport::Transport;
+    if config.transport != Transport::DevFuse {
+        if fresh {
+            log::warn!("serving over /dev/fuse, not io_uring: {URING_REFUSED}");
+        } else {
+            log::debug!("serving over /dev/fuse, not io_uring: {URING_REFUSED}");
+        }
+    }
+    config.transport = Transport::DevFuse;
+}
+
 /// What a daemon under a keeper starts from.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -649,7 +684,8 @@ impl KeeperLink {
     /// and one it started reaches the filesystem as
     /// [`crate::journal::Replay::MaybeDone`]. Under a keeper every worker
     /// reads the keeper's `/dev/fuse` file (`clone_fd` is off, see the
-    /// module docs), and io_uring is not used.
+    /// module docs), and io_uring is not used: a [`SessionConfig::transport`]
+    /// asking for it is overridden, and the log says why ([`URING_REFUSED`]).
     ///
     /// Returns `Ok(true)` when the daemon retired (exit with
     /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
@@ -660,14 +696,11 @@ impl KeeperLink {
         mut config: SessionConfig,
     ) -> Result<bool, SessionError> {
         config.clone_fd = false;
-        // A connection on io_uring cannot go back to /dev/fuse, and ring
-        // entries die with the daemon that registered them
-        // (docs/recovery.md): under a keeper, /dev/fuse only.
-        config.transport = crate::transport::Transport::DevFuse;
         let link_err = |e: HandoverError| SessionError::Io(io::Error::other(e));
         let conn = self.connection().map_err(link_err)?;
         let vault = self.vault().map_err(link_err)?;
         let fresh = matches!(conn, Connection::Fresh(..));
+        dev_fuse_only(&mut config, fresh);
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
         config.journal = Some(Arc::new(Journal::open(region, fresh)?));
         let (session, resumed) = match conn {

@@ -34,7 +34,7 @@ use crate::fdstore::FdStore;
 use crate::filesystem::Filesystem;
 use crate::handover::{check_fuse_device, check_mountpoint};
 use crate::journal::Journal;
-use crate::keeper::{Restore, install_signals, take_signal, when_negotiated};
+use crate::keeper::{Restore, dev_fuse_only, install_signals, take_signal, when_negotiated};
 use crate::mount::{Mount, MountOptions};
 use crate::region::{SharedRegion, load_bytes, store_bytes};
 use crate::session::{Session, SessionConfig, SessionError};
@@ -88,14 +88,15 @@ pub fn serve_with_fdstore<F: Filesystem>(
         )));
     }
     // As under a keeper: one /dev/fuse file every worker reads (a clone
-    // would die with the daemon, and the requests read through it with it).
+    // would die with the daemon, and the requests read through it with it),
+    // and no io_uring.
     config.clone_fd = false;
-    config.transport = crate::transport::Transport::DevFuse;
     let wake = install_signals()?;
     let vault = Vault::in_fdstore(store.clone());
     let init = vault.region(INIT_KEY, INIT_BYTES)?;
     let taken = store.take(DEV_NAME);
     let fresh = taken.is_none();
+    dev_fuse_only(&mut config, fresh);
     let journal = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
     config.journal = Some(Arc::new(Journal::open(journal, fresh)?));
     let (session, fs, resumed_dev) = match taken {

@@ -456,8 +456,10 @@ impl<F: Filesystem> Session<F> {
     /// kernel offered `HAS_RESEND`). Such a session never unmounts: the
     /// mount belongs to whoever mounted it (a keeper).
     ///
-    /// It serves over `/dev/fuse`: io_uring queues belong to the process
-    /// that registered them. The successor is expected in the pid namespace
+    /// It serves over `/dev/fuse`; a connection INIT put on io_uring is
+    /// refused (`ErrorKind::Unsupported`): the kernel sends its requests to
+    /// ring entries only, and the entries of a daemon that ends fail what
+    /// they are handed meanwhile (`docs/recovery.md`). The successor is expected in the pid namespace
     /// of the process that mounted (a keeper starts it so): callers'
     /// credentials are read from `/proc` as for a session that mounted.
     pub fn resume(
@@ -466,6 +468,14 @@ impl<F: Filesystem> Session<F> {
         negotiated: Negotiated,
         config: SessionConfig,
     ) -> std::io::Result<Self> {
+        if negotiated.flags.contains(InitFlags::OVER_IO_URING) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the connection is on FUSE-over-io_uring, which cannot be taken over: the kernel sends its \
+                 requests only to ring entries, and fails with ECANCELED those it hands to the entries of \
+                 a daemon that ends (see docs/recovery.md)",
+            ));
+        }
         let chan: Arc<dyn Channel> = Arc::new(crate::transport::dev_fuse::DevFuse::from_fd(dev));
         let mut s = Self::from_arc(fs, chan, config)?;
         s.mount_default_permissions = negotiated.default_permissions;
@@ -1111,6 +1121,48 @@ mod tests {
         }
         .resolved();
         assert_eq!((three.floor, three.max), (3, 3));
+    }
+
+    #[test]
+    fn a_connection_on_io_uring_is_not_taken_over() {
+        struct Nothing;
+        impl Filesystem for Nothing {}
+        let negotiated = |flags| Negotiated {
+            minor: 45,
+            kernel_minor: 45,
+            offered: InitFlags::OVER_IO_URING | InitFlags::HAS_RESEND,
+            flags,
+            refused: Vec::new(),
+            max_write: 1 << 20,
+            max_pages: 256,
+            max_readahead: 1 << 17,
+            max_background: 12,
+            congestion_threshold: 9,
+            time_gran: 1,
+            max_stack_depth: 0,
+            request_timeout: 0,
+            default_permissions: false,
+        };
+        let dev = || std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let refused = Session::resume(
+            Arc::new(Nothing),
+            dev(),
+            negotiated(InitFlags::OVER_IO_URING),
+            SessionConfig::default(),
+        );
+        let e = refused.err().expect("an io_uring connection is refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("ECANCELED"), "{e}");
+        // The same connection on /dev/fuse is taken (not served: dropped).
+        assert!(
+            Session::resume(
+                Arc::new(Nothing),
+                dev(),
+                negotiated(InitFlags::ASYNC_READ),
+                SessionConfig::default()
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -74,12 +74,12 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// `hello -o keeper` on `mnt`.
+    /// `hello -o keeper` on `mnt` (`-o keeper,uring` in the io_uring pass,
+    /// which the keeper must refuse: see [`assert_uring_refused`]).
     pub fn start(mnt: &Path) -> Self {
+        let opts = if over_uring() { "keeper,uring" } else { "keeper" };
         Self::start_with(
-            Command::new(example_binary("hello"))
-                .arg(mnt)
-                .args(["-o", "keeper"]),
+            Command::new(example_binary("hello")).arg(mnt).args(["-o", opts]),
             mnt,
         )
     }
@@ -210,4 +210,23 @@ impl Readers {
         );
         (self.reads.load(Ordering::Relaxed), errors)
     }
+}
+
+/// In the io_uring pass (`FUSE_WIRE_TEST_TRANSPORT=uring`): the daemons were
+/// asked for io_uring, and `log` must show that they served over `/dev/fuse`
+/// and said why (a daemon that ends fails the requests the kernel hands to
+/// its ring entries meanwhile, `docs/recovery.md`), and that none served
+/// over the rings.
+pub fn assert_uring_refused(log: &str) {
+    if !over_uring() {
+        return;
+    }
+    assert!(
+        log.contains("serving over /dev/fuse, not io_uring") && log.contains("ECANCELED"),
+        "io_uring was asked for and the log does not say why it is not used:\n{log}"
+    );
+    assert!(
+        !log.contains("transport: io_uring"),
+        "a daemon served over io_uring:\n{log}"
+    );
 }
