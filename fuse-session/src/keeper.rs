@@ -322,7 +322,14 @@ pub fn run_keeper(
                 run.drain_all(&mut store);
                 report.crashes += 1;
                 let mut from = run.source.clone();
-                if run.serving {
+                // SIGKILL comes from outside (an operator, the OOM killer, a
+                // test): whatever the daemon was doing, it is not a build
+                // that cannot start.
+                let killed = {
+                    use std::os::unix::process::ExitStatusExt;
+                    status.signal() == Some(libc::SIGKILL)
+                };
+                if run.serving || (killed && fallback.is_none()) {
                     failed_starts = 0;
                     log::warn!(
                         "keeper: daemon {} {}; starting another",
