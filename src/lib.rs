@@ -150,3 +150,9 @@ pub use fuse_session::{
     TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
 };
 pub use fuse_session::{inodes, node, path};
+
+/// The test kit (the `testing` feature): a filesystem served on an
+/// in-process fake kernel, typed requests as any caller, and the protocol
+/// checker. See `docs/testing.md`.
+#[cfg(feature = "testing")]
+pub use fuse_session::testing;

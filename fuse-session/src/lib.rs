@@ -132,6 +132,8 @@ pub mod session;
 mod signal;
 mod splice;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 pub mod types;
 pub mod vault;
