@@ -1,0 +1,461 @@
+//! The test kit (`fuse_wire::testing`) on its own: typed requests through
+//! the fake kernel to the node layer and to a raw filesystem, as chosen
+//! callers, at a chosen minor, INTERRUPT; and the protocol checker, one
+//! test per rule, each against a filesystem with the one bug that breaks
+//! it (`testkit_support/buggy.rs`), and the same filesystem without it.
+//! No root, no mount: CI runs this file as an unprivileged user too.
+
+#[path = "testkit_support/buggy.rs"]
+mod buggy;
+#[allow(dead_code)]
+#[path = "../examples/nodefs/tree.rs"]
+mod tree;
+
+use buggy::{Bug, Buggy};
+use fuse_wire::node::NodeFs;
+use fuse_wire::proto::abi::{InHeader, OutHeader};
+use fuse_wire::proto::flags::InitFlags;
+use fuse_wire::proto::request::ParseConfig;
+use fuse_wire::reply::{ReplyData, ReplyEntry};
+use fuse_wire::testing::{Caller, Checker, KitError, Rule, Setup, TestKernel, Violation, Xattr};
+use fuse_wire::{Errno, FileHandle, Filesystem, Inode, ReadRequest, RequestContext};
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zerocopy::IntoBytes;
+
+const REG: u32 = libc::S_IFREG;
+
+fn nodefs() -> TestKernel<NodeFs> {
+    TestKernel::start(NodeFs::new(tree::root())).expect("the kit starts")
+}
+
+fn finish_nodefs(k: TestKernel<NodeFs>) {
+    if let Err(r) = k.finish_with(Some(&|fs: &NodeFs| fs.lookup_counts())) {
+        panic!("{r}");
+    }
+}
+
+fn names<T>(v: &[T], name: impl Fn(&T) -> String) -> Vec<String> {
+    v.iter().map(name).collect()
+}
+
+#[test]
+fn typed_requests_reach_a_node_layer_filesystem() {
+    let k = nodefs();
+    let d = Inode(k.mkdir(Inode::ROOT, "d", 0o755).unwrap().nodeid);
+    let (e, o) = k.create(d, "f", REG | 0o644, libc::O_RDWR).unwrap();
+    let (f, fh) = (Inode(e.nodeid), FileHandle(o.fh));
+    assert_eq!(k.write(f, fh, 0, b"hello world").unwrap(), 11);
+    assert_eq!(k.read(f, fh, 6, 100).unwrap(), b"world");
+    assert_eq!(k.getattr(f, Some(fh)).unwrap().attr.size, 11);
+    assert_eq!(k.truncate(f, 5, None).unwrap().attr.size, 5);
+    assert_eq!(k.read(f, fh, 0, 100).unwrap(), b"hello");
+    k.release(f, fh).unwrap();
+
+    let g = k.link(f, d, "g").unwrap();
+    assert_eq!((g.nodeid, g.attr.nlink), (f.0, 2));
+    k.symlink(d, "s", "f").unwrap();
+    let s = Inode(k.lookup(d, "s").unwrap().nodeid);
+    assert_eq!(k.readlink(s).unwrap(), b"f");
+    k.rename(d, "g", d, "s", 0).unwrap(); // over an existing name
+    assert_eq!(k.lookup(d, "s").unwrap().nodeid, f.0);
+    k.unlink(d, "f").unwrap();
+    assert_eq!(k.lookup(d, "f").unwrap_err(), Errno::ENOENT);
+
+    k.setxattr(f, "user.k", b"v1", 0).unwrap();
+    assert_eq!(k.getxattr(f, "user.k", 0).unwrap(), Xattr::Size(2));
+    assert_eq!(k.getxattr(f, "user.k", 64).unwrap(), Xattr::Data(b"v1".to_vec()));
+    assert_eq!(k.listxattr(f, 64).unwrap(), Xattr::Data(b"user.k\0".to_vec()));
+    k.removexattr(f, "user.k").unwrap();
+    assert_eq!(k.getxattr(f, "user.k", 64).unwrap_err(), Errno::ENODATA);
+
+    // A listing across several calls: 32 names, 4 of them a call at most.
+    for i in 0..32 {
+        let (e, o) = k
+            .create(d, format!("n{i:02}"), REG | 0o600, libc::O_WRONLY)
+            .unwrap();
+        k.release(Inode(e.nodeid), FileHandle(o.fh)).unwrap();
+    }
+    let small = 4 * 32;
+    let listed = k.list_dir(d, small).unwrap();
+    assert_eq!(
+        listed.len(),
+        2 + 1 + 32,
+        "{:?}",
+        names(&listed, |e| e.name_lossy())
+    );
+    let plus = k.list_dir_plus(d, 3 * 160).unwrap();
+    assert_eq!(plus.len(), listed.len());
+    let n00 = plus
+        .iter()
+        .find(|p| p.dirent.name == b"n00")
+        .unwrap()
+        .entry
+        .nodeid;
+    assert_eq!(k.lookups_of(Inode(n00)), 2, "CREATE and the READDIRPLUS record");
+    k.forget(Inode(n00), 2);
+    k.compare_lookup_counts(|fs| fs.lookup_counts());
+    finish_nodefs(k);
+}
+
+/// Records who sent each LOOKUP.
+#[derive(Default)]
+struct Who(Mutex<Vec<(u32, u32, u32)>>);
+
+impl Filesystem for Who {
+    fn lookup(&self, ctx: &RequestContext<'_>, _: Inode, _: &CStr, reply: ReplyEntry) {
+        self.0.lock().unwrap().push((ctx.uid(), ctx.gid(), ctx.pid()));
+        reply.error(Errno::ENOENT)
+    }
+}
+
+#[test]
+fn requests_carry_the_chosen_caller() {
+    let k = TestKernel::start(Who::default()).unwrap();
+    let _ = k.lookup(Inode::ROOT, "a");
+    let alice = Caller::new(1000, 100, 77);
+    k.as_caller(alice, |k| k.lookup(Inode::ROOT, "b")).unwrap_err();
+    let before = k.set_caller(Caller::new(1001, 101, 78));
+    assert_eq!(before, Caller::current());
+    let _ = k.lookup(Inode::ROOT, "c");
+    let me = Caller::current();
+    assert_eq!(
+        *k.fs().0.lock().unwrap(),
+        [(me.uid, me.gid, me.pid), (1000, 100, 77), (1001, 101, 78)]
+    );
+    k.finish().unwrap();
+}
+
+#[test]
+fn init_at_the_chosen_minor_and_capabilities() {
+    let setup = Setup {
+        minor: 12,
+        offered: InitFlags::ASYNC_READ | InitFlags::BIG_WRITES,
+        ..Setup::default()
+    };
+    let k = TestKernel::start_with(Arc::new(NodeFs::new(tree::root())), setup).unwrap();
+    assert_eq!(k.minor(), 12);
+    assert_eq!(
+        k.negotiated().flags,
+        InitFlags::ASYNC_READ | InitFlags::BIG_WRITES
+    );
+    assert!(!k.negotiated().flags.contains(InitFlags::DO_READDIRPLUS));
+    // Requests and replies at 7.12 sizes.
+    let d = k.mkdir(Inode::ROOT, "d", 0o755).unwrap();
+    assert_eq!(k.getattr(Inode(d.nodeid), None).unwrap().attr.ino, d.attr.ino);
+    finish_nodefs(k);
+
+    let old = Setup {
+        minor: 11,
+        ..Setup::default()
+    };
+    let r = TestKernel::start_with(Arc::new(NodeFs::new(tree::root())), old);
+    assert!(matches!(r, Err(KitError::Minor(11))), "{:?}", r.err());
+}
+
+/// A READ that waits until the kernel interrupts it.
+struct Slow;
+
+impl Filesystem for Slow {
+    fn read(&self, _: &RequestContext<'_>, _: Inode, _: FileHandle, _: ReadRequest, reply: ReplyData) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !reply.is_interrupted() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if reply.is_interrupted() {
+            reply.error(Errno::EINTR)
+        } else {
+            reply.data(b"never interrupted")
+        }
+    }
+}
+
+#[test]
+fn interrupt_reaches_a_waiting_handler() {
+    let k = TestKernel::start(Slow).unwrap();
+    let fh = FileHandle(k.open(Inode::ROOT, libc::O_RDONLY).unwrap().fh);
+    let read = fuse_wire::proto::abi::ReadIn {
+        fh: fh.0,
+        size: 10,
+        ..Default::default()
+    };
+    let p = k.send(fuse_wire::proto::Opcode::Read, 1, &[read.as_bytes()]);
+    assert_eq!(k.interrupt(p).unwrap_err(), Errno::EINTR);
+    k.release(Inode::ROOT, fh).unwrap();
+    k.finish().unwrap();
+}
+
+// ---- the checker, one rule at a time ----
+
+fn buggy(bug: Bug) -> TestKernel<Buggy> {
+    let setup = Setup {
+        timeout: Duration::from_millis(500),
+        ..Setup::default()
+    };
+    TestKernel::start_with(Arc::new(Buggy::new(bug)), setup).unwrap()
+}
+
+/// Runs `scenario` on the filesystem with `bug` and without: without, no
+/// violation; with, only violations of `rule`, at least one, each naming a
+/// request. Returns them.
+fn seeded(bug: Bug, rule: Rule, scenario: impl Fn(&TestKernel<Buggy>)) -> Vec<Violation> {
+    let clean = buggy(Bug::None);
+    scenario(&clean);
+    if let Err(r) = clean.finish_with(Some(&|fs: &Buggy| fs.lookup_counts())) {
+        panic!("without the bug: {r}");
+    }
+    let k = buggy(bug);
+    scenario(&k);
+    k.fs().release_hang();
+    let v = match k.finish_with(Some(&|fs: &Buggy| fs.lookup_counts())) {
+        Ok(_) => Vec::new(),
+        Err(r) => r.violations,
+    };
+    assert!(!v.is_empty(), "{bug:?}: no violation reported");
+    for x in &v {
+        assert_eq!(x.rule, rule, "{bug:?}: {x}");
+        assert!(x.to_string().starts_with(&format!("[{}]", rule.name())), "{x}");
+    }
+    v
+}
+
+fn new_file(k: &TestKernel<Buggy>, name: &str) -> (Inode, FileHandle) {
+    let (e, o) = k.create(Inode::ROOT, name, REG | 0o644, libc::O_RDWR).unwrap();
+    (Inode(e.nodeid), FileHandle(o.fh))
+}
+
+#[test]
+fn lookup_count_a_node_id_reused_while_the_kernel_holds_it() {
+    let v = seeded(Bug::ForgetsAtUnlink, Rule::LookupCount, |k| {
+        let (a, fh) = new_file(k, "a");
+        k.release(a, fh).unwrap();
+        k.unlink(Inode::ROOT, "a").unwrap(); // the kernel still holds a
+        let (b, fh) = new_file(k, "b");
+        k.release(b, fh).unwrap();
+    });
+    assert!(v[0].request.starts_with("CREATE #"), "{}", v[0]);
+    assert!(v[0].detail.contains("forgot it too early"), "{}", v[0]);
+}
+
+#[test]
+fn lookup_count_the_filesystems_counts_against_the_kernels() {
+    let k = buggy(Bug::None);
+    let (a, fh) = new_file(&k, "a");
+    k.release(a, fh).unwrap();
+    k.lookup(Inode::ROOT, "a").unwrap();
+    k.compare_lookup_counts(|fs| fs.lookup_counts());
+    assert_eq!(k.take_violations(), []);
+    // A count the kernel does not hold.
+    k.compare_lookup_counts(|_| vec![(a, 3)]);
+    let v = k.take_violations();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].rule, Rule::LookupCount);
+    assert!(
+        v[0].detail
+            .contains(&format!("node {a}: the kernel holds 2, the filesystem counts 3")),
+        "{}",
+        v[0]
+    );
+    k.finish_with(Some(&|fs: &Buggy| fs.lookup_counts())).unwrap();
+}
+
+#[test]
+fn readdir_cookie_a_name_skipped_after_an_unlink_during_the_listing() {
+    let v = seeded(Bug::PositionCookies, Rule::ReaddirCookie, |k| {
+        for n in ["a", "b", "c", "d"] {
+            let (i, fh) = new_file(k, n);
+            k.release(i, fh).unwrap();
+        }
+        let dir = FileHandle(k.opendir(Inode::ROOT).unwrap().fh);
+        // ".", ".." and "a" (32 bytes a record).
+        let first = k.readdir(Inode::ROOT, dir, 0, 96).unwrap();
+        assert_eq!(first.len(), 3);
+        k.unlink(Inode::ROOT, "a").unwrap();
+        let mut off = first[2].offset;
+        loop {
+            let more = k.readdir(Inode::ROOT, dir, off, 96).unwrap();
+            let Some(last) = more.last() else { break };
+            off = last.offset;
+        }
+        k.releasedir(Inode::ROOT, dir).unwrap();
+    });
+    assert!(v[0].detail.contains("ended without [\"b\"]"), "{}", v[0]);
+}
+
+#[test]
+fn entry_attr_a_file_that_getattr_calls_a_directory() {
+    let v = seeded(Bug::WrongType, Rule::EntryAttr, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.getattr(f, None).unwrap();
+        k.release(f, fh).unwrap();
+    });
+    assert!(v[0].request.starts_with("GETATTR #"), "{}", v[0]);
+    assert!(
+        v[0].detail.contains("changed its file type from 100000 to 40000"),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn reply_size_a_read_longer_than_asked() {
+    let v = seeded(Bug::LongRead, Rule::ReplySize, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.write(f, fh, 0, b"abc").unwrap();
+        let r = k.read(f, fh, 0, 4096);
+        if r != Ok(b"abc".to_vec()) {
+            assert_eq!(r.unwrap_err(), Errno::EIO, "as the kernel answers the caller");
+        }
+        k.release(f, fh).unwrap();
+    });
+    assert!(v[0].request.starts_with("READ #"), "{}", v[0]);
+    assert!(v[0].detail.contains("4106 bytes, more than the 4096"), "{}", v[0]);
+}
+
+#[test]
+fn errno_a_number_linux_does_not_know() {
+    let v = seeded(Bug::UnknownErrno, Rule::Errno, |k| {
+        let e = k.lookup(Inode::ROOT, "missing").unwrap_err();
+        assert!(e == Errno::ENOENT || e.get() == 300);
+    });
+    assert!(
+        v[0].request.starts_with("LOOKUP #") && v[0].request.ends_with("\"missing\""),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn answer_a_request_never_answered() {
+    let v = seeded(Bug::LostReply, Rule::Answer, |k| {
+        assert!(k.lookup(Inode::ROOT, "hang").is_err());
+        // The kit waited its timeout, reported it, and goes on.
+        let (f, fh) = new_file(k, "a");
+        k.release(f, fh).unwrap();
+        k.fs().release_hang();
+    });
+    assert!(v[0].detail.contains("no reply came"), "{}", v[0]);
+}
+
+/// The rules a Filesystem cannot break through fuse-session's reply
+/// handles (one reply each, errno in range), on the bytes of a server
+/// that speaks the protocol itself.
+#[test]
+fn answer_and_errno_on_a_raw_conversation() {
+    let mut c = Checker::new(ParseConfig::new(45));
+    let request = |unique: u64| {
+        let mut v = InHeader {
+            len: 40 + 2,
+            opcode: 1,
+            unique,
+            nodeid: 1,
+            ..InHeader::default()
+        }
+        .as_bytes()
+        .to_vec();
+        v.extend_from_slice(b"a\0");
+        v
+    };
+    let reply = |unique: u64, error: i32| {
+        OutHeader {
+            len: 16,
+            error,
+            unique,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    c.request(&request(2));
+    c.request(&request(4));
+    assert!(c.reply(&reply(2, -libc::ENOENT)).is_some());
+    assert!(
+        c.reply(&reply(2, -libc::ENOENT)).is_none(),
+        "a second reply answers nothing"
+    );
+    assert!(
+        c.reply(&reply(6, -libc::ENOENT)).is_none(),
+        "nor does one to an unknown request"
+    );
+    assert!(c.reply(&reply(4, -600)).is_some());
+    let v: Vec<(Rule, String)> = c
+        .take_violations()
+        .into_iter()
+        .map(|v| (v.rule, v.to_string()))
+        .collect();
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert_eq!(v[0].0, Rule::Answer);
+    assert!(v[0].1.contains("already answered"), "{}", v[0].1);
+    assert_eq!(v[1].0, Rule::Answer);
+    assert!(v[1].1.contains("never sent"), "{}", v[1].1);
+    assert_eq!(v[2].0, Rule::Errno);
+    assert!(
+        v[2].1
+            .starts_with("[errno] LOOKUP #4 on node 1 \"a\": error -600"),
+        "{}",
+        v[2].1
+    );
+}
+
+#[test]
+fn handle_after_release_ebadf_for_a_handle_still_open() {
+    let v = seeded(Bug::FlushFrees, Rule::HandleAfterRelease, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.write(f, fh, 0, b"abc").unwrap();
+        k.flush(f, fh).unwrap(); // close() of a dup: the file stays open
+        let _ = k.read(f, fh, 0, 10);
+        k.release(f, fh).unwrap();
+    });
+    assert!(v[0].request.starts_with("READ #"), "{}", v[0]);
+    assert!(v[0].detail.contains("EBADF for handle"), "{}", v[0]);
+}
+
+#[test]
+fn handle_after_release_a_request_on_a_released_handle() {
+    let k = buggy(Bug::None);
+    let (f, fh) = new_file(&k, "a");
+    k.release(f, fh).unwrap();
+    let _ = k.read(f, fh, 0, 10);
+    let v = k.take_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].rule, Rule::HandleAfterRelease);
+    assert!(v[0].detail.contains("was released"), "{}", v[0]);
+    k.finish().unwrap();
+}
+
+#[test]
+fn attr_backwards_a_size_that_forgets_earlier_writes() {
+    let v = seeded(Bug::SizeOfLastWrite, Rule::AttrBackwards, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.write(f, fh, 0, b"0123456789").unwrap();
+        k.write(f, fh, 0, b"ab").unwrap();
+        k.getattr(f, Some(fh)).unwrap();
+        // A truncate makes a smaller size right.
+        k.truncate(f, 1, Some(fh)).unwrap();
+        k.getattr(f, Some(fh)).unwrap();
+        k.release(f, fh).unwrap();
+    });
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].detail
+            .contains("shrank from 10 to 2 bytes without a truncate"),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn every_rule_has_its_test() {
+    // The tests above, one (or more) per rule: a new rule needs one.
+    let covered = [
+        Rule::LookupCount,
+        Rule::ReaddirCookie,
+        Rule::EntryAttr,
+        Rule::ReplySize,
+        Rule::Errno,
+        Rule::Answer,
+        Rule::HandleAfterRelease,
+        Rule::AttrBackwards,
+    ];
+    assert_eq!(Rule::ALL, covered);
+}
