@@ -17,6 +17,7 @@ use fuse_wire::proto::abi::{InHeader, OutHeader};
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::proto::request::ParseConfig;
 use fuse_wire::reply::{ReplyData, ReplyEntry};
+use fuse_wire::testing::battery::{self, Outcome};
 use fuse_wire::testing::{Caller, Checker, KitError, Rule, Setup, TestKernel, Violation, Xattr};
 use fuse_wire::{Errno, FileHandle, Filesystem, Inode, ReadRequest, RequestContext};
 use std::ffi::CStr;
@@ -458,4 +459,39 @@ fn every_rule_has_its_test() {
         Rule::AttrBackwards,
     ];
     assert_eq!(Rule::ALL, covered);
+}
+
+// ---- the conformance battery (memfs, nodefs, pathfs and passthrough_ll
+// run it in their own tests) ----
+
+#[test]
+fn the_battery_reports_what_is_not_implemented_as_unsupported_and_fails_on_a_seeded_bug() {
+    let k = buggy(Bug::None);
+    let report = battery::run(&k);
+    report.assert_passed();
+    // Buggy has no MKDIR, LINK, RENAME nor xattrs.
+    let unsupported: Vec<&str> = report.unsupported().map(|r| r.name).collect();
+    assert_eq!(
+        unsupported,
+        ["hard_link", "rename_over_existing", "xattrs", "permissions"],
+        "{report}"
+    );
+    assert_eq!(
+        report.outcome("readdir_during_unlink"),
+        Some(&Outcome::Passed),
+        "{report}"
+    );
+    k.finish().unwrap();
+
+    for (bug, scenario) in [
+        (Bug::PositionCookies, "readdir_during_unlink"),
+        (Bug::SizeOfLastWrite, "sparse_write"),
+        (Bug::LongRead, "create_write_read"),
+    ] {
+        let k = buggy(bug);
+        let report = battery::run(&k);
+        let failed: Vec<&str> = report.failed().map(|r| r.name).collect();
+        assert!(failed.contains(&scenario), "{bug:?}: {report}");
+        k.finish().unwrap();
+    }
 }

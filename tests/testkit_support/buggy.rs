@@ -50,6 +50,7 @@ struct File {
     /// The size GETATTR reports (what SizeOfLastWrite gets wrong).
     size: u64,
     nlink: u32,
+    perm: u16,
 }
 
 struct Inner {
@@ -106,7 +107,7 @@ impl Buggy {
         } else {
             FileKind::RegularFile
         };
-        let mut a = FileAttr::at(ino, kind, 0o644, SystemTime::UNIX_EPOCH).with_size(f.size);
+        let mut a = FileAttr::at(ino, kind, f.perm, SystemTime::UNIX_EPOCH).with_size(f.size);
         a.nlink = f.nlink;
         a
     }
@@ -212,7 +213,7 @@ impl Filesystem for Buggy {
         _: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        _: CreateRequest,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
         if parent != Inode::ROOT {
@@ -232,6 +233,7 @@ impl Filesystem for Buggy {
                 data: Vec::new(),
                 size: 0,
                 nlink: 1,
+                perm: req.perm(),
             },
         );
         i.names.insert(name.to_bytes().to_vec(), ino);

@@ -12,7 +12,10 @@
 //!   [`TestKernel::finish`], which forgets what the kernel holds, ends the
 //!   session and reports every [`Violation`];
 //! - [`Checker`] and its [`Rule`]s, also usable on its own on the bytes of
-//!   another server's conversation.
+//!   another server's conversation;
+//! - [`battery`]: POSIX scenarios with their expected results, run
+//!   through a [`TestKernel`]; what the filesystem does not implement is
+//!   reported as unsupported, not as a failure.
 //!
 //! `docs/testing.md` teaches it, and lists each rule with the kernel
 //! behaviour it protects.
@@ -46,6 +49,7 @@
 //! k.finish().unwrap(); // no protocol violation
 //! ```
 
+pub mod battery;
 mod checker;
 mod kernel;
 mod ops;

@@ -32,11 +32,15 @@ macro_rules! expect {
 }
 
 impl<F: Filesystem> TestKernel<F> {
-    /// LOOKUP `name` in `parent`. A negative entry (node id 0) is
-    /// returned as it came; the kernel treats it as `ENOENT`.
+    /// LOOKUP `name` in `parent`. A negative entry (node id 0, cached
+    /// for its `entry_valid`) is `ENOENT`, as callers see it.
     pub fn lookup(&self, parent: Inode, name: impl AsRef<[u8]>) -> Result<EntryOut, Errno> {
         let n = wire::name(name.as_ref());
-        expect!(self.call(Opcode::Lookup, parent.0, &[&n]), ReplyBody::Entry(e) => e)
+        match self.call(Opcode::Lookup, parent.0, &[&n])? {
+            ReplyBody::Entry(e) if e.nodeid == 0 => Err(Errno::ENOENT),
+            ReplyBody::Entry(e) => Ok(e),
+            _ => Err(Errno::EIO),
+        }
     }
 
     /// GETATTR of `node` (through `fh` if given, as `fstat` does).
