@@ -102,6 +102,12 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The test kit's guide, compiled and run as a doctest: its first example
+/// is a test file a user can paste into their own crate.
+#[doc = include_str!("../docs/testing.md")]
+#[cfg(doctest)]
+pub struct TestingDoctests;
+
 // Both crates are modules here, their items inlined, rather than re-exported
 // crates: `cargo doc --no-deps -p fuse-wire` and docs.rs then render every
 // page the facade's documentation links to (`session::filesystem`,
@@ -155,4 +161,5 @@ pub use fuse_session::{inodes, node, path};
 /// in-process fake kernel, typed requests as any caller, and the protocol
 /// checker. See `docs/testing.md`.
 #[cfg(feature = "testing")]
+#[doc(inline)]
 pub use fuse_session::testing;

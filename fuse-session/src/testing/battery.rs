@@ -4,8 +4,8 @@
 //! unlink, truncate, sparse writes, extended attributes, permissions as
 //! several callers). Each scenario passes, fails (a wrong result or a
 //! protocol violation, saying which step), or is unsupported: the
-//! filesystem answered `ENOSYS` (or `EOPNOTSUPP` for extended attributes)
-//! to an operation it needs, which is not a failure.
+//! filesystem answered `ENOSYS` to an operation it needs (`EROFS`: it is
+//! read-only; `EOPNOTSUPP` to extended attributes), which is not a failure.
 //!
 //! Every scenario works in one directory (`battery` under the root, or the
 //! root itself where MKDIR is not implemented), with names of its own.
@@ -114,8 +114,9 @@ pub struct Battery {
     /// the moment).
     pub owner: Option<Caller>,
     /// Another caller, who must be denied what the owner's modes deny
-    /// (default: `nobody`, 65534/65534).
-    pub other: Caller,
+    /// (default: `nobody`, 65534/65534, or 65533/65533 when the owner is
+    /// `nobody`).
+    pub other: Option<Caller>,
     /// The kernel checks permissions itself (the mount's
     /// `default_permissions`): the battery then checks as the kernel would
     /// before sending OPEN, and the filesystem is only asked for right
@@ -127,7 +128,7 @@ impl Default for Battery {
     fn default() -> Self {
         Battery {
             owner: None,
-            other: Caller::new(65534, 65534, 2),
+            other: None,
             default_permissions: false,
         }
     }
@@ -205,18 +206,20 @@ impl Battery {
     }
 }
 
-/// The result of operation `op`: `ENOSYS` (and `EOPNOTSUPP` where
-/// `optional`) means unsupported, another error a failure.
+/// The result of operation `op`: `ENOSYS` (or `EROFS`: a read-only
+/// filesystem) means unsupported, another error a failure.
 fn need<T>(op: &str, r: Result<T, Errno>) -> Step<T> {
     r.map_err(|e| match e {
-        Errno::ENOSYS => Stop::Unsupported(format!("{op}: ENOSYS")),
+        Errno::ENOSYS | Errno::EROFS => Stop::Unsupported(format!("{op}: {e}")),
         e => Stop::Failed(format!("{op}: {e}")),
     })
 }
 
 fn expect_err<T: fmt::Debug>(op: &str, r: Result<T, Errno>, want: &[Errno]) -> Step {
     match r {
-        Err(Errno::ENOSYS) => Err(Stop::Unsupported(format!("{op}: ENOSYS"))),
+        Err(e @ (Errno::ENOSYS | Errno::EROFS)) if !want.contains(&e) => {
+            Err(Stop::Unsupported(format!("{op}: {e}")))
+        }
         Err(e) if want.contains(&e) => Ok(()),
         other => Err(Stop::Failed(format!("{op}: {other:?}, expected {want:?}"))),
     }
@@ -494,7 +497,10 @@ fn kernel_allows(a: &Attr, who: Caller, mask: u32) -> bool {
 }
 
 fn permissions<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
-    let other = cx.battery.other;
+    let other = cx.battery.other.unwrap_or(match cx.owner.uid {
+        65534 => Caller::new(65533, 65533, 2),
+        _ => Caller::new(65534, 65534, 2),
+    });
     if other.uid == cx.owner.uid {
         return Err(Stop::Unsupported("the other caller is the owner".into()));
     }
