@@ -16,7 +16,7 @@ use super::wire::{Caller, Xattr, is_dot_or_dotdot};
 use crate::filesystem::Filesystem;
 use crate::types::{FileHandle, Inode};
 use fuse_proto::Errno;
-use fuse_proto::abi::Attr;
+use fuse_proto::abi::{Attr, EntryOut};
 use std::fmt;
 
 /// How one scenario ended.
@@ -108,7 +108,7 @@ enum Stop {
 type Step<T = ()> = Result<T, Stop>;
 
 /// The battery's settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Battery {
     /// The caller who creates the files (default: the kernel's caller of
     /// the moment).
@@ -122,16 +122,6 @@ pub struct Battery {
     /// before sending OPEN, and the filesystem is only asked for right
     /// owners and modes.
     pub default_permissions: bool,
-}
-
-impl Default for Battery {
-    fn default() -> Self {
-        Battery {
-            owner: None,
-            other: None,
-            default_permissions: false,
-        }
-    }
 }
 
 /// Runs every scenario with the default [`Battery`].
@@ -253,6 +243,16 @@ impl<F: Filesystem> Ctx<'_, F> {
         let (ino, fh) = self.create(name, data, 0o644)?;
         need("RELEASE", self.k.release(ino, fh))?;
         Ok(ino)
+    }
+
+    /// CREATE `name` in `dir` with permission bits `mode`, then RELEASE.
+    fn created_in(&self, dir: Inode, name: &str, mode: u32) -> Step<EntryOut> {
+        let (e, o) = need(
+            &format!("CREATE {name}"),
+            self.k.create(dir, name, REG | mode, libc::O_RDWR),
+        )?;
+        need("RELEASE", self.k.release(Inode(e.nodeid), FileHandle(o.fh)))?;
+        Ok(e)
     }
 
     fn read_all(&self, name: &str, ino: Inode, fh: FileHandle) -> Step<Vec<u8>> {
@@ -509,12 +509,8 @@ fn permissions<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
     check("mode after MKDIR", e.attr.mode & 0o7777 == 0o777, || {
         format!("{:o}", e.attr.mode)
     })?;
-    let (e, o) = need(
-        "CREATE perm.d/secret",
-        cx.k.create(d, "secret", REG | 0o600, libc::O_RDWR),
-    )?;
+    let e = cx.created_in(d, "secret", 0o600)?;
     let secret = Inode(e.nodeid);
-    need("RELEASE", cx.k.release(secret, FileHandle(o.fh)))?;
     check(
         "owner after CREATE",
         (e.attr.uid, e.attr.gid) == (cx.owner.uid, cx.owner.gid),
@@ -528,12 +524,7 @@ fn permissions<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
     check("mode after CREATE", e.attr.mode == REG | 0o600, || {
         format!("{:o}", e.attr.mode)
     })?;
-    let (e, o) = need(
-        "CREATE perm.d/public",
-        cx.k.create(d, "public", REG | 0o644, libc::O_RDWR),
-    )?;
-    let public = Inode(e.nodeid);
-    need("RELEASE", cx.k.release(public, FileHandle(o.fh)))?;
+    let public = Inode(cx.created_in(d, "public", 0o644)?.nodeid);
 
     cx.k.as_caller(other, |k| -> Step {
         let open = |ino: Inode, what: &str, flags: i32, mask: u32| -> Step<Result<(), Errno>> {
