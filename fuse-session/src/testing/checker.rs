@@ -493,12 +493,12 @@ impl Checker {
             Some(s) if s.lookups >= n => {
                 s.lookups -= n;
                 if s.lookups == 0 {
-                    self.nodes.remove(&node);
+                    self.drop_node(node);
                 }
             }
             Some(s) => {
                 let held = s.lookups;
-                self.nodes.remove(&node);
+                self.drop_node(node);
                 self.violate(
                     Rule::LookupCount,
                     what.into(),
@@ -511,6 +511,13 @@ impl Checker {
                 format!("FORGET of node {node}, which the kernel does not hold"),
             ),
         }
+    }
+
+    /// The kernel no longer holds `node`: its id may name another node
+    /// next, with other names in it.
+    fn drop_node(&mut self, node: u64) {
+        self.nodes.remove(&node);
+        self.names.remove(&node);
     }
 
     fn check_handle_use(&mut self, req: &Request<'_>, what: &str) {
@@ -731,7 +738,7 @@ impl Checker {
                     what.into(),
                     format!("node {} came back with generation {} while the kernel still holds it {held} times with generation {old}: the filesystem forgot it too early", e.nodeid, e.generation),
                 );
-                self.nodes.remove(&e.nodeid);
+                self.drop_node(e.nodeid);
             }
             _ => {}
         }

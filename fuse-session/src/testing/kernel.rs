@@ -234,7 +234,7 @@ impl<F: Filesystem> TestKernel<F> {
             std::thread::sleep(Duration::from_millis(1));
         }
         k.checker.replace(Checker::new(ParseConfig {
-            minor,
+            minor: k.negotiated.minor,
             setxattr_ext: k.negotiated.flags.contains(InitFlags::SETXATTR_EXT),
             atomic_open: false,
         }));
