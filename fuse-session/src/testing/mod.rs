@@ -58,4 +58,4 @@ mod wire;
 pub use checker::{Answer, Checker, Rule, Violation};
 pub use kernel::{KERNEL_OFFERS, KitError, LookupCounts, Pending, Report, Setup, TestKernel};
 pub use ops::MAX_LISTING_CALLS;
-pub use wire::{Caller, DirEntry, DirEntryPlus, ReplyBody, Xattr};
+pub use wire::{Caller, DirEntry, DirEntryPlus, ReplyBody, Xattr, decode_dir, decode_dir_plus};

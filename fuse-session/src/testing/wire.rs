@@ -357,6 +357,17 @@ fn dirent_at(body: &[u8], at: usize) -> Result<(Dirent, Vec<u8>, usize), Malform
     Ok((d, name.to_vec(), dirent_size(namelen)))
 }
 
+/// The records of a READDIR reply body, read as the kernel reads them: an
+/// error says where the body is not a sequence of well-formed records.
+pub fn decode_dir(body: &[u8]) -> Result<Vec<DirEntry>, String> {
+    dirents(body).map_err(|Malformed(m)| m)
+}
+
+/// The records of a READDIRPLUS reply body (see [`decode_dir`]).
+pub fn decode_dir_plus(body: &[u8]) -> Result<Vec<DirEntryPlus>, String> {
+    direntplus(body).map_err(|Malformed(m)| m)
+}
+
 /// The records of a READDIR reply.
 fn dirents(body: &[u8]) -> Result<Vec<DirEntry>, Malformed> {
     let mut out = Vec::new();
