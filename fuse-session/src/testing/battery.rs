@@ -7,8 +7,9 @@
 //! filesystem answered `ENOSYS` to an operation it needs (`EROFS`: it is
 //! read-only; `EOPNOTSUPP` to extended attributes), which is not a failure.
 //!
-//! Every scenario works in one directory (`battery` under the root, or the
-//! root itself where MKDIR is not implemented), with names of its own.
+//! Every scenario works in one directory (`battery` under the root, or
+//! `battery.1`… when it exists, or the root itself where MKDIR is not
+//! implemented), with names of its own.
 
 use super::checker::Violation;
 use super::kernel::TestKernel;
@@ -147,10 +148,20 @@ impl Battery {
         let mut before = k.take_violations();
         let owner = self.owner.unwrap_or_else(|| k.caller());
         let previous = k.set_caller(owner);
-        let dir = match k.mkdir(Inode::ROOT, "battery", 0o755) {
-            Ok(e) => Inode(e.nodeid),
-            Err(_) => Inode::ROOT,
-        };
+        // A directory of its own: `battery`, `battery.1`… for later runs.
+        let mut dir = Inode::ROOT;
+        for i in 0..100 {
+            let name = match i {
+                0 => "battery".to_string(),
+                i => format!("battery.{i}"),
+            };
+            match k.mkdir(Inode::ROOT, &name, 0o755) {
+                Ok(e) => dir = Inode(e.nodeid),
+                Err(Errno::EEXIST) => continue,
+                Err(_) => {}
+            }
+            break;
+        }
         let scenarios: [(&'static str, Scenario<F>); 9] = [
             ("create_write_read", create_write_read),
             ("hard_link", hard_link),
