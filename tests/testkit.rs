@@ -13,8 +13,13 @@ mod tree;
 
 use buggy::{Bug, Buggy};
 use fuse_wire::node::NodeFs;
-use fuse_wire::proto::abi::{InHeader, OutHeader};
+use fuse_wire::proto::Opcode;
+use fuse_wire::proto::abi::{
+    Attr, AttrOut, EntryOut, ForgetIn, GetattrIn, InHeader, LinkIn, MkdirIn, OpenIn, OpenOut, OutHeader,
+    ReadIn,
+};
 use fuse_wire::proto::flags::InitFlags;
+use fuse_wire::proto::reply::{DirentWriter, Reply};
 use fuse_wire::proto::request::ParseConfig;
 use fuse_wire::reply::{ReplyData, ReplyEntry};
 use fuse_wire::testing::battery::{self, Battery, Outcome};
@@ -181,7 +186,7 @@ fn interrupt_reaches_a_waiting_handler() {
         size: 10,
         ..Default::default()
     };
-    let p = k.send(fuse_wire::proto::Opcode::Read, 1, &[read.as_bytes()]);
+    let p = k.send(Opcode::Read, 1, &[read.as_bytes()]);
     assert_eq!(k.interrupt(p).unwrap_err(), Errno::EINTR);
     k.release(Inode::ROOT, fh).unwrap();
     k.finish().unwrap();
@@ -399,6 +404,234 @@ fn answer_and_errno_on_a_raw_conversation() {
         "{}",
         v[2].1
     );
+}
+
+/// A raw conversation for the checker: requests from the kernel's structs,
+/// replies from fuse-proto's encoder.
+struct Raw {
+    c: Checker,
+    unique: u64,
+}
+
+impl Raw {
+    fn new() -> Raw {
+        Raw {
+            c: Checker::new(ParseConfig::new(45)),
+            unique: 0,
+        }
+    }
+
+    /// Sends a request; returns its unique.
+    fn request(&mut self, opcode: Opcode, nodeid: u64, args: &[&[u8]]) -> u64 {
+        self.unique += 2;
+        let body: usize = args.iter().map(|a| a.len()).sum();
+        let mut v = InHeader {
+            len: (40 + body) as u32,
+            opcode: opcode as u32,
+            unique: self.unique,
+            nodeid,
+            ..InHeader::default()
+        }
+        .as_bytes()
+        .to_vec();
+        for a in args {
+            v.extend_from_slice(a);
+        }
+        self.c.request(&v);
+        self.unique
+    }
+
+    fn reply(&mut self, r: Reply<'_>) {
+        self.c.reply(&r.to_vec());
+    }
+
+    /// The violations so far, each as "[rule] ...".
+    fn found(&mut self) -> Vec<String> {
+        self.c.take_violations().iter().map(|v| v.to_string()).collect()
+    }
+}
+
+fn file_entry(nodeid: u64, ino: u64) -> EntryOut {
+    EntryOut {
+        nodeid,
+        generation: 1,
+        attr: Attr {
+            ino,
+            mode: libc::S_IFREG | 0o644,
+            nlink: 1,
+            ctime: 100,
+            ..Attr::default()
+        },
+        ..EntryOut::default()
+    }
+}
+
+/// Looks `name` up in the root and answers with `e`.
+fn looked_up(r: &mut Raw, name: &str, e: &EntryOut) {
+    let u = r.request(Opcode::Lookup, 1, &[name.as_bytes(), b"\0"]);
+    r.reply(Reply::entry(u, e, 45));
+}
+
+#[track_caller]
+fn one(found: Vec<String>, want: &str) {
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains(want), "{} does not say {want:?}", found[0]);
+}
+
+#[test]
+fn entry_attr_every_check_on_a_raw_conversation() {
+    let mut r = Raw::new();
+    let mut e = file_entry(5, 50);
+    looked_up(&mut r, "a", &e);
+    assert_eq!(r.found(), Vec::<String>::new());
+
+    e.attr.mode = 0o644; // no type bits
+    looked_up(&mut r, "a", &e);
+    one(
+        r.found(),
+        "[entry-attr] LOOKUP #4 on node 1 \"a\": node 5 has mode 644, which is no file type",
+    );
+
+    let mut big = file_entry(6, 60);
+    big.attr.size = u64::MAX;
+    looked_up(&mut r, "b", &big);
+    one(r.found(), "beyond what the kernel accepts");
+
+    let mut zero_links = file_entry(7, 70);
+    zero_links.attr.nlink = 0;
+    looked_up(&mut r, "c", &zero_links);
+    one(r.found(), "node 7 reached by a name has nlink 0");
+
+    let u = r.request(
+        Opcode::Mkdir,
+        1,
+        &[
+            MkdirIn {
+                mode: 0o755,
+                umask: 0,
+            }
+            .as_bytes(),
+            b"d\0",
+        ],
+    );
+    r.reply(Reply::entry(u, &EntryOut::default(), 45));
+    one(r.found(), "[entry-attr] MKDIR");
+
+    let u = r.request(Opcode::Link, 1, &[LinkIn { oldnodeid: 5 }.as_bytes(), b"l\0"]);
+    r.reply(Reply::entry(u, &file_entry(8, 80), 45));
+    one(r.found(), "LINK answered node 8, not the linked node 5");
+
+    let mut other_ino = file_entry(5, 51);
+    other_ino.attr.nlink = 2;
+    let u = r.request(Opcode::Link, 1, &[LinkIn { oldnodeid: 5 }.as_bytes(), b"m\0"]);
+    r.reply(Reply::entry(u, &other_ino, 45));
+    one(r.found(), "node 5 reports st_ino 51 after 50");
+
+    // A READDIRPLUS record whose d_type disagrees with its entry.
+    let u = r.request(Opcode::Opendir, 1, &[OpenIn::default().as_bytes()]);
+    r.reply(Reply::open(
+        u,
+        &OpenOut {
+            fh: 9,
+            ..OpenOut::default()
+        },
+    ));
+    let mut buf = [0u8; 4096];
+    let mut w = DirentWriter::new(&mut buf);
+    w.add_plus(&file_entry(5, 51), 1, libc::DT_DIR as u32, b"a")
+        .unwrap();
+    let read = ReadIn {
+        fh: 9,
+        size: 4096,
+        ..ReadIn::default()
+    };
+    let u = r.request(Opcode::Readdirplus, 1, &[read.as_bytes()]);
+    r.reply(Reply::data(u, w.as_bytes()).unwrap());
+    one(
+        r.found(),
+        "the record \"a\" has d_type 4 but its entry mode 100644",
+    );
+}
+
+#[test]
+fn readdir_cookie_zero_and_repeated_cookies_on_a_raw_conversation() {
+    for (cookies, want) in [
+        ([1, 0], "has cookie 0: continuing from it starts the listing over"),
+        ([1, 1], "cookie 1 given twice in one listing"),
+    ] {
+        let mut r = Raw::new();
+        let u = r.request(Opcode::Opendir, 1, &[OpenIn::default().as_bytes()]);
+        r.reply(Reply::open(
+            u,
+            &OpenOut {
+                fh: 3,
+                ..OpenOut::default()
+            },
+        ));
+        let mut buf = [0u8; 4096];
+        let mut w = DirentWriter::new(&mut buf);
+        w.add(10, cookies[0], libc::DT_REG as u32, b"x").unwrap();
+        w.add(11, cookies[1], libc::DT_REG as u32, b"y").unwrap();
+        let read = ReadIn {
+            fh: 3,
+            size: 4096,
+            ..ReadIn::default()
+        };
+        let u = r.request(Opcode::Readdir, 1, &[read.as_bytes()]);
+        r.reply(Reply::data(u, w.as_bytes()).unwrap());
+        one(r.found(), want);
+    }
+}
+
+#[test]
+fn reply_size_lookup_count_attr_backwards_and_answer_on_a_raw_conversation() {
+    let mut r = Raw::new();
+    looked_up(&mut r, "a", &file_entry(5, 50));
+    // A GETATTR answered with a fuse_entry_out: the wrong struct.
+    let u = r.request(Opcode::Getattr, 5, &[GetattrIn::default().as_bytes()]);
+    r.reply(Reply::entry(u, &file_entry(5, 50), 45));
+    one(
+        r.found(),
+        "[reply-size] GETATTR #4 on node 5: fuse_attr_out of 128 bytes, the kernel expects exactly 104",
+    );
+
+    // An error with a body.
+    let u = r.request(Opcode::Getattr, 5, &[GetattrIn::default().as_bytes()]);
+    let mut bytes = Reply::error(u, Errno::ENOENT).to_vec();
+    bytes.extend_from_slice(&[0; 8]);
+    bytes[..4].copy_from_slice(&24u32.to_ne_bytes());
+    r.c.reply(&bytes);
+    one(r.found(), "an error reply with 8 bytes of body");
+
+    // A ctime that goes back.
+    let mut older = file_entry(5, 50);
+    older.attr.ctime = 99;
+    let u = r.request(Opcode::Getattr, 5, &[GetattrIn::default().as_bytes()]);
+    r.reply(Reply::attr(
+        u,
+        &AttrOut {
+            attr: older.attr,
+            ..AttrOut::default()
+        },
+        45,
+    ));
+    one(
+        r.found(),
+        "[attr-backwards] GETATTR #8 on node 5: node 5's ctime went back from 100.000000000 to 99.000000000",
+    );
+
+    // A FORGET of more than the kernel holds (the kit's own mistake).
+    r.request(Opcode::Forget, 5, &[ForgetIn { nlookup: 2 }.as_bytes()]);
+    one(
+        r.found(),
+        "FORGET of 2 references to node 5, which the kernel holds 1 times",
+    );
+
+    // A reply to INTERRUPT that means nothing.
+    let mut bytes = Reply::error(r.unique + 2, Errno::EIO).to_vec();
+    bytes[8..16].copy_from_slice(&(r.unique | 1).to_ne_bytes());
+    r.c.reply(&bytes);
+    one(r.found(), "[answer] INTERRUPT of");
 }
 
 #[test]
