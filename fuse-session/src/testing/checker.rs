@@ -19,7 +19,7 @@ use fuse_proto::abi::{Attr, EntryOut, OutHeader};
 use fuse_proto::consts::{INT_REQ_BIT, MAX_ERRNO, ROOT_ID};
 use fuse_proto::flags::{GetattrFlags, SetattrValid};
 use fuse_proto::request::ParseConfig;
-use fuse_proto::{Errno, Opcode, Operation, Request};
+use fuse_proto::{Errno, Operation, Request};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use zerocopy::FromBytes;
@@ -952,7 +952,6 @@ fn describe(req: &Request<'_>) -> String {
         O::Getxattr { name: n, .. } | O::Removexattr { name: n } | O::Setxattr { name: n, .. } => {
             format!("{head} {}", name(n))
         }
-        _ if op == Opcode::Forget || op == Opcode::BatchForget => head,
         _ => head,
     }
 }
