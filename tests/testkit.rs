@@ -23,7 +23,7 @@ use fuse_wire::proto::reply::{DirentWriter, Reply};
 use fuse_wire::proto::request::ParseConfig;
 use fuse_wire::reply::{ReplyData, ReplyEntry};
 use fuse_wire::testing::battery::{self, Battery, Outcome};
-use fuse_wire::testing::{Caller, Checker, KitError, Rule, Setup, TestKernel, Violation, Xattr};
+use fuse_wire::testing::{Caller, Checker, KitError, ReplyBody, Rule, Setup, TestKernel, Violation, Xattr};
 use fuse_wire::{Errno, FileHandle, Filesystem, Inode, ReadRequest, RequestContext};
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
@@ -296,7 +296,9 @@ fn readdir_cookie_a_name_skipped_after_an_unlink_during_the_listing() {
 fn entry_attr_a_file_that_getattr_calls_a_directory() {
     let v = seeded(Bug::WrongType, Rule::EntryAttr, |k| {
         let (f, fh) = new_file(k, "a");
-        k.getattr(f, None).unwrap();
+        if let Err(e) = k.getattr(f, None) {
+            assert_eq!(e, Errno::EIO, "as the kernel answers the caller");
+        }
         k.release(f, fh).unwrap();
     });
     assert!(v[0].request.starts_with("GETATTR #"), "{}", v[0]);
@@ -441,8 +443,9 @@ impl Raw {
         self.unique
     }
 
-    fn reply(&mut self, r: Reply<'_>) {
-        self.c.reply(&r.to_vec());
+    /// Sends a reply; returns what the caller gets.
+    fn reply(&mut self, r: Reply<'_>) -> Option<Result<ReplyBody, Errno>> {
+        self.c.reply(&r.to_vec()).map(|a| a.result)
     }
 
     /// The violations so far, each as "[rule] ...".
@@ -466,10 +469,10 @@ fn file_entry(nodeid: u64, ino: u64) -> EntryOut {
     }
 }
 
-/// Looks `name` up in the root and answers with `e`.
-fn looked_up(r: &mut Raw, name: &str, e: &EntryOut) {
+/// Looks `name` up in the root and answers with `e`; what the caller gets.
+fn looked_up(r: &mut Raw, name: &str, e: &EntryOut) -> Option<Result<ReplyBody, Errno>> {
     let u = r.request(Opcode::Lookup, 1, &[name.as_bytes(), b"\0"]);
-    r.reply(Reply::entry(u, e, 45));
+    r.reply(Reply::entry(u, e, 45))
 }
 
 #[track_caller]
@@ -486,7 +489,11 @@ fn entry_attr_every_check_on_a_raw_conversation() {
     assert_eq!(r.found(), Vec::<String>::new());
 
     e.attr.mode = 0o644; // no type bits
-    looked_up(&mut r, "a", &e);
+    assert_eq!(
+        looked_up(&mut r, "a", &e),
+        Some(Err(Errno::EIO)),
+        "as the kernel answers"
+    );
     one(
         r.found(),
         "[entry-attr] LOOKUP #4 on node 1 \"a\": node 5 has mode 644, which is no file type",
@@ -514,7 +521,10 @@ fn entry_attr_every_check_on_a_raw_conversation() {
             b"d\0",
         ],
     );
-    r.reply(Reply::entry(u, &EntryOut::default(), 45));
+    assert_eq!(
+        r.reply(Reply::entry(u, &EntryOut::default(), 45)),
+        Some(Err(Errno::EIO))
+    );
     one(r.found(), "[entry-attr] MKDIR");
 
     let u = r.request(Opcode::Link, 1, &[LinkIn { oldnodeid: 5 }.as_bytes(), b"l\0"]);

@@ -431,10 +431,11 @@ impl Checker {
         }
         match wire::decode(&req.op, self.cfg.minor, body) {
             Ok(b) => {
-                self.after_success(&req, &b, &what);
+                // Attributes the kernel refuses fail the request with EIO.
+                let accepted = self.after_success(&req, &b, &what);
                 Some(Answer {
                     unique: h.unique,
-                    result: Ok(b),
+                    result: if accepted { Ok(b) } else { Err(Errno::EIO) },
                 })
             }
             Err(Malformed(m)) => {
@@ -559,22 +560,25 @@ impl Checker {
         }
     }
 
-    fn after_success(&mut self, req: &Request<'_>, body: &ReplyBody, what: &str) {
+    /// Learns from a success reply and checks it; false if the kernel
+    /// would fail the request with `EIO` instead (attributes it refuses).
+    fn after_success(&mut self, req: &Request<'_>, body: &ReplyBody, what: &str) -> bool {
         use Operation as O;
         let node = req.header.nodeid;
+        let mut accepted = true;
         match (&req.op, body) {
             (O::Lookup { name }, ReplyBody::Entry(e)) => {
                 if e.nodeid != 0 {
                     self.add_name(node, name.to_bytes(), false);
                 }
-                self.entry(e, what, true);
+                accepted = self.entry(e, what, true);
             }
             (
                 O::Mknod { name, .. } | O::Mkdir { name, .. } | O::Symlink { name, .. },
                 ReplyBody::Entry(e),
             ) => {
                 self.add_name(node, name.to_bytes(), true);
-                self.entry(e, what, false);
+                accepted = self.entry(e, what, false);
             }
             (O::Link { arg, name }, ReplyBody::Entry(e)) => {
                 self.add_name(node, name.to_bytes(), true);
@@ -594,18 +598,20 @@ impl Checker {
                         format!("nlink {} after a LINK (a second name)", e.attr.nlink),
                     );
                 }
-                self.entry(e, what, false);
+                accepted = self.entry(e, what, false);
             }
             (O::Create { name, .. } | O::AtomicOpen { name, .. }, ReplyBody::Created(e, o)) => {
                 self.add_name(node, name.to_bytes(), true);
-                self.entry(e, what, false);
+                accepted = self.entry(e, what, false);
                 *self.open.entry((e.nodeid, o.fh)).or_default() += 1;
             }
             (O::Tmpfile { .. }, ReplyBody::Created(e, o)) => {
-                self.entry(e, what, false);
+                accepted = self.entry(e, what, false);
                 *self.open.entry((e.nodeid, o.fh)).or_default() += 1;
             }
-            (O::Getattr { .. } | O::Setattr { .. }, ReplyBody::Attr(a)) => self.attr(node, &a.attr, what),
+            (O::Getattr { .. } | O::Setattr { .. }, ReplyBody::Attr(a)) => {
+                accepted = self.attr(node, &a.attr, what);
+            }
             (O::Open { .. } | O::Opendir { .. }, ReplyBody::Open(o)) => {
                 *self.open.entry((node, o.fh)).or_default() += 1;
             }
@@ -665,13 +671,15 @@ impl Checker {
                             ),
                         );
                     }
-                    self.entry(&p.entry, what, false);
+                    // A record the kernel refuses is skipped, not the listing.
+                    let _ = self.entry(&p.entry, what, false);
                 }
                 let records: Vec<&DirEntry> = d.iter().map(|p| &p.dirent).collect();
                 self.listing(node, arg.fh, &records, what);
             }
             _ => {}
         }
+        accepted
     }
 
     fn add_name(&mut self, dir: u64, name: &[u8], created: bool) {
@@ -705,8 +713,9 @@ impl Checker {
         self.add_name(newdir, newname, true);
     }
 
-    /// A positive or negative entry of a reply.
-    fn entry(&mut self, e: &EntryOut, what: &str, lookup: bool) {
+    /// A positive or negative entry of a reply; false if the kernel would
+    /// refuse it (`EIO`).
+    fn entry(&mut self, e: &EntryOut, what: &str, lookup: bool) -> bool {
         if e.nodeid == 0 {
             if !lookup {
                 self.violate(
@@ -715,7 +724,7 @@ impl Checker {
                     "node id 0 in an entry that creates a name (the kernel fails it with EIO)".into(),
                 );
             }
-            return;
+            return lookup;
         }
         if e.attr.nlink == 0 {
             self.violate(
@@ -725,10 +734,10 @@ impl Checker {
             );
         }
         if !self.valid_attr(&e.attr, e.nodeid, what) {
-            return;
+            return false;
         }
         if e.nodeid == ROOT_ID {
-            return; // the kernel holds the root itself
+            return true; // the kernel holds the root itself
         }
         match self.nodes.get(&e.nodeid) {
             Some(s) if s.generation != e.generation => {
@@ -742,7 +751,9 @@ impl Checker {
             }
             _ => {}
         }
-        self.attr(e.nodeid, &e.attr, what);
+        // A changed type makes the kernel drop its old inode and take a
+        // new one: the entry itself is accepted.
+        let _ = self.attr(e.nodeid, &e.attr, what);
         if let Some(s) = self.nodes.get_mut(&e.nodeid) {
             s.lookups += 1;
         } else {
@@ -760,6 +771,7 @@ impl Checker {
                 },
             );
         }
+        true
     }
 
     fn valid_attr(&mut self, a: &Attr, node: u64, what: &str) -> bool {
@@ -788,16 +800,18 @@ impl Checker {
         true
     }
 
-    /// Attributes of a node the kernel may know.
-    fn attr(&mut self, node: u64, a: &Attr, what: &str) {
+    /// Attributes of a node the kernel may know; false if a GETATTR
+    /// answered so fails with `EIO` (invalid, or another file type).
+    fn attr(&mut self, node: u64, a: &Attr, what: &str) -> bool {
         if !self.valid_attr(a, node, what) {
-            return;
+            return false;
         }
         let Some(s) = self.nodes.get_mut(&node) else {
-            return;
+            return true;
         };
         let mut found = Vec::new();
-        if a.mode & libc::S_IFMT != s.kind {
+        let same_type = a.mode & libc::S_IFMT == s.kind;
+        if !same_type {
             found.push((Rule::EntryAttr, format!("node {node} changed its file type from {:o} to {:o} (the kernel marks the inode bad: EIO until it is forgotten)", s.kind, a.mode & libc::S_IFMT)));
             s.kind = a.mode & libc::S_IFMT;
         }
@@ -837,6 +851,7 @@ impl Checker {
         for (rule, d) in found {
             self.violate(rule, what.into(), d);
         }
+        same_type
     }
 
     fn listing(&mut self, dir: u64, fh: u64, records: &[&DirEntry], what: &str) {
