@@ -229,6 +229,13 @@ fn seeded(bug: Bug, rule: Rule, scenario: impl Fn(&TestKernel<Buggy>)) -> Vec<Vi
     v
 }
 
+/// CREATE `name` in the root, then RELEASE: the new node.
+fn created(k: &TestKernel<Buggy>, name: &str) -> Inode {
+    let (f, fh) = new_file(k, name);
+    k.release(f, fh).unwrap();
+    f
+}
+
 fn new_file(k: &TestKernel<Buggy>, name: &str) -> (Inode, FileHandle) {
     let (e, o) = k.create(Inode::ROOT, name, REG | 0o644, libc::O_RDWR).unwrap();
     (Inode(e.nodeid), FileHandle(o.fh))
@@ -237,11 +244,9 @@ fn new_file(k: &TestKernel<Buggy>, name: &str) -> (Inode, FileHandle) {
 #[test]
 fn lookup_count_a_node_id_reused_while_the_kernel_holds_it() {
     let v = seeded(Bug::ForgetsAtUnlink, Rule::LookupCount, |k| {
-        let (a, fh) = new_file(k, "a");
-        k.release(a, fh).unwrap();
+        created(k, "a");
         k.unlink(Inode::ROOT, "a").unwrap(); // the kernel still holds a
-        let (b, fh) = new_file(k, "b");
-        k.release(b, fh).unwrap();
+        created(k, "b");
     });
     assert!(v[0].request.starts_with("CREATE #"), "{}", v[0]);
     assert!(v[0].detail.contains("forgot it too early"), "{}", v[0]);
@@ -250,8 +255,7 @@ fn lookup_count_a_node_id_reused_while_the_kernel_holds_it() {
 #[test]
 fn lookup_count_the_filesystems_counts_against_the_kernels() {
     let k = buggy(Bug::None);
-    let (a, fh) = new_file(&k, "a");
-    k.release(a, fh).unwrap();
+    let a = created(&k, "a");
     k.lookup(Inode::ROOT, "a").unwrap();
     k.compare_lookup_counts(|fs| fs.lookup_counts());
     assert_eq!(k.take_violations(), []);
@@ -273,8 +277,7 @@ fn lookup_count_the_filesystems_counts_against_the_kernels() {
 fn readdir_cookie_a_name_skipped_after_an_unlink_during_the_listing() {
     let v = seeded(Bug::PositionCookies, Rule::ReaddirCookie, |k| {
         for n in ["a", "b", "c", "d"] {
-            let (i, fh) = new_file(k, n);
-            k.release(i, fh).unwrap();
+            created(k, n);
         }
         let dir = FileHandle(k.opendir(Inode::ROOT).unwrap().fh);
         // ".", ".." and "a" (32 bytes a record).
@@ -342,8 +345,7 @@ fn answer_a_request_never_answered() {
     let v = seeded(Bug::LostReply, Rule::Answer, |k| {
         assert!(k.lookup(Inode::ROOT, "hang").is_err());
         // The kit waited its timeout, reported it, and goes on.
-        let (f, fh) = new_file(k, "a");
-        k.release(f, fh).unwrap();
+        created(k, "a");
         k.fs().release_hang();
     });
     assert!(v[0].detail.contains("no reply came"), "{}", v[0]);
@@ -448,6 +450,30 @@ impl Raw {
         self.c.reply(&r.to_vec()).map(|a| a.result)
     }
 
+    /// OPENDIR of the root, answered with handle `fh`.
+    fn opendir(&mut self, fh: u64) {
+        let u = self.request(Opcode::Opendir, 1, &[OpenIn::default().as_bytes()]);
+        self.reply(Reply::open(
+            u,
+            &OpenOut {
+                fh,
+                ..OpenOut::default()
+            },
+        ));
+    }
+
+    /// READDIR (or READDIRPLUS) of the root through `fh` from 0, answered
+    /// with `records`.
+    fn listed(&mut self, opcode: Opcode, fh: u64, records: &[u8]) {
+        let read = ReadIn {
+            fh,
+            size: 4096,
+            ..ReadIn::default()
+        };
+        let u = self.request(opcode, 1, &[read.as_bytes()]);
+        self.reply(Reply::data(u, records).unwrap());
+    }
+
     /// The violations so far, each as "[rule] ...".
     fn found(&mut self) -> Vec<String> {
         self.c.take_violations().iter().map(|v| v.to_string()).collect()
@@ -538,25 +564,12 @@ fn entry_attr_every_check_on_a_raw_conversation() {
     one(r.found(), "node 5 reports st_ino 51 after 50");
 
     // A READDIRPLUS record whose d_type disagrees with its entry.
-    let u = r.request(Opcode::Opendir, 1, &[OpenIn::default().as_bytes()]);
-    r.reply(Reply::open(
-        u,
-        &OpenOut {
-            fh: 9,
-            ..OpenOut::default()
-        },
-    ));
+    r.opendir(9);
     let mut buf = [0u8; 4096];
     let mut w = DirentWriter::new(&mut buf);
     w.add_plus(&file_entry(5, 51), 1, libc::DT_DIR as u32, b"a")
         .unwrap();
-    let read = ReadIn {
-        fh: 9,
-        size: 4096,
-        ..ReadIn::default()
-    };
-    let u = r.request(Opcode::Readdirplus, 1, &[read.as_bytes()]);
-    r.reply(Reply::data(u, w.as_bytes()).unwrap());
+    r.listed(Opcode::Readdirplus, 9, w.as_bytes());
     one(
         r.found(),
         "the record \"a\" has d_type 4 but its entry mode 100644",
@@ -570,25 +583,12 @@ fn readdir_cookie_zero_and_repeated_cookies_on_a_raw_conversation() {
         ([1, 1], "cookie 1 given twice in one listing"),
     ] {
         let mut r = Raw::new();
-        let u = r.request(Opcode::Opendir, 1, &[OpenIn::default().as_bytes()]);
-        r.reply(Reply::open(
-            u,
-            &OpenOut {
-                fh: 3,
-                ..OpenOut::default()
-            },
-        ));
+        r.opendir(3);
         let mut buf = [0u8; 4096];
         let mut w = DirentWriter::new(&mut buf);
         w.add(10, cookies[0], libc::DT_REG as u32, b"x").unwrap();
         w.add(11, cookies[1], libc::DT_REG as u32, b"y").unwrap();
-        let read = ReadIn {
-            fh: 3,
-            size: 4096,
-            ..ReadIn::default()
-        };
-        let u = r.request(Opcode::Readdir, 1, &[read.as_bytes()]);
-        r.reply(Reply::data(u, w.as_bytes()).unwrap());
+        r.listed(Opcode::Readdir, 3, w.as_bytes());
         one(r.found(), want);
     }
 }
