@@ -875,6 +875,14 @@ impl PathFilesystem for Mirror {
     }
 }
 
+/// Creates files with the modes requests carry: the kernel applied the
+/// caller's umask already, and the daemon's own (022, say) must not take
+/// more bits away.
+fn no_umask() {
+    // SAFETY: umask has no preconditions and cannot fail.
+    unsafe { libc::umask(0) };
+}
+
 fn main() -> ExitCode {
     let args = match cli::start(
         "pathfs",
@@ -886,6 +894,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
+    no_umask();
     let mut fs = match Mirror::open(&args.source) {
         Ok(fs) => fs,
         Err(e) => {
@@ -1108,30 +1117,60 @@ default_permissions is always on: the kernel checks every access.
     }
 }
 
+/// A scratch directory of this machine, removed on drop.
+#[cfg(test)]
+struct Scratch(PathBuf);
+
+#[cfg(test)]
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("pathfs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).expect("scratch directory");
+        Scratch(p)
+    }
+}
+
+#[cfg(test)]
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The test kit's conformance battery on a mirror of a scratch directory,
+/// through the fake kernel (no mount), the kernel checking permissions as
+/// `default_permissions` makes it; the layer's lookup counts are gone once
+/// the kernel forgot every node.
+#[cfg(test)]
+mod battery_tests {
+    use super::*;
+    use fuse_wire::testing::TestKernel;
+    use fuse_wire::testing::battery::Battery;
+
+    #[test]
+    fn the_conformance_battery_passes() {
+        let s = Scratch::new("battery");
+        no_umask();
+        let k = TestKernel::start(PathFs::new(Mirror::new(s.0.clone()))).expect("the kit starts");
+        let battery = Battery {
+            default_permissions: true,
+            ..Battery::default()
+        };
+        let report = battery.run(&k);
+        report.assert_passed();
+        if let Err(r) = k.finish_with(Some(&|fs: &PathFs<Mirror>| fs.lookup_counts())) {
+            panic!("{r}");
+        }
+    }
+}
+
 /// Resolution of paths longer than `PATH_MAX`, on a scratch directory of
 /// this machine (no mount).
 #[cfg(test)]
 mod deep_tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
-
-    /// A scratch directory, removed on drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            let p = std::env::temp_dir().join(format!("pathfs-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir(&p).expect("scratch directory");
-            Scratch(p)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     /// Makes `levels` directories `d` one in another below `top` (each
     /// relative to the one above: no single path could name the bottom)

@@ -95,12 +95,21 @@
 //!   [`MountOptions::auto_unmount`] unmounts even if the process is killed.
 //! - The raw kernel structs stay reachable: [`proto::abi`], and `*_raw`
 //!   methods on the reply handles.
+//! - A filesystem can be tested without mounting it (no root, no
+//!   `/dev/fuse`): the `testing` feature serves it on a fake kernel and
+//!   checks every reply against the protocol's rules (`docs/testing.md`).
 #![forbid(unsafe_code)]
 
 /// The README's code, compiled as a doctest so that it stays true.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The test kit's guide, compiled and run as a doctest: its first example
+/// is a test file a user can paste into their own crate.
+#[doc = include_str!("../docs/testing.md")]
+#[cfg(doctest)]
+pub struct TestingDoctests;
 
 // Both crates are modules here, their items inlined, rather than re-exported
 // crates: `cargo doc --no-deps -p fuse-wire` and docs.rs then render every
@@ -150,3 +159,10 @@ pub use fuse_session::{
     TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
 };
 pub use fuse_session::{inodes, node, path};
+
+/// The test kit (the `testing` feature): a filesystem served on an
+/// in-process fake kernel, typed requests as any caller, and the protocol
+/// checker. See `docs/testing.md`.
+#[cfg(feature = "testing")]
+#[doc(inline)]
+pub use fuse_session::testing;

@@ -20,6 +20,7 @@ use fuse_wire::node::{DirFill, Invalidator, Node, NodeFs, NodeRef};
 use fuse_wire::path::{PathFilesystem, PathFs, PathInvalidator};
 use fuse_wire::proto::flags::InitFlags;
 use fuse_wire::session::Filesystem;
+use fuse_wire::testing::{decode_dir, decode_dir_plus};
 use fuse_wire::{DirAdd, Errno, FileAttr, FileKind, Inode, RequestContext, SessionConfig, Statfs};
 use std::collections::HashSet;
 use std::ffi::CStr;
@@ -214,9 +215,9 @@ impl<F: Counted> Kernel<F> {
         (0, nlink, u64_at(&b, 16 + 8))
     }
 
-    /// READDIRPLUS of `dir` from `offset` with a `size`-byte buffer: the
-    /// names and node ids in the reply.
-    fn readdirplus(&self, dir: u64, offset: u64, size: u32) -> Vec<(String, u64)> {
+    /// READDIR (`plus`: READDIRPLUS) of `dir` from `offset` with a
+    /// `size`-byte buffer: the reply's body.
+    fn list(&self, plus: bool, dir: u64, offset: u64, size: u32) -> Vec<u8> {
         let body = B::new()
             .u64(0)
             .u64(offset)
@@ -226,70 +227,35 @@ impl<F: Counted> Kernel<F> {
             .u32(0)
             .u32(0)
             .done();
-        let (err, b) = self.call(READDIRPLUS, dir, &body);
+        let (err, b) = self.call(if plus { READDIRPLUS } else { READDIR }, dir, &body);
         assert_eq!(err, 0);
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < b.len() {
-            let nodeid = u64_at(&b, at);
-            let namelen = u32::from_ne_bytes(b[at + 144..at + 148].try_into().unwrap()) as usize;
-            let name = String::from_utf8_lossy(&b[at + 152..at + 152 + namelen]).into_owned();
-            out.push((name, nodeid));
-            at += (152 + namelen).next_multiple_of(8);
-        }
-        out
+        b
+    }
+
+    /// READDIRPLUS of `dir` from `offset` with a `size`-byte buffer: the
+    /// names and node ids in the reply.
+    fn readdirplus(&self, dir: u64, offset: u64, size: u32) -> Vec<(String, u64)> {
+        let records = decode_dir_plus(&self.list(true, dir, offset, size)).expect("READDIRPLUS records");
+        records
+            .iter()
+            .map(|p| (p.dirent.name_lossy(), p.entry.nodeid))
+            .collect()
     }
 
     /// READDIR of `dir` from `offset` with a `size`-byte buffer: the
     /// (name, d_ino) of each record in the reply.
     fn readdir(&self, dir: u64, offset: u64, size: u32) -> Vec<(String, u64)> {
-        let body = B::new()
-            .u64(0)
-            .u64(offset)
-            .u32(size)
-            .u32(0)
-            .u64(0)
-            .u32(0)
-            .u32(0)
-            .done();
-        let (err, b) = self.call(READDIR, dir, &body);
-        assert_eq!(err, 0);
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < b.len() {
-            let ino = u64_at(&b, at);
-            let namelen = u32::from_ne_bytes(b[at + 16..at + 20].try_into().unwrap()) as usize;
-            let name = String::from_utf8_lossy(&b[at + 24..at + 24 + namelen]).into_owned();
-            out.push((name, ino));
-            at += (24 + namelen).next_multiple_of(8);
-        }
-        out
+        let records = decode_dir(&self.list(false, dir, offset, size)).expect("READDIR records");
+        records.iter().map(|d| (d.name_lossy(), d.ino)).collect()
     }
 
     /// READDIRPLUS of `dir` from 0: the (name, `st_ino`) of each entry.
     fn readdirplus_st_ino(&self, dir: u64) -> Vec<(String, u64)> {
-        let body = B::new()
-            .u64(0)
-            .u64(0)
-            .u32(65536)
-            .u32(0)
-            .u64(0)
-            .u32(0)
-            .u32(0)
-            .done();
-        let (err, b) = self.call(READDIRPLUS, dir, &body);
-        assert_eq!(err, 0);
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < b.len() {
-            // fuse_entry_out (40 bytes, fuse_attr from 40, ino first), then the dirent.
-            let st_ino = u64_at(&b, at + 40);
-            let namelen = u32::from_ne_bytes(b[at + 144..at + 148].try_into().unwrap()) as usize;
-            let name = String::from_utf8_lossy(&b[at + 152..at + 152 + namelen]).into_owned();
-            out.push((name, st_ino));
-            at += (152 + namelen).next_multiple_of(8);
-        }
-        out
+        let records = decode_dir_plus(&self.list(true, dir, 0, 65536)).expect("READDIRPLUS records");
+        records
+            .iter()
+            .map(|p| (p.dirent.name_lossy(), p.entry.attr.ino))
+            .collect()
     }
 
     /// GETATTR of `ino`: the `st_ino` it reports.

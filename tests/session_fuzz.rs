@@ -66,6 +66,7 @@ use common_fake::{Fake, OP_INIT, init_body};
 use fuse_wire::proto::Opcode;
 use fuse_wire::proto::abi::*;
 use fuse_wire::session::{Filesystem, SessionConfig};
+use fuse_wire::testing::{decode_dir, decode_dir_plus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -1330,31 +1331,19 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
                 });
             }
             28 => {
-                let mut rest = body;
-                while let Ok((d, tail)) = Dirent::read_from_prefix(rest) {
-                    let n = d.namelen as usize;
-                    let rec = (24 + n).div_ceil(8) * 8;
-                    if n > tail.len() || rec > rest.len() {
-                        self.fail("a READDIR record runs past the reply");
-                    }
-                    self.learn_name(&tail[..n]);
-                    rest = &rest[rec..];
+                let records = decode_dir(body).unwrap_or_else(|e| self.fail(&format!("READDIR reply: {e}")));
+                for d in records {
+                    self.learn_name(&d.name);
                 }
             }
             44 => {
-                let mut rest = body;
-                while let Ok((d, tail)) = Direntplus::read_from_prefix(rest) {
-                    let n = d.dirent.namelen as usize;
-                    let rec = (152 + n).div_ceil(8) * 8;
-                    if n > tail.len() || rec > rest.len() {
-                        self.fail("a READDIRPLUS record runs past the reply");
+                let records =
+                    decode_dir_plus(body).unwrap_or_else(|e| self.fail(&format!("READDIRPLUS reply: {e}")));
+                for d in records {
+                    self.learn_name(&d.dirent.name);
+                    if d.counts_lookup() {
+                        self.entry(&d.entry, p);
                     }
-                    let name = tail[..n].to_vec();
-                    self.learn_name(&name);
-                    if d.entry_out.nodeid != 0 && name != b"." && name != b".." {
-                        self.entry(&d.entry_out, p);
-                    }
-                    rest = &rest[rec..];
                 }
             }
             _ => {}
@@ -1493,15 +1482,13 @@ impl<'a, F: Filesystem> Fuzzer<'a, F> {
             if b.is_empty() {
                 break;
             }
-            let mut rest = &b[..];
-            while let Ok((d, tail)) = Dirent::read_from_prefix(rest) {
-                let n = d.namelen as usize;
-                let name = tail[..n].to_vec();
-                if name != b"." && name != b".." {
-                    names.push(name);
+            let records =
+                decode_dir(&b).unwrap_or_else(|e| self.fail(&format!("cleanup: READDIR reply: {e}")));
+            for d in records {
+                if d.name != b"." && d.name != b".." {
+                    names.push(d.name);
                 }
-                off = d.off;
-                rest = &rest[(24 + n).div_ceil(8) * 8..];
+                off = d.offset;
             }
         }
         let rel = ReleaseIn {

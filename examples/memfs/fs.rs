@@ -2134,4 +2134,31 @@ mod tests {
         }
         within("empty", start, 0);
     }
+
+    /// The test kit's conformance battery through the fake kernel (no
+    /// mount): memfs checking permissions itself, and with the kernel's
+    /// `default_permissions`; no protocol violation, nothing unsupported,
+    /// and no lookup count left once the kernel forgot every node.
+    #[test]
+    fn the_conformance_battery_passes() {
+        use fuse_wire::testing::TestKernel;
+        use fuse_wire::testing::battery::Battery;
+        for default_permissions in [false, true] {
+            let fs = MemFs::new(MemFsConfig {
+                default_permissions,
+                ..MemFsConfig::default()
+            });
+            let k = TestKernel::start(fs).expect("the kit starts");
+            let battery = Battery {
+                default_permissions,
+                ..Battery::default()
+            };
+            let report = battery.run(&k);
+            report.assert_passed();
+            assert_eq!(report.unsupported().count(), 0, "{report}");
+            if let Err(r) = k.finish() {
+                panic!("{r}");
+            }
+        }
+    }
 }

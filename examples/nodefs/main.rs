@@ -54,3 +54,30 @@ fn main() -> ExitCode {
         Ok(())
     })
 }
+
+/// The test kit's conformance battery through the fake kernel (no mount),
+/// the kernel checking permissions as `default_permissions` makes it; the
+/// layer's lookup counts equal the kernel's all along and are gone once it
+/// forgot every node.
+#[cfg(test)]
+mod tests {
+    use fuse_wire::node::NodeFs;
+    use fuse_wire::testing::TestKernel;
+    use fuse_wire::testing::battery::Battery;
+
+    #[test]
+    fn the_conformance_battery_passes() {
+        let k = TestKernel::start(NodeFs::new(super::tree::root())).expect("the kit starts");
+        let battery = Battery {
+            default_permissions: true,
+            ..Battery::default()
+        };
+        let report = battery.run(&k);
+        report.assert_passed();
+        assert_eq!(report.unsupported().count(), 0, "{report}");
+        k.compare_lookup_counts(|fs| fs.lookup_counts());
+        if let Err(r) = k.finish_with(Some(&|fs: &NodeFs| fs.lookup_counts())) {
+            panic!("{r}");
+        }
+    }
+}

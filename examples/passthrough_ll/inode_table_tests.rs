@@ -13,10 +13,10 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 /// A fresh directory under the system's temporary directory, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!("pt-table-{tag}-{}-{n}", std::process::id()));

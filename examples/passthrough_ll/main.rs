@@ -12,6 +12,8 @@
 //! `fs.rs` for how operations reach the source directory.
 
 mod args;
+#[cfg(test)]
+mod battery_tests;
 #[path = "../common/cli.rs"]
 mod cli;
 mod fdcache;

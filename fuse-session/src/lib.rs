@@ -95,6 +95,9 @@
 //!   [`MountOptions::auto_unmount`] unmounts even if the process is killed.
 //! - The raw kernel structs stay reachable: [`proto::abi`], and `*_raw`
 //!   methods on the reply handles.
+//! - A filesystem can be tested without mounting it (no root, no
+//!   `/dev/fuse`): the `testing` feature serves it on a fake kernel and
+//!   checks every reply against the protocol's rules (`docs/testing.md`).
 #![deny(missing_docs)]
 
 pub mod attr;
@@ -132,6 +135,8 @@ pub mod session;
 mod signal;
 mod splice;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 pub mod types;
 pub mod vault;

@@ -1076,6 +1076,12 @@ impl RunningSession {
         &self.handle
     }
 
+    /// Whether the session has ended ([`RunningSession::join`] returns at
+    /// once).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Waits for the session to end (unmount, DESTROY or stop).
     pub fn join(mut self) -> Result<SessionReport, SessionError> {
         self.join_inner()
