@@ -205,10 +205,14 @@ struct Running {
 }
 
 impl Running {
-    /// Reads its messages; an INIT report says it serves.
+    /// Reads its messages; an INIT report says it serves. From then on the
+    /// state it was started with is out of date, and is dropped: a daemon
+    /// that replaces it after a crash must not start from it (it would
+    /// serve the files as they were at the upgrade).
     fn pump(&mut self, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
         if pump_messages(&mut self.sock, negotiated, state) {
             self.serving = true;
+            *state = Vec::new();
         }
     }
 
@@ -605,8 +609,13 @@ pub(crate) fn dev_fuse_only(config: &mut SessionConfig, fresh: bool) {
 #[non_exhaustive]
 pub struct Restore<'a> {
     /// `None` for a new mount; else the state the predecessor handed back
-    /// at a graceful upgrade (empty after a crash: then what the
-    /// filesystem keeps in the vault is all there is).
+    /// at a graceful upgrade, empty after a crash (then what the
+    /// filesystem keeps in the vault is all there is). The keeper drops a
+    /// state once a daemon started with it serves; until then (a daemon
+    /// that dies first, an upgrade that falls back to the previous binary)
+    /// the next daemon gets the same state. A daemon that may die after
+    /// reading it but before the keeper hears that it serves must mark it
+    /// as taken where the keeper holds it (a vault withdrawal, say).
     pub state: Option<&'a [u8]>,
     /// Where to deposit descriptors that must outlive this daemon, and
     /// where the predecessors' are ([`Vault::take_deposits`],
