@@ -1,0 +1,662 @@
+//! memfs under a keeper (`-o keeper`): what it hands to its successor at a
+//! graceful upgrade, and what it does after a crash.
+//!
+//! # Graceful upgrade (`SIGUSR2` to the keeper)
+//!
+//! The retiring daemon writes its whole filesystem into a memory file
+//! ([`save`]): every inode with its number, link, lookup and open counts
+//! (memfs's file handles are all 0: the open count is the handle state),
+//! attributes, extended attributes, contents (pages, holes left out),
+//! directory entries with their readdir cookies and the next cookie, the
+//! next inode number, and the lock table. It deposits that file in the
+//! keeper's vault and hands back a small state naming it, with its length
+//! and checksum. Files are emptied as they are written, so the memory
+//! taken does not double.
+//!
+//! The successor ([`restore`]) reads it back and checks it as it goes: the
+//! format's magic and version, every length against what is left, the
+//! checksum, and the tree's invariants (a root directory, entries naming
+//! inodes that exist with their type, link counts that match the entries,
+//! a directory's parent, cookies below the next one, inode numbers below
+//! the next one). A state that fails any check is refused with an error
+//! saying why, and the daemon exits non-zero rather than serve something
+//! else than what its predecessor held; the keeper counts that as a crash.
+//! The capacity's usage is counted anew from what was restored.
+//!
+//! # Crash
+//!
+//! memfs's tree lives in the daemon's memory: a daemon killed takes it
+//! along. Its successor starts from an empty root. What it does keep is
+//! the next inode number, in a word of shared memory the keeper holds
+//! (the vault), so that no inode number the kernel may still hold is ever
+//! given to another file: every request for a node id the dead daemon gave
+//! out answers `ESTALE` (open files, cached names until they are looked up
+//! again, then `ENOENT`), never another file's data.
+
+use super::data::{DirData, FileData, Xattrs};
+use super::{Content, Data, MemFs, MemFsConfig, Node, Time};
+use fuse_wire::session::Inode;
+use fuse_wire::session::keeper::Restore;
+use fuse_wire::session::region::SharedRegion;
+use fuse_wire::session::vault::Vault;
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, RwLock};
+
+/// The vault key of the word holding the next inode number.
+const IDS_KEY: u64 = 1;
+/// The vault key of the memory file a retiring daemon writes its tree to.
+const STATE_KEY: u64 = 2;
+
+/// The state handed back: which memory file, how long, its checksum.
+const STATE_MAGIC: &[u8; 8] = b"MEMFS-S1";
+/// The memory file's first bytes; the version follows.
+const FILE_MAGIC: &[u8; 8] = b"MEMFSKPT";
+const VERSION: u32 = 1;
+
+/// Why a state is refused.
+pub fn bad(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// Where inode numbers come from: a counter of this process, or under a
+/// keeper a word of shared memory that outlives it.
+pub struct Ids {
+    shared: Option<SharedRegion>,
+    local: AtomicU64,
+    /// Numbers below this were given out by a daemon that died with its
+    /// tree: a request for one that is not in the table answers ESTALE.
+    lost_below: u64,
+}
+
+impl Ids {
+    /// A counter of this process, from the first number after the root's.
+    pub fn local() -> Ids {
+        Ids {
+            shared: None,
+            local: AtomicU64::new(Inode::ROOT.0 + 1),
+            lost_below: 0,
+        }
+    }
+
+    fn counter(&self) -> &AtomicU64 {
+        match &self.shared {
+            Some(r) => &r.words()[0],
+            None => &self.local,
+        }
+    }
+
+    /// A number never given out before on this mount.
+    pub fn next(&self) -> u64 {
+        self.counter().fetch_add(1, Relaxed)
+    }
+
+    /// The number [`next`](Self::next) would give.
+    fn peek(&self) -> u64 {
+        self.counter().load(Relaxed)
+    }
+
+    /// Whether `ino`, not in the table, belonged to a daemon that crashed.
+    pub fn lost(&self, ino: u64) -> bool {
+        ino < self.lost_below
+    }
+}
+
+/// A 64-bit FNV-1a checksum of what passes through.
+struct Checksum(u64);
+
+impl Checksum {
+    fn new() -> Self {
+        Checksum(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn add(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Writes the state's fields, little endian, summing them.
+pub struct Enc<W: Write> {
+    w: W,
+    sum: Checksum,
+    len: u64,
+}
+
+impl<W: Write> Enc<W> {
+    fn new(w: W) -> Self {
+        Enc {
+            w,
+            sum: Checksum::new(),
+            len: 0,
+        }
+    }
+
+    pub fn raw(&mut self, b: &[u8]) -> io::Result<()> {
+        self.sum.add(b);
+        self.len += b.len() as u64;
+        self.w.write_all(b)
+    }
+
+    pub fn u8(&mut self, v: u8) -> io::Result<()> {
+        self.raw(&[v])
+    }
+
+    pub fn u32(&mut self, v: u32) -> io::Result<()> {
+        self.raw(&v.to_le_bytes())
+    }
+
+    pub fn u64(&mut self, v: u64) -> io::Result<()> {
+        self.raw(&v.to_le_bytes())
+    }
+
+    /// A length-prefixed byte string.
+    pub fn bytes(&mut self, b: &[u8]) -> io::Result<()> {
+        self.u32(u32::try_from(b.len()).map_err(|_| bad("a name or value longer than 4 GiB"))?)?;
+        self.raw(b)
+    }
+}
+
+/// Reads the state's fields, checking each against what is left.
+pub struct Dec<R: Read> {
+    r: R,
+    sum: Checksum,
+    left: u64,
+}
+
+impl<R: Read> Dec<R> {
+    fn new(r: R, len: u64) -> Self {
+        Dec {
+            r,
+            sum: Checksum::new(),
+            left: len,
+        }
+    }
+
+    pub fn raw(&mut self, b: &mut [u8]) -> io::Result<()> {
+        if (b.len() as u64) > self.left {
+            return Err(bad("the state ends early"));
+        }
+        self.r.read_exact(b)?;
+        self.left -= b.len() as u64;
+        self.sum.add(b);
+        Ok(())
+    }
+
+    pub fn u8(&mut self) -> io::Result<u8> {
+        let mut b = [0u8; 1];
+        self.raw(&mut b)?;
+        Ok(b[0])
+    }
+
+    pub fn u32(&mut self) -> io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.raw(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    pub fn u64(&mut self) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.raw(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A length-prefixed byte string of at most `max` bytes.
+    pub fn bytes(&mut self, max: usize, what: &str) -> io::Result<Vec<u8>> {
+        let n = self.u32()? as usize;
+        if n > max {
+            return Err(bad(format!("{what} of {n} bytes (at most {max})")));
+        }
+        let mut v = vec![0u8; n];
+        self.raw(&mut v)?;
+        Ok(v)
+    }
+
+    /// A count of records that take at least `each` bytes: refused when
+    /// they could not fit in what is left.
+    pub fn count(&mut self, each: u64, what: &str) -> io::Result<usize> {
+        let n = self.u64()?;
+        if n.saturating_mul(each.max(1)) > self.left {
+            return Err(bad(format!("{n} {what}: more than the state holds")));
+        }
+        Ok(n as usize)
+    }
+}
+
+fn write_time<W: Write>(e: &mut Enc<W>, t: Time) -> io::Result<()> {
+    e.u64(t.sec as u64)?;
+    e.u32(t.nsec)
+}
+
+fn read_time<R: Read>(d: &mut Dec<R>) -> io::Result<Time> {
+    let sec = d.u64()? as i64;
+    let nsec = d.u32()?;
+    if nsec >= 1_000_000_000 {
+        return Err(bad("a time with more than a second of nanoseconds"));
+    }
+    Ok(Time { sec, nsec })
+}
+
+const FILE: u8 = 0;
+const DIR: u8 = 1;
+const SYMLINK: u8 = 2;
+const SPECIAL: u8 = 3;
+
+/// Serves memfs from a keeper's connection: restored at an upgrade, empty
+/// (inode numbers kept) after a crash. `Ok(true)`: retired.
+pub fn serve(
+    link: fuse_wire::session::keeper::KeeperLink,
+    config: MemFsConfig,
+    session: fuse_wire::SessionConfig,
+) -> Result<bool, fuse_wire::session::SessionError> {
+    link.serve(|r| restore(config, r), save, session)
+}
+
+/// Builds the filesystem a daemon under a keeper serves: see the module's
+/// documentation.
+pub fn restore(config: MemFsConfig, r: Restore<'_>) -> io::Result<MemFs> {
+    let vault = r.vault;
+    let region = vault.region(IDS_KEY, 8)?;
+    let left: Vec<(u64, OwnedFd)> = vault.take_deposits();
+    let mut state_file = None;
+    for (key, fd) in left {
+        if key == STATE_KEY {
+            state_file = Some(fd);
+        } else {
+            log::warn!(
+                "memfs: the keeper holds a descriptor under key {key}, which memfs never deposits; dropping it"
+            );
+            vault.withdraw(key)?;
+        }
+    }
+    let issued = region.words()[0].load(Relaxed);
+    let fs = match r.state {
+        None => {
+            // A new mount: a new region (zero), or one whose first daemon
+            // died before handing out anything.
+            region.words()[0].fetch_max(Inode::ROOT.0 + 1, Relaxed);
+            MemFs::build(config, shared_ids(region, 0), Some(vault.clone()))
+        }
+        Some([]) => {
+            // A crash: the tree died with the daemon. Numbers it gave out
+            // are never given again, and answer ESTALE.
+            let floor = issued.max(Inode::ROOT.0 + 1);
+            region.words()[0].store(floor, Relaxed);
+            if issued > Inode::ROOT.0 + 1 {
+                log::warn!(
+                    "memfs: the previous daemon died with its files; starting empty (node ids below {floor} answer ESTALE)"
+                );
+            }
+            MemFs::build(config, shared_ids(region, floor), Some(vault.clone()))
+        }
+        Some(state) => {
+            let file = state_file.take().ok_or_else(|| {
+                bad("memfs: the state handed over names a memory file that the keeper does not hold")
+            })?;
+            let fs = read_state(config, state, file, region, &vault).map_err(|e| {
+                bad(format!(
+                    "memfs: refusing the state handed over at the upgrade: {e}"
+                ))
+            })?;
+            log::info!("memfs: restored {} inodes from the upgrade", fs.inode_count());
+            fs
+        }
+    };
+    // What was handed over (or left by a daemon that refused it) is read:
+    // the keeper may close it.
+    if state_file.is_some() || r.state.is_some_and(|s| !s.is_empty()) {
+        vault.withdraw(STATE_KEY)?;
+    }
+    Ok(fs)
+}
+
+fn shared_ids(region: SharedRegion, lost_below: u64) -> Ids {
+    Ids {
+        shared: Some(region),
+        local: AtomicU64::new(0),
+        lost_below,
+    }
+}
+
+/// Writes the filesystem to a memory file deposited in the vault, and
+/// returns the state that names it (empty, after logging why, when that
+/// fails: the successor then starts as after a crash). Called once, as the
+/// daemon retires: files are emptied as they are written.
+pub fn save(fs: &MemFs) -> Vec<u8> {
+    match try_save(fs) {
+        Ok(state) => state,
+        Err(e) => {
+            log::error!("memfs: saving the filesystem for the successor failed, it will start empty: {e}");
+            Vec::new()
+        }
+    }
+}
+
+fn try_save(fs: &MemFs) -> io::Result<Vec<u8>> {
+    let vault = fs
+        .vault
+        .as_ref()
+        .ok_or_else(|| io::Error::other("not under a keeper"))?;
+    let mut file = memory_file()?;
+    let (len, sum) = {
+        let mut e = Enc::new(BufWriter::with_capacity(1 << 20, &mut file));
+        write_tree(fs, &mut e)?;
+        let sum = e.sum.0;
+        e.u64(sum)?;
+        e.w.flush()?;
+        (e.len, sum)
+    };
+    vault.deposit(STATE_KEY, file.as_fd())?;
+    let mut state = Vec::with_capacity(32);
+    state.extend_from_slice(STATE_MAGIC);
+    state.extend_from_slice(&STATE_KEY.to_le_bytes());
+    state.extend_from_slice(&len.to_le_bytes());
+    state.extend_from_slice(&sum.to_le_bytes());
+    log::info!(
+        "memfs: {} inodes saved for the successor ({len} bytes)",
+        fs.inode_count()
+    );
+    Ok(state)
+}
+
+fn memory_file() -> io::Result<std::fs::File> {
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"memfs-state".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just made for us, owned by nothing else.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+fn write_tree<W: Write>(fs: &MemFs, e: &mut Enc<W>) -> io::Result<()> {
+    e.raw(FILE_MAGIC)?;
+    e.u32(VERSION)?;
+    e.u64(fs.ids.peek())?;
+    let (bytes, inodes) = fs.usage();
+    e.u64(bytes)?;
+    e.u64(inodes)?;
+    let nodes: Vec<Arc<Node>> = fs
+        .shards
+        .iter()
+        .flat_map(|s| {
+            let s = s.read().unwrap_or_else(|e| e.into_inner());
+            s.values().cloned().collect::<Vec<_>>()
+        })
+        .collect();
+    e.u64(nodes.len() as u64)?;
+    for n in &nodes {
+        e.u64(n.ino)?;
+        e.u32(n.nlink.load(Acquire))?;
+        e.u64(n.lookups.load(Acquire))?;
+        e.u32(n.opens.load(Acquire))?;
+        e.u64(n.parent.load(Acquire))?;
+        let mut d = n.write();
+        e.u32(d.mode)?;
+        e.u32(d.uid)?;
+        e.u32(d.gid)?;
+        e.u32(d.rdev)?;
+        write_time(e, d.atime)?;
+        write_time(e, d.mtime)?;
+        write_time(e, d.ctime)?;
+        d.xattrs.encode(e)?;
+        match &mut d.content {
+            Content::File(f) => {
+                e.u8(FILE)?;
+                f.drain_into(e)?;
+            }
+            Content::Dir(dir) => {
+                e.u8(DIR)?;
+                dir.encode(e)?;
+            }
+            Content::Symlink(t) => {
+                e.u8(SYMLINK)?;
+                e.bytes(t)?;
+            }
+            Content::Special => e.u8(SPECIAL)?,
+        }
+    }
+    fs.locks.encode(e)
+}
+
+fn read_state(
+    config: MemFsConfig,
+    state: &[u8],
+    file: OwnedFd,
+    region: SharedRegion,
+    vault: &Vault,
+) -> io::Result<MemFs> {
+    let field = |i: usize| -> u64 {
+        let b = state.get(8 + i * 8..16 + i * 8).unwrap_or_default();
+        u64::from_le_bytes(b.try_into().unwrap_or_default())
+    };
+    if state.len() != 32 || &state[..8] != STATE_MAGIC {
+        return Err(bad(format!(
+            "not a memfs state of this version ({} bytes starting {:?})",
+            state.len(),
+            String::from_utf8_lossy(&state[..state.len().min(8)])
+        )));
+    }
+    let (key, len, sum) = (field(0), field(1), field(2));
+    if key != STATE_KEY {
+        return Err(bad(format!("the state names vault key {key}, not {STATE_KEY}")));
+    }
+    let mut f = std::fs::File::from(file);
+    let actual = f.metadata()?.len();
+    if actual != len {
+        return Err(bad(format!(
+            "the memory file holds {actual} bytes, the state says {len}"
+        )));
+    }
+    f.rewind()?;
+    let mut d = Dec::new(BufReader::with_capacity(1 << 20, f), len.saturating_sub(8));
+    let fs = read_tree(config, &mut d, region, vault)?;
+    let computed = d.sum.0;
+    if d.left != 0 {
+        return Err(bad(format!("{} bytes left after the tree", d.left)));
+    }
+    d.left = 8;
+    let stored = d.u64()?;
+    if stored != sum || computed != sum {
+        return Err(bad(format!(
+            "checksum mismatch (file {computed:#x}, stored {stored:#x}, state {sum:#x})"
+        )));
+    }
+    Ok(fs)
+}
+
+fn read_tree<R: Read>(
+    config: MemFsConfig,
+    d: &mut Dec<R>,
+    region: SharedRegion,
+    vault: &Vault,
+) -> io::Result<MemFs> {
+    let mut magic = [0u8; 8];
+    d.raw(&mut magic)?;
+    if &magic != FILE_MAGIC {
+        return Err(bad("not a memfs tree"));
+    }
+    let version = d.u32()?;
+    if version != VERSION {
+        return Err(bad(format!(
+            "a tree of version {version}; this memfs reads {VERSION}"
+        )));
+    }
+    let next = d.u64()?;
+    let (saved_bytes, saved_inodes) = (d.u64()?, d.u64()?);
+    // The shared word may be ahead (it never goes back).
+    let next = next.max(region.words()[0].load(Relaxed));
+    if next <= Inode::ROOT.0 {
+        return Err(bad(format!("next inode number {next}")));
+    }
+    region.words()[0].store(next, Relaxed);
+    let fs = MemFs::empty(config, shared_ids(region, 0), Some(vault.clone()));
+    let count = d.count(64, "inodes")?;
+    for _ in 0..count {
+        let ino = d.u64()?;
+        if ino == 0 || ino >= next {
+            return Err(bad(format!("inode {ino} (the next number is {next})")));
+        }
+        let nlink = d.u32()?;
+        let lookups = d.u64()?;
+        let opens = d.u32()?;
+        let parent = d.u64()?;
+        let (mode, uid, gid, rdev) = (d.u32()?, d.u32()?, d.u32()?, d.u32()?);
+        let (atime, mtime, ctime) = (read_time(d)?, read_time(d)?, read_time(d)?);
+        let xattrs = Xattrs::decode(d)?;
+        let content = match (d.u8()?, mode & libc::S_IFMT) {
+            (FILE, libc::S_IFREG) => Content::File(FileData::decode(d, super::MAX_SIZE)?),
+            (DIR, libc::S_IFDIR) => Content::Dir(DirData::decode(d)?),
+            (SYMLINK, libc::S_IFLNK) => {
+                Content::Symlink(d.bytes(libc::PATH_MAX as usize, "a symlink target")?.into())
+            }
+            (SPECIAL, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK) => Content::Special,
+            (tag, kind) => {
+                return Err(bad(format!(
+                    "inode {ino}: contents of kind {tag} for mode {mode:#o} ({kind:#o})"
+                )));
+            }
+        };
+        let mut data = Data {
+            mode,
+            uid,
+            gid,
+            rdev,
+            atime,
+            mtime,
+            ctime,
+            xattrs,
+            content,
+            charged: 0,
+        };
+        data.charged = data.usage();
+        let node = Node {
+            ino,
+            nlink: AtomicU32::new(nlink),
+            lookups: AtomicU64::new(lookups),
+            opens: AtomicU32::new(opens),
+            parent: AtomicU64::new(parent),
+            data: RwLock::new(data),
+            cap: fs.cap.clone(),
+        };
+        // Counted before it can be dropped, which gives it back.
+        fs.cap.force_bytes(node.read().charged);
+        fs.cap.force_inodes(1);
+        if fs.get(Inode(ino)).is_ok() {
+            return Err(bad(format!("inode {ino} twice")));
+        }
+        fs.insert(Arc::new(node));
+    }
+    check_tree(&fs)?;
+    fs.locks.decode(d, |ino| {
+        fs.get(Inode(ino)).is_ok_and(|n| n.opens.load(Acquire) > 0)
+    })?;
+    let (bytes, inodes) = fs.usage();
+    if (bytes, inodes) != (saved_bytes, saved_inodes) {
+        log::warn!(
+            "memfs: the predecessor counted {saved_bytes} bytes and {saved_inodes} inodes in use; the tree restored holds {bytes} and {inodes}"
+        );
+    }
+    Ok(fs)
+}
+
+/// The tree's invariants, so that a state that decodes but makes no sense
+/// is refused rather than served.
+fn check_tree(fs: &MemFs) -> io::Result<()> {
+    use std::collections::HashMap;
+    let root = fs.get(Inode::ROOT).map_err(|_| bad("no root directory"))?;
+    if root.read().mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(bad("the root is not a directory"));
+    }
+    // Names of each inode, subdirectories of each directory.
+    let mut names: HashMap<u64, u64> = HashMap::new();
+    let mut subdirs: HashMap<u64, u64> = HashMap::new();
+    let mut extra_links = 0u64;
+    for shard in &fs.shards {
+        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+        for node in shard.values() {
+            let d = node.read();
+            let Content::Dir(dir) = &d.content else {
+                continue;
+            };
+            for (_, e) in dir.after(0) {
+                if e.ino == node.ino || e.ino == Inode::ROOT.0 {
+                    return Err(bad(format!("directory {} names itself or the root", node.ino)));
+                }
+                let child = fs.get(Inode(e.ino)).map_err(|_| {
+                    bad(format!(
+                        "directory {} names inode {}, which is not there",
+                        node.ino, e.ino
+                    ))
+                })?;
+                let kind = child.read().mode & libc::S_IFMT;
+                if kind != e.kind {
+                    return Err(bad(format!("an entry of inode {} has the wrong type", e.ino)));
+                }
+                *names.entry(e.ino).or_default() += 1;
+                if kind == libc::S_IFDIR {
+                    *subdirs.entry(node.ino).or_default() += 1;
+                    if child.parent.load(Acquire) != node.ino {
+                        return Err(bad(format!(
+                            "directory {} is in {}, its parent says otherwise",
+                            e.ino, node.ino
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    for shard in &fs.shards {
+        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+        for node in shard.values() {
+            let d = node.read();
+            let nlink = u64::from(node.nlink.load(Acquire));
+            let named = names.get(&node.ino).copied().unwrap_or(0);
+            let ok = if d.mode & libc::S_IFMT == libc::S_IFDIR {
+                let removed = nlink == 0 && named == 0 && d.dir().is_ok_and(|x| x.is_empty());
+                let root = node.ino == Inode::ROOT.0;
+                removed
+                    || (named == u64::from(!root)
+                        && nlink == 2 + subdirs.get(&node.ino).copied().unwrap_or(0))
+            } else {
+                extra_links += nlink.saturating_sub(1);
+                nlink == named
+            };
+            if !ok {
+                return Err(bad(format!(
+                    "inode {} has {nlink} links and {named} names",
+                    node.ino
+                )));
+            }
+        }
+    }
+    fs.cap.force_inodes(extra_links);
+    Ok(())
+}
+
+impl MemFs {
+    /// An empty table (not even a root), for a restore to fill.
+    fn empty(config: MemFsConfig, ids: Ids, vault: Option<Vault>) -> MemFs {
+        let cap = Arc::new(super::Capacity::new(config.size, config.nr_inodes));
+        MemFs {
+            shards: (0..super::SHARDS)
+                .map(|_| RwLock::new(std::collections::HashMap::new()))
+                .collect(),
+            ids,
+            rename_lock: std::sync::Mutex::new(()),
+            config,
+            locks: Arc::new(super::Locks::new(cap.clone())),
+            cap,
+            vault,
+        }
+    }
+
+    /// A new filesystem (a root directory) taking inode numbers from `ids`.
+    fn build(config: MemFsConfig, ids: Ids, vault: Option<Vault>) -> MemFs {
+        let fs = MemFs::empty(config, ids, vault);
+        fs.add_root();
+        fs
+    }
+}
