@@ -555,7 +555,9 @@ impl MemFs {
     fn entry(&self, node: &Node, d: &Data) -> Entry {
         Entry {
             ino: Inode(node.ino),
-            generation: 0, // inode numbers are never reused
+            // Inode numbers are never reused, not even by a daemon started
+            // after a crash under a keeper (`keep.rs`).
+            generation: 0,
             attr: node.attr(d),
             entry_ttl: self.config.ttl,
             attr_ttl: self.config.ttl,

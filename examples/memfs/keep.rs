@@ -295,7 +295,7 @@ pub fn restore(config: MemFsConfig, r: Restore<'_>) -> io::Result<MemFs> {
             let file = state_file.take().ok_or_else(|| {
                 bad("memfs: the state handed over names a memory file that the keeper does not hold")
             })?;
-            let fs = read_state(config, state, file, region, &vault).map_err(|e| {
+            let fs = read_state(config, state, file, region, Some(&vault)).map_err(|e| {
                 bad(format!(
                     "memfs: refusing the state handed over at the upgrade: {e}"
                 ))
@@ -340,14 +340,7 @@ fn try_save(fs: &MemFs) -> io::Result<Vec<u8>> {
         .as_ref()
         .ok_or_else(|| io::Error::other("not under a keeper"))?;
     let mut file = memory_file()?;
-    let (len, sum) = {
-        let mut e = Enc::new(BufWriter::with_capacity(1 << 20, &mut file));
-        write_tree(fs, &mut e)?;
-        let sum = e.sum.0;
-        e.u64(sum)?;
-        e.w.flush()?;
-        (e.len, sum)
-    };
+    let (len, sum) = encode(fs, BufWriter::with_capacity(1 << 20, &mut file))?;
     vault.deposit(STATE_KEY, file.as_fd())?;
     let mut state = Vec::with_capacity(32);
     state.extend_from_slice(STATE_MAGIC);
@@ -359,6 +352,42 @@ fn try_save(fs: &MemFs) -> io::Result<Vec<u8>> {
         fs.inode_count()
     );
     Ok(state)
+}
+
+/// Writes the tree, then its checksum, to `w`: the bytes written and the
+/// checksum.
+fn encode<W: Write>(fs: &MemFs, w: W) -> io::Result<(u64, u64)> {
+    let mut e = Enc::new(w);
+    write_tree(fs, &mut e)?;
+    let sum = e.sum.0;
+    e.u64(sum)?;
+    e.w.flush()?;
+    Ok((e.len, sum))
+}
+
+/// Reads back what [`encode`] wrote (`len` bytes, checksum `sum`).
+fn decode<R: Read>(
+    config: MemFsConfig,
+    r: R,
+    len: u64,
+    sum: u64,
+    region: SharedRegion,
+    vault: Option<&Vault>,
+) -> io::Result<MemFs> {
+    let mut d = Dec::new(r, len.saturating_sub(8));
+    let fs = read_tree(config, &mut d, region, vault)?;
+    let computed = d.sum.0;
+    if d.left != 0 {
+        return Err(bad(format!("{} bytes left after the tree", d.left)));
+    }
+    d.left = 8;
+    let stored = d.u64()?;
+    if stored != sum || computed != sum {
+        return Err(bad(format!(
+            "checksum mismatch (file {computed:#x}, stored {stored:#x}, state {sum:#x})"
+        )));
+    }
+    Ok(fs)
 }
 
 fn memory_file() -> io::Result<std::fs::File> {
@@ -426,7 +455,7 @@ fn read_state(
     state: &[u8],
     file: OwnedFd,
     region: SharedRegion,
-    vault: &Vault,
+    vault: Option<&Vault>,
 ) -> io::Result<MemFs> {
     let field = |i: usize| -> u64 {
         let b = state.get(8 + i * 8..16 + i * 8).unwrap_or_default();
@@ -451,27 +480,21 @@ fn read_state(
         )));
     }
     f.rewind()?;
-    let mut d = Dec::new(BufReader::with_capacity(1 << 20, f), len.saturating_sub(8));
-    let fs = read_tree(config, &mut d, region, vault)?;
-    let computed = d.sum.0;
-    if d.left != 0 {
-        return Err(bad(format!("{} bytes left after the tree", d.left)));
-    }
-    d.left = 8;
-    let stored = d.u64()?;
-    if stored != sum || computed != sum {
-        return Err(bad(format!(
-            "checksum mismatch (file {computed:#x}, stored {stored:#x}, state {sum:#x})"
-        )));
-    }
-    Ok(fs)
+    decode(
+        config,
+        BufReader::with_capacity(1 << 20, f),
+        len,
+        sum,
+        region,
+        vault,
+    )
 }
 
 fn read_tree<R: Read>(
     config: MemFsConfig,
     d: &mut Dec<R>,
     region: SharedRegion,
-    vault: &Vault,
+    vault: Option<&Vault>,
 ) -> io::Result<MemFs> {
     let mut magic = [0u8; 8];
     d.raw(&mut magic)?;
@@ -492,7 +515,7 @@ fn read_tree<R: Read>(
         return Err(bad(format!("next inode number {next}")));
     }
     region.words()[0].store(next, Relaxed);
-    let fs = MemFs::empty(config, shared_ids(region, 0), Some(vault.clone()));
+    let fs = MemFs::empty(config, shared_ids(region, 0), vault.cloned());
     let count = d.count(64, "inodes")?;
     for _ in 0..count {
         let ino = d.u64()?;
@@ -658,5 +681,324 @@ impl MemFs {
         let fs = MemFs::empty(config, ids, vault);
         fs.add_root();
         fs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::data::DirEntry;
+    use super::*;
+    use std::io::Cursor;
+
+    fn config() -> MemFsConfig {
+        MemFsConfig {
+            size: 0,
+            nr_inodes: 0,
+            ..MemFsConfig::default()
+        }
+    }
+
+    /// Adds `name` in `parent` as a request would, with some attributes.
+    fn add(fs: &MemFs, parent: u64, name: &[u8], mode: u32, content: Content) -> Arc<Node> {
+        let ino = fs.ids.next();
+        let t = |n: i64| Time {
+            sec: 1_700_000_000 + n,
+            nsec: 7 + n as u32,
+        };
+        let mut d = Data {
+            mode,
+            uid: 1000,
+            gid: 100,
+            rdev: 0,
+            atime: t(1),
+            mtime: t(2),
+            ctime: t(3),
+            xattrs: Xattrs::default(),
+            content,
+            charged: 0,
+        };
+        d.charged = d.usage();
+        fs.cap.force_bytes(d.charged);
+        fs.cap.force_inodes(1);
+        let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
+        let node = Arc::new(Node {
+            ino,
+            nlink: AtomicU32::new(if is_dir { 2 } else { 1 }),
+            lookups: AtomicU64::new(ino * 3),
+            opens: AtomicU32::new((ino % 3) as u32),
+            parent: AtomicU64::new(parent),
+            data: RwLock::new(d),
+            cap: fs.cap.clone(),
+        });
+        let p = fs.get(Inode(parent)).unwrap();
+        let mut pd = p.write();
+        let cost = pd.dir().unwrap().insert_cost(name.len());
+        fs.charge(&mut pd, cost).unwrap();
+        pd.dir_mut().unwrap().insert(name, ino, mode & libc::S_IFMT);
+        fs.settle(&mut pd);
+        if is_dir {
+            p.nlink.fetch_add(1, AcqRel);
+        }
+        fs.insert(node.clone());
+        node
+    }
+
+    /// A tree with a bit of everything: files with pages and holes, a
+    /// subdirectory, a hard link, a symlink, a device, xattrs, gaps in the
+    /// cookies, an unlinked open file.
+    fn sample() -> MemFs {
+        let fs = MemFs::new(config());
+        let f = add(
+            &fs,
+            1,
+            b"file",
+            libc::S_IFREG | 0o644,
+            Content::File(FileData::default()),
+        );
+        fs.do_write(Inode(f.ino), 10, b"hello", false).unwrap();
+        fs.do_write(Inode(f.ino), 3 << 20, &[9u8; 5000], false).unwrap();
+        let dir = add(
+            &fs,
+            1,
+            b"dir",
+            libc::S_IFDIR | 0o1755,
+            Content::Dir(DirData::default()),
+        );
+        for i in 0..20 {
+            let n = add(
+                &fs,
+                dir.ino,
+                format!("n{i}").as_bytes(),
+                libc::S_IFREG | 0o600,
+                Content::File(FileData::default()),
+            );
+            if i % 3 == 0 {
+                let mut dd = dir.write();
+                dd.dir_mut().unwrap().remove(format!("n{i}").as_bytes());
+                fs.settle(&mut dd);
+                n.nlink.store(0, Release);
+                fs.maybe_free(&n);
+            }
+        }
+        // A second name of "file".
+        {
+            let mut dd = dir.write();
+            dd.dir_mut().unwrap().insert(b"link", f.ino, libc::S_IFREG);
+            fs.settle(&mut dd);
+            f.nlink.fetch_add(1, AcqRel);
+            fs.cap.force_inodes(1);
+        }
+        add(
+            &fs,
+            dir.ino,
+            b"sym",
+            libc::S_IFLNK | 0o777,
+            Content::Symlink((*b"../file").into()),
+        );
+        let dev = add(&fs, 1, b"dev", libc::S_IFCHR | 0o600, Content::Special);
+        dev.write().rdev = 0x0103;
+        {
+            let mut d = f.write();
+            d.xattrs.set(b"user.a", b"1");
+            d.xattrs.set(b"trusted.b", &[2; 300]);
+            fs.settle(&mut d);
+        }
+        let gone = add(
+            &fs,
+            1,
+            b"gone",
+            libc::S_IFREG | 0o600,
+            Content::File(FileData::default()),
+        );
+        fs.do_write(Inode(gone.ino), 0, b"still open", false).unwrap();
+        gone.opens.store(1, Release);
+        let root = fs.get(Inode::ROOT).unwrap();
+        let mut rd = root.write();
+        rd.dir_mut().unwrap().remove(b"gone");
+        fs.settle(&mut rd);
+        gone.nlink.store(0, Release);
+        fs
+    }
+
+    /// Everything a client could see, as text.
+    fn describe(fs: &MemFs) -> Vec<String> {
+        let mut nodes: Vec<Arc<Node>> = fs
+            .shards
+            .iter()
+            .flat_map(|s| s.read().unwrap().values().cloned().collect::<Vec<_>>())
+            .collect();
+        nodes.sort_by_key(|n| n.ino);
+        let mut out = vec![format!("usage {:?} next {}", fs.usage(), fs.ids.peek())];
+        for n in nodes {
+            let d = n.read();
+            let counts = (
+                n.nlink.load(Relaxed),
+                n.lookups.load(Relaxed),
+                n.opens.load(Relaxed),
+                n.parent.load(Relaxed),
+            );
+            let xattrs: Vec<(&[u8], Option<&[u8]>)> =
+                d.xattrs.names().map(|k| (k, d.xattrs.get(k))).collect();
+            let content = match &d.content {
+                Content::File(f) => {
+                    let mut buf = vec![0u8; f.size() as usize];
+                    f.read(0, &mut buf);
+                    let sum = buf
+                        .iter()
+                        .fold(0u64, |s, &b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
+                    format!(
+                        "file size {} pages {} sum {sum} hole {:?}",
+                        f.size(),
+                        f.pages(),
+                        f.seek_hole(0)
+                    )
+                }
+                Content::Dir(dir) => format!(
+                    "dir {:?}",
+                    dir.after(0)
+                        .map(|(c, e): (u64, &DirEntry)| (c, e.ino, e.kind, e.name.to_vec()))
+                        .collect::<Vec<_>>()
+                ),
+                Content::Symlink(t) => format!("symlink {t:?}"),
+                Content::Special => "special".into(),
+            };
+            out.push(format!(
+                "{} {counts:?} {:?} {xattrs:?} {content} charged {}",
+                n.ino,
+                n.attr(&d),
+                d.charged
+            ));
+        }
+        out
+    }
+
+    fn region() -> SharedRegion {
+        SharedRegion::create("memfs-keep-test", 8).unwrap()
+    }
+
+    fn round_trip(fs: &MemFs) -> io::Result<MemFs> {
+        let mut bytes = Vec::new();
+        let (len, sum) = encode(fs, &mut bytes)?;
+        assert_eq!(len, bytes.len() as u64);
+        decode(config(), Cursor::new(bytes), len, sum, region(), None)
+    }
+
+    #[test]
+    fn a_tree_comes_back_as_it_was() {
+        let fs = sample();
+        let before = describe(&fs);
+        let back = round_trip(&fs).unwrap();
+        assert_eq!(describe(&back), before);
+        // A name added now gets the cookie it would have had.
+        let cookie_of = |fs: &MemFs| {
+            let root = fs.get(Inode::ROOT).unwrap();
+            let mut d = root.write();
+            let dir = d.dir_mut().unwrap();
+            dir.insert(b"later", 99, libc::S_IFREG);
+            dir.get(b"later").map(|_| dir.after(0).last().map(|(c, _)| c))
+        };
+        assert_eq!(cookie_of(&back), cookie_of(&sample()));
+        // Inode numbers go on from where they were.
+        assert_eq!(back.ids.next(), sample().ids.peek());
+    }
+
+    #[test]
+    fn saving_empties_the_files() {
+        let fs = sample();
+        let (used, _) = fs.usage();
+        round_trip(&fs).unwrap();
+        let pages: u64 = fs
+            .shards
+            .iter()
+            .flat_map(|s| s.read().unwrap().values().cloned().collect::<Vec<_>>())
+            .map(|n| match &n.read().content {
+                Content::File(f) => f.pages(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(pages, 0, "pages left after saving ({used} bytes were used)");
+    }
+
+    #[test]
+    fn a_damaged_or_cut_state_is_refused_never_served() {
+        let mut bytes = Vec::new();
+        let (len, sum) = encode(&sample(), &mut bytes).unwrap();
+        let try_with = |b: Vec<u8>, len: u64| decode(config(), Cursor::new(b), len, sum, region(), None);
+        // Every byte of the first kilobyte, then every 97th: one bit flipped.
+        for i in (0..bytes.len()).filter(|i| *i < 1024 || i % 97 == 0) {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            assert!(try_with(b, len).is_err(), "byte {i} flipped: accepted");
+        }
+        for cut in (0..bytes.len()).step_by(61).chain([bytes.len() - 1]) {
+            let b = bytes[..cut].to_vec();
+            assert!(try_with(b.clone(), cut as u64).is_err(), "cut at {cut}: accepted");
+            assert!(
+                try_with(b, len).is_err(),
+                "cut at {cut}, whole length claimed: accepted"
+            );
+        }
+        assert!(try_with(bytes, len).is_ok());
+    }
+
+    #[test]
+    fn a_consistent_looking_state_that_breaks_the_tree_is_refused() {
+        // Each fault written with a valid checksum: the tree's checks catch it.
+        type Fault = (&'static str, fn(&MemFs));
+        let faults: [Fault; 4] = [
+            ("a link count off by one", |fs| {
+                let root = fs.get(Inode::ROOT).unwrap();
+                let ino = root.read().dir().unwrap().get(b"file").unwrap().ino;
+                fs.get(Inode(ino)).unwrap().nlink.fetch_add(1, AcqRel);
+            }),
+            ("an entry naming no inode", |fs| {
+                let root = fs.get(Inode::ROOT).unwrap();
+                root.write()
+                    .dir_mut()
+                    .unwrap()
+                    .insert(b"ghost", 4242, libc::S_IFREG);
+            }),
+            ("an entry of the wrong type", |fs| {
+                let root = fs.get(Inode::ROOT).unwrap();
+                let mut d = root.write();
+                let ino = d.dir().unwrap().get(b"file").unwrap().ino;
+                d.dir_mut().unwrap().replace(b"file", ino, libc::S_IFDIR);
+            }),
+            ("an inode number not below the next one", |fs| {
+                fs.ids.counter().store(3, Relaxed);
+            }),
+        ];
+        for (what, fault) in faults {
+            let fs = sample();
+            fault(&fs);
+            let e = round_trip(&fs).err();
+            assert!(e.is_some(), "{what}: accepted");
+        }
+    }
+
+    #[test]
+    fn the_handed_state_must_name_the_right_file() {
+        let fs = sample();
+        let mut file = memory_file().unwrap();
+        let (len, sum) = encode(&fs, &mut file).unwrap();
+        let state = |magic: &[u8; 8], key: u64, len: u64| {
+            let mut s = magic.to_vec();
+            for v in [key, len, sum] {
+                s.extend_from_slice(&v.to_le_bytes());
+            }
+            s
+        };
+        let fd = || file.try_clone().unwrap().into();
+        let read = |s: Vec<u8>| read_state(config(), &s, fd(), region(), None).map(|_| ());
+        read(state(STATE_MAGIC, STATE_KEY, len)).unwrap();
+        for (what, s) in [
+            ("another magic", state(b"MEMFS-S0", STATE_KEY, len)),
+            ("another key", state(STATE_MAGIC, 7, len)),
+            ("another length", state(STATE_MAGIC, STATE_KEY, len + 8)),
+            ("a short state", state(STATE_MAGIC, STATE_KEY, len)[..24].to_vec()),
+        ] {
+            let e = read(s).expect_err(what);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{what}: {e}");
+        }
     }
 }
