@@ -821,4 +821,10 @@ fn a_crash_loses_the_files_and_says_so() {
         log.contains("died with its files; starting empty"),
         "the keeper's log:\n{log}"
     );
+    // The keeper dropped the state of the upgrade once the daemon served:
+    // memfs did not have to notice that it was stale.
+    assert!(
+        !log.contains("taken by a daemon that died"),
+        "the keeper handed a stale state after the crash; its log:\n{log}"
+    );
 }

@@ -20,8 +20,16 @@
 //! a directory's parent, cookies below the next one, inode numbers below
 //! the next one). A state that fails any check is refused with an error
 //! saying why, and the daemon exits non-zero rather than serve something
-//! else than what its predecessor held; the keeper counts that as a crash.
-//! The capacity's usage is counted anew from what was restored.
+//! else than what its predecessor held (the keeper then starts the
+//! previous binary again, with the same state). The capacity's usage is
+//! counted anew from what was restored.
+//!
+//! The memory file is withdrawn from the vault once read, before anything
+//! is served: the keeper drops a state only when it hears that the daemon
+//! serves, and a daemon that dies in between (having served a request or
+//! not) must not be followed by one serving the tree as it was at the
+//! upgrade. Its successor finds the state naming a file the keeper no
+//! longer holds, and starts empty as after a crash.
 //!
 //! # Crash
 //!
@@ -272,43 +280,51 @@ pub fn restore(config: MemFsConfig, r: Restore<'_>) -> io::Result<MemFs> {
         }
     }
     let issued = region.words()[0].load(Relaxed);
-    let fs = match r.state {
-        None => {
+    // After a crash the tree died with the daemon. Numbers it gave out are
+    // never given again, and answer ESTALE.
+    let start_empty = |region: SharedRegion| {
+        let floor = issued.max(Inode::ROOT.0 + 1);
+        region.words()[0].store(floor, Relaxed);
+        if issued > Inode::ROOT.0 + 1 {
+            log::warn!(
+                "memfs: the previous daemon died with its files; starting empty (node ids below {floor} answer ESTALE)"
+            );
+        }
+        MemFs::build(config.clone(), shared_ids(region, floor), Some(vault.clone()))
+    };
+    let fs = match (r.state, state_file.take()) {
+        (None, _) => {
             // A new mount: a new region (zero), or one whose first daemon
             // died before handing out anything.
             region.words()[0].fetch_max(Inode::ROOT.0 + 1, Relaxed);
-            MemFs::build(config, shared_ids(region, 0), Some(vault.clone()))
+            MemFs::build(config.clone(), shared_ids(region, 0), Some(vault.clone()))
         }
-        Some([]) => {
-            // A crash: the tree died with the daemon. Numbers it gave out
-            // are never given again, and answer ESTALE.
-            let floor = issued.max(Inode::ROOT.0 + 1);
-            region.words()[0].store(floor, Relaxed);
-            if issued > Inode::ROOT.0 + 1 {
-                log::warn!(
-                    "memfs: the previous daemon died with its files; starting empty (node ids below {floor} answer ESTALE)"
-                );
-            }
-            MemFs::build(config, shared_ids(region, floor), Some(vault.clone()))
-        }
-        Some(state) => {
-            let file = state_file.take().ok_or_else(|| {
-                bad("memfs: the state handed over names a memory file that the keeper does not hold")
-            })?;
-            let fs = read_state(config, state, file, region, Some(&vault)).map_err(|e| {
+        (Some(state), Some(file)) if !state.is_empty() => {
+            let fs = read_state(config.clone(), state, file, region, Some(&vault)).map_err(|e| {
                 bad(format!(
                     "memfs: refusing the state handed over at the upgrade: {e}"
                 ))
             })?;
+            // Taken, before anything is served: should this daemon die
+            // before the keeper hears that it serves, the keeper hands the
+            // same state to the next one, which must not serve the tree
+            // as it was (it starts empty, below).
+            vault.withdraw(STATE_KEY)?;
             log::info!("memfs: restored {} inodes from the upgrade", fs.inode_count());
             fs
         }
+        (Some(state), file) => {
+            if !state.is_empty() {
+                log::warn!("memfs: the state handed over was taken by a daemon that died before serving");
+            }
+            if file.is_some() {
+                // Left by a retiring daemon whose state did not reach the
+                // keeper: nobody will read it.
+                vault.withdraw(STATE_KEY)?;
+            }
+            start_empty(region)
+        }
     };
-    // What was handed over (or left by a daemon that refused it) is read:
-    // the keeper may close it.
-    if state_file.is_some() || r.state.is_some_and(|s| !s.is_empty()) {
-        vault.withdraw(STATE_KEY)?;
-    }
     Ok(fs)
 }
 
