@@ -423,14 +423,7 @@ fn write_tree<W: Write>(fs: &MemFs, e: &mut Enc<W>) -> io::Result<()> {
     let (bytes, inodes) = fs.usage();
     e.u64(bytes)?;
     e.u64(inodes)?;
-    let nodes: Vec<Arc<Node>> = fs
-        .shards
-        .iter()
-        .flat_map(|s| {
-            let s = s.read().unwrap_or_else(|e| e.into_inner());
-            s.values().cloned().collect::<Vec<_>>()
-        })
-        .collect();
+    let nodes = fs.all_nodes();
     e.u64(nodes.len() as u64)?;
     for n in &nodes {
         e.u64(n.ino)?;
@@ -613,13 +606,15 @@ fn check_tree(fs: &MemFs) -> io::Result<()> {
     let mut names: HashMap<u64, u64> = HashMap::new();
     let mut subdirs: HashMap<u64, u64> = HashMap::new();
     let mut extra_links = 0u64;
-    for shard in &fs.shards {
-        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
-        for node in shard.values() {
-            let d = node.read();
-            let Content::Dir(dir) = &d.content else {
-                continue;
-            };
+    // Taken out of the table first: no shard lock is held while looking
+    // an inode up.
+    let nodes = fs.all_nodes();
+    for node in &nodes {
+        let d = node.read();
+        let Content::Dir(dir) = &d.content else {
+            continue;
+        };
+        {
             for (_, e) in dir.after(0) {
                 if e.ino == node.ino || e.ino == Inode::ROOT.0 {
                     return Err(bad(format!("directory {} names itself or the root", node.ino)));
@@ -647,10 +642,10 @@ fn check_tree(fs: &MemFs) -> io::Result<()> {
             }
         }
     }
-    for shard in &fs.shards {
-        let shard = shard.read().unwrap_or_else(|e| e.into_inner());
-        for node in shard.values() {
-            let d = node.read();
+    let mut reachable = std::collections::HashSet::from([Inode::ROOT.0]);
+    for node in &nodes {
+        let d = node.read();
+        {
             let nlink = u64::from(node.nlink.load(Acquire));
             let named = names.get(&node.ino).copied().unwrap_or(0);
             let ok = if d.mode & libc::S_IFMT == libc::S_IFDIR {
@@ -658,7 +653,8 @@ fn check_tree(fs: &MemFs) -> io::Result<()> {
                 let root = node.ino == Inode::ROOT.0;
                 removed
                     || (named == u64::from(!root)
-                        && nlink == 2 + subdirs.get(&node.ino).copied().unwrap_or(0))
+                        && nlink == 2 + subdirs.get(&node.ino).copied().unwrap_or(0)
+                        && below_root(fs, node.ino, nodes.len(), &mut reachable))
             } else {
                 extra_links += nlink.saturating_sub(1);
                 nlink == named
@@ -675,7 +671,37 @@ fn check_tree(fs: &MemFs) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether directory `ino` is below the root by its parents (no loop
+/// cut off from the tree); `reachable` remembers those found so.
+fn below_root(fs: &MemFs, ino: u64, most: usize, reachable: &mut std::collections::HashSet<u64>) -> bool {
+    let mut path = Vec::new();
+    let mut at = ino;
+    while !reachable.contains(&at) {
+        if path.len() > most {
+            return false;
+        }
+        path.push(at);
+        match fs.get(Inode(at)) {
+            Ok(n) => at = n.parent.load(Acquire),
+            Err(_) => return false,
+        }
+    }
+    reachable.extend(path);
+    true
+}
+
 impl MemFs {
+    /// Every inode, taken out of the table (no shard lock held after).
+    fn all_nodes(&self) -> Vec<Arc<Node>> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                let s = s.read().unwrap_or_else(|e| e.into_inner());
+                s.values().cloned().collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// An empty table (not even a root), for a restore to fill.
     fn empty(config: MemFsConfig, ids: Ids, vault: Option<Vault>) -> MemFs {
         let cap = Arc::new(super::Capacity::new(config.size, config.nr_inodes));
@@ -961,7 +987,7 @@ mod tests {
     fn a_consistent_looking_state_that_breaks_the_tree_is_refused() {
         // Each fault written with a valid checksum: the tree's checks catch it.
         type Fault = (&'static str, fn(&MemFs));
-        let faults: [Fault; 4] = [
+        let faults: [Fault; 5] = [
             ("a link count off by one", |fs| {
                 let root = fs.get(Inode::ROOT).unwrap();
                 let ino = root.read().dir().unwrap().get(b"file").unwrap().ino;
@@ -979,6 +1005,29 @@ mod tests {
                 let mut d = root.write();
                 let ino = d.dir().unwrap().get(b"file").unwrap().ino;
                 d.dir_mut().unwrap().replace(b"file", ino, libc::S_IFDIR);
+            }),
+            ("two directories in each other, cut off from the root", |fs| {
+                let root = fs.get(Inode::ROOT).unwrap();
+                let a = add(
+                    fs,
+                    1,
+                    b"a",
+                    libc::S_IFDIR | 0o755,
+                    Content::Dir(DirData::default()),
+                );
+                let b = add(
+                    fs,
+                    a.ino,
+                    b"b",
+                    libc::S_IFDIR | 0o755,
+                    Content::Dir(DirData::default()),
+                );
+                let mut rd = root.write();
+                rd.dir_mut().unwrap().remove(b"a");
+                root.nlink.fetch_sub(1, AcqRel);
+                b.write().dir_mut().unwrap().insert(b"a", a.ino, libc::S_IFDIR);
+                b.nlink.fetch_add(1, AcqRel);
+                a.parent.store(b.ino, Release);
             }),
             ("an inode number not below the next one", |fs| {
                 fs.ids.counter().store(3, Relaxed);
