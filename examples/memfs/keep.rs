@@ -293,12 +293,9 @@ pub fn restore(config: MemFsConfig, r: Restore<'_>) -> io::Result<MemFs> {
         MemFs::build(config.clone(), shared_ids(region, floor), Some(vault.clone()))
     };
     let fs = match (r.state, state_file.take()) {
-        (None, _) => {
-            // A new mount: a new region (zero), or one whose first daemon
-            // died before handing out anything.
-            region.words()[0].fetch_max(Inode::ROOT.0 + 1, Relaxed);
-            MemFs::build(config.clone(), shared_ids(region, 0), Some(vault.clone()))
-        }
+        // A new mount: a new region (zero), or, should a first daemon have
+        // died after handing numbers out, the numbers it gave.
+        (None, _) => start_empty(region),
         (Some(state), Some(file)) if !state.is_empty() => {
             let fs = read_state(config.clone(), state, file, region, Some(&vault)).map_err(|e| {
                 bad(format!(
