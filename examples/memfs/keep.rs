@@ -856,6 +856,21 @@ mod tests {
         rd.dir_mut().unwrap().remove(b"gone");
         fs.settle(&mut rd);
         gone.nlink.store(0, Release);
+        // Locks: two processes' POSIX locks on "file" (split and merged
+        // ranges), one on the unlinked open file, and flock holders.
+        let lock = |start, end, typ, pid| fuse_wire::session::Lock { start, end, typ, pid };
+        let (rd, wr) = (libc::F_RDLCK, libc::F_WRLCK);
+        for (ino, owner, flock, l) in [
+            (f.ino, 11, false, lock(0, 99, rd, 100)),
+            (f.ino, 11, false, lock(200, u64::MAX, wr, 100)),
+            (f.ino, 12, false, lock(50, 150, rd, 101)),
+            (f.ino, 11, false, lock(20, 30, libc::F_UNLCK, 100)),
+            (gone.ino, 13, false, lock(0, 9, wr, 102)),
+            (f.ino, 14, true, lock(0, u64::MAX, rd, 103)),
+            (f.ino, 15, true, lock(0, u64::MAX, rd, 104)),
+        ] {
+            assert!(fs.locks.set(ino, owner, flock, l), "{owner} {l:?}");
+        }
         fs
     }
 
@@ -868,6 +883,7 @@ mod tests {
             .collect();
         nodes.sort_by_key(|n| n.ino);
         let mut out = vec![format!("usage {:?} next {}", fs.usage(), fs.ids.peek())];
+        out.extend(fs.locks.held());
         for n in nodes {
             let d = n.read();
             let counts = (

@@ -359,6 +359,35 @@ impl Locks {
         self.table().charged
     }
 
+    /// Sets a lock as SETLK would; whether it was granted.
+    #[cfg(test)]
+    pub fn set(&self, ino: u64, owner: u64, flock: bool, lock: Lock) -> bool {
+        self.try_set(&mut self.table(), ino, owner, flock, &lock).is_ok()
+    }
+
+    /// Every lock held, one line each, sorted.
+    #[cfg(test)]
+    pub fn held(&self) -> Vec<String> {
+        let t = self.table();
+        let mut out = vec![format!("charged {}", t.charged)];
+        for (ino, f) in &t.files {
+            for (owner, recs) in &f.owned {
+                for (start, r) in recs {
+                    out.push(format!(
+                        "{ino} posix {owner} {start}..={} {} {}",
+                        r.end, r.typ, r.pid
+                    ));
+                }
+            }
+            for (owner, (typ, pid)) in &f.flocks {
+                out.push(format!("{ino} flock {owner} {typ} {pid}"));
+            }
+            out.push(format!("{ino} records {} owners {}", f.records, f.owners));
+        }
+        out.sort();
+        out
+    }
+
     /// Forgets `ino`'s entry if it holds nothing, and publishes the count
     /// of files with locks.
     fn tidy(&self, t: &mut Table, ino: u64) {
