@@ -8,6 +8,9 @@
 //!   inode numbers, attributes, contents, extended attributes, directory
 //!   listings with their cookies (a listing half read goes on where it
 //!   was), statfs, an unlinked open file, a lock held and a lock waited for.
+//! - An upgrade to a daemon that refuses the state (its `size=` is below
+//!   what the files take): it exits without serving, and the keeper goes
+//!   back to the previous binary, which serves every file again.
 //! - A crash (SIGKILL of the daemon) loses memfs's files: the successor
 //!   starts empty, answers ESTALE for the node ids of the lost files (open
 //!   files included), never another file's data, and never reuses them.
@@ -826,5 +829,78 @@ fn a_crash_loses_the_files_and_says_so() {
     assert!(
         !log.contains("taken by a daemon that died"),
         "the keeper handed a stale state after the crash; its log:\n{log}"
+    );
+}
+
+/// An upgraded daemon that refuses the state (here: started with a
+/// `size=` below what the files take, which memfs refuses as tmpfs refuses
+/// such a remount) exits with an error instead of serving, and the keeper
+/// goes back to the previous binary, which restores everything.
+#[test]
+fn a_refused_state_is_not_served_and_the_previous_binary_takes_it() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("memfs-keeper-refused");
+    let mnt = tmp.path();
+    // The keeper runs a copy of memfs, which the test replaces on disk.
+    let program = tmp.root().join("memfs-copy");
+    fs::copy(example_binary("memfs"), &program).expect("copy memfs");
+    let keeper = Keeper::start_with(
+        Command::new(&program)
+            .arg(mnt)
+            .args(["-o", "keeper,size=512m,fsname=memfs-keeper"]),
+        mnt,
+    );
+    let dog = Watchdog::new(mnt, Duration::from_secs(60));
+    let data = Rng(42).bytes(300_000);
+    fs::write(mnt.join("big"), &data).unwrap();
+    let open = File::open(mnt.join("big")).unwrap();
+    // The next build: memfs with room for 64 KiB only.
+    let next = tmp.root().join("memfs-next");
+    let script = format!(
+        "#!/bin/sh\nexec {} \"$@\" -o size=64k\n",
+        example_binary("memfs").display()
+    );
+    fs::write(&next, script).unwrap();
+    fs::set_permissions(&next, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(&next, &program).unwrap();
+    let daemon = daemon_of(keeper.pid(), &[]);
+    signal(keeper.pid(), libc::SIGUSR2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(daemon) {
+        assert!(Instant::now() < deadline, "the daemon did not retire");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Served again (by whoever took over; the watchdog bounds the wait).
+    let back = fs::read(mnt.join("big"));
+    let mut buf = vec![0u8; data.len() + 1];
+    let through_open = read_all_at(&open, &mut buf).map(|n| buf[..n].to_vec());
+    let fired = dog.fired();
+    drop(dog);
+    let log = keeper.stop();
+    assert!(!fired, "the test ran past its limit; the keeper's log:\n{log}");
+    assert!(
+        log.contains("refusing the state handed over at the upgrade: the tree takes"),
+        "the new daemon did not refuse the state; the keeper's log:\n{log}"
+    );
+    assert!(
+        log.contains("going back to the previous binary"),
+        "the keeper's log:\n{log}"
+    );
+    assert!(
+        back.as_ref().is_ok_and(|b| *b == data),
+        "the file after the fallback: {:?} bytes",
+        back.map(|b| b.len())
+    );
+    assert!(
+        through_open.as_ref().is_ok_and(|b| *b == data),
+        "the file open across the fallback: {:?}",
+        through_open.map(|b| b.len())
+    );
+    assert!(
+        !log.contains("died with its files"),
+        "the files were lost; the keeper's log:\n{log}"
     );
 }

@@ -17,12 +17,13 @@
 //! format's magic and version, every length against what is left, the
 //! checksum, and the tree's invariants (a root directory, entries naming
 //! inodes that exist with their type, link counts that match the entries,
-//! a directory's parent, cookies below the next one, inode numbers below
-//! the next one). A state that fails any check is refused with an error
-//! saying why, and the daemon exits non-zero rather than serve something
-//! else than what its predecessor held (the keeper then starts the
-//! previous binary again, with the same state). The capacity's usage is
-//! counted anew from what was restored.
+//! a directory's parent, directories that hang from the root, cookies
+//! below the next one, inode numbers below the next one), and whether the
+//! tree fits this daemon's `size=` and `nr_inodes=`. A state that fails
+//! any check is refused with an error saying why, and the daemon exits
+//! non-zero rather than serve something else than what its predecessor
+//! held (the keeper then starts the previous binary again, with the same
+//! state). The capacity's usage is counted anew from what was restored.
 //!
 //! The memory file is withdrawn from the vault once read, before anything
 //! is served: the keeper drops a state only when it hears that the daemon
@@ -579,6 +580,17 @@ fn read_tree<R: Read>(
         fs.insert(Arc::new(node));
     }
     check_tree(&fs)?;
+    // As tmpfs refuses a remount to a size below what it holds: a daemon
+    // started with smaller limits than the tree takes refuses it.
+    let (bytes, inodes) = fs.usage();
+    let over = |used: u64, max: u64| max != super::capacity::UNLIMITED && used > max;
+    if over(bytes, fs.cap.max_bytes()) || over(inodes, fs.cap.max_inodes()) {
+        return Err(bad(format!(
+            "the tree takes {bytes} bytes and {inodes} inodes; this daemon allows {} and {} (size=, nr_inodes=)",
+            fs.cap.max_bytes(),
+            fs.cap.max_inodes()
+        )));
+    }
     fs.locks.decode(d, |ino| {
         fs.get(Inode(ino)).is_ok_and(|n| n.opens.load(Acquire) > 0)
     })?;
@@ -1052,6 +1064,29 @@ mod tests {
             let e = round_trip(&fs).err();
             assert!(e.is_some(), "{what}: accepted");
         }
+    }
+
+    #[test]
+    fn a_tree_larger_than_the_limits_is_refused() {
+        let fs = sample();
+        let (bytes, inodes) = fs.usage();
+        let mut enc = Vec::new();
+        let (len, sum) = encode(&fs, &mut enc).unwrap();
+        let with = |size, nr_inodes| {
+            let config = MemFsConfig {
+                size,
+                nr_inodes,
+                ..MemFsConfig::default()
+            };
+            decode(config, Cursor::new(enc.clone()), len, sum, region(), None).map(|_| ())
+        };
+        // What the predecessor held (its locks included) fits exactly.
+        with(bytes, inodes).unwrap();
+        assert!(with(bytes - 1, inodes).is_err(), "a size below the bytes held");
+        assert!(
+            with(bytes, inodes - 1).is_err(),
+            "an inode limit below the inodes held"
+        );
     }
 
     #[test]
