@@ -719,7 +719,7 @@ impl KeeperLink {
         dev_fuse_only(&mut config, fresh);
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
         config.journal = Some(Arc::new(Journal::open(region, fresh)?));
-        let (session, resumed) = match conn {
+        let (session, resumed, taken_over) = match conn {
             Connection::Fresh(dev, default_permissions) => {
                 let fs = Arc::new(restore(Restore {
                     state: None,
@@ -728,19 +728,37 @@ impl KeeperLink {
                 let chan = Arc::new(DevFuse::from_fd(dev));
                 let mut s = Session::from_arc(fs.clone(), chan, config)?;
                 s.set_default_permissions(default_permissions);
-                (s, fs)
+                (s, fs, None)
             }
             Connection::TakenOver(h) => {
                 let fs = Arc::new(restore(Restore {
                     state: Some(&h.state),
                     vault: vault.clone(),
                 })?);
-                (Session::resume(fs.clone(), h.dev, h.negotiated, config)?, fs)
+                let negotiated = h.negotiated.clone();
+                (
+                    Session::resume(fs.clone(), h.dev, h.negotiated, config)?,
+                    fs,
+                    Some(negotiated),
+                )
             }
         };
         let handle = session.handle();
+        match taken_over {
+            // Said before the first request is read: once this daemon may
+            // have changed anything, the keeper must know that it serves
+            // (it then drops the state this daemon started from), even if
+            // the daemon dies a moment later.
+            Some(n) => {
+                let mut b = Vec::new();
+                crate::handover::encode_negotiated_bytes(&n, &mut b);
+                if let Err(e) = write_blob(&self.sock, b'N', &b) {
+                    log::warn!("telling the keeper that this daemon serves: {e}");
+                }
+            }
+            None => self.report_negotiated(&handle),
+        }
         let running = session.spawn()?;
-        self.report_negotiated(&handle);
         let watcher = self.watch(handle.clone());
         let result = running.join();
         let retired = handle.is_retiring();
