@@ -22,6 +22,8 @@ pub struct Args {
     pub session: SessionConfig,
     /// Debug logging (`-d`, `-o debug`).
     pub debug: bool,
+    /// Keep the mount in this process and serve it from a child (`-o keeper`).
+    pub keeper: bool,
 }
 
 /// What the command line asks for.
@@ -58,6 +60,10 @@ filesystem options (-o):
                        the lock request fails with ENOLCK (default 32)
     uring              serve requests over FUSE-over-io_uring when the kernel
                        allows it (enable_uring=Y); otherwise /dev/fuse
+    keeper             keep the mount in this process and serve it from a child,
+                       replaced when it dies (its files are then lost: stale
+                       node ids answer ESTALE); SIGUSR2 upgrades to the binary
+                       on disk, keeping every file, open file and lock
 
 mount options: fsname=, subtype=, allow_other, allow_root, default_permissions,
     ro, rw, [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, sync, async,
@@ -106,6 +112,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         ..MemFsConfig::default()
     };
     let mut session = SessionConfig::default();
+    let mut keeper = false;
     if single {
         session.workers = 1;
     }
@@ -143,6 +150,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 flag()?;
                 session.transport = Transport::Uring;
             }
+            "keeper" => keeper = flag()?,
             "posix_lock" => fs.posix_lock = flag()?,
             "flock" => fs.flock = flag()?,
             "debug" => debug = flag()?,
@@ -161,6 +169,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         fs,
         session,
         debug,
+        keeper,
     })))
 }
 
@@ -188,6 +197,8 @@ mod tests {
         // Without -d, no debug; -o debug is the same as -d.
         assert!(!run(&["/mnt"]).unwrap().debug);
         assert!(run(&["-o", "debug", "/mnt"]).unwrap().debug);
+        assert!(run(&["-o", "keeper", "/mnt"]).unwrap().keeper);
+        assert!(!run(&["/mnt"]).unwrap().keeper);
         assert_eq!(run(&["-s", "/mnt"]).unwrap().session.workers, 1);
         assert_eq!(run(&["-othreads=3", "/mnt"]).unwrap().session.workers, 3);
         assert!(matches!(parse(&["--help".into()]), Ok(Command::Help)));
@@ -245,6 +256,7 @@ mod tests {
             &["-o", "idle_timeout=0", "/m"][..],
             &["-o", "posix_lock=1", "/m"][..],
             &["-o", "threads", "/m"][..],
+            &["-o", "keeper=1", "/m"][..],
         ] {
             assert!(run(bad).is_err(), "{bad:?} accepted");
         }

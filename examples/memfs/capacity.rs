@@ -143,6 +143,12 @@ impl Capacity {
         reserve(&self.inodes, self.max_inodes, 1)
     }
 
+    /// Counts `n` inodes whatever the limit (the root, and what a restore
+    /// brings back).
+    pub fn force_inodes(&self, n: u64) {
+        self.inodes.fetch_add(n, Relaxed);
+    }
+
     pub fn release_inode(&self) {
         release(&self.inodes, 1)
     }

@@ -4,7 +4,9 @@
 //! (see `capacity.rs`), in constant time.
 
 use super::capacity::{DIRENT_COST, MAP_COST, PAGE, PAGE_COST, XATTR_COST};
+use super::keep::{Dec, Enc, bad};
 use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 /// Bytes in a page, as an index.
@@ -207,6 +209,52 @@ impl FileData {
     }
 }
 
+/// Handing a file over to a successor (see `keep.rs`).
+impl FileData {
+    /// Writes the size and the pages, freeing each page once written.
+    pub fn drain_into<W: Write>(&mut self, e: &mut Enc<W>) -> io::Result<()> {
+        e.u64(self.size)?;
+        e.u64(self.pages.len() as u64)?;
+        while let Some((idx, page)) = self.pages.pop_first() {
+            e.u64(idx)?;
+            e.raw(&page)?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`drain_into`](Self::drain_into) wrote; refuses a size
+    /// past `max_size`, pages out of order or past it, and stored bytes
+    /// past the size that are not zero (the invariant above).
+    pub fn decode<R: Read>(d: &mut Dec<R>, max_size: u64) -> io::Result<FileData> {
+        let size = d.u64()?;
+        if size > max_size {
+            return Err(bad(format!("a file of {size} bytes")));
+        }
+        let n = d.count(8 + PAGE, "pages")?;
+        let mut f = FileData {
+            size,
+            pages: BTreeMap::new(),
+        };
+        let mut last = None;
+        for _ in 0..n {
+            let idx = d.u64()?;
+            if last.is_some_and(|l| idx <= l) || idx > max_size / PAGE {
+                return Err(bad(format!("page {idx} out of order or out of range")));
+            }
+            last = Some(idx);
+            let mut page = new_page();
+            d.raw(&mut page)?;
+            let base = idx * PAGE;
+            let from = size.saturating_sub(base).min(PAGE) as usize;
+            if page[from..].iter().any(|&b| b != 0) {
+                return Err(bad(format!("page {idx} holds data past the end of the file")));
+            }
+            f.pages.insert(idx, page);
+        }
+        Ok(f)
+    }
+}
+
 /// What a file's contents are charged with `pages` pages.
 pub fn cost_with_pages(pages: u64) -> u64 {
     match pages {
@@ -341,6 +389,61 @@ impl DirData {
     }
 }
 
+/// Handing a directory over to a successor (see `keep.rs`).
+impl DirData {
+    /// Writes the next cookie and the entries in cookie order.
+    pub fn encode<W: Write>(&self, e: &mut Enc<W>) -> io::Result<()> {
+        e.u64(self.next_cookie)?;
+        e.u64(self.by_cookie.len() as u64)?;
+        for (&cookie, entry) in &self.by_cookie {
+            e.u64(cookie)?;
+            e.u64(entry.ino)?;
+            e.u32(entry.kind)?;
+            e.bytes(&entry.name)?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote, with the same cookies;
+    /// refuses cookies out of order or not below the next one, and names
+    /// that are not valid or not unique.
+    pub fn decode<R: Read>(d: &mut Dec<R>) -> io::Result<DirData> {
+        let next_cookie = d.u64()?;
+        if next_cookie <= DOTDOT_COOKIE {
+            return Err(bad(format!("a directory's next cookie is {next_cookie}")));
+        }
+        let n = d.count(24, "directory entries")?;
+        let mut dir = DirData {
+            next_cookie,
+            ..DirData::default()
+        };
+        let mut last = DOTDOT_COOKIE;
+        for _ in 0..n {
+            let cookie = d.u64()?;
+            let ino = d.u64()?;
+            let kind = d.u32()?;
+            let name = d.bytes(255, "a name")?;
+            if cookie <= last || cookie >= next_cookie {
+                return Err(bad(format!("cookie {cookie} out of order (next {next_cookie})")));
+            }
+            last = cookie;
+            if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+                return Err(bad(format!("the name {:?}", String::from_utf8_lossy(&name))));
+            }
+            let name: Arc<[u8]> = Arc::from(name);
+            if dir.by_name.insert(name.clone(), cookie).is_some() {
+                return Err(bad(format!(
+                    "the name {:?} twice",
+                    String::from_utf8_lossy(&name)
+                )));
+            }
+            dir.name_bytes += name.len() as u64;
+            dir.by_cookie.insert(cookie, DirEntry { name, ino, kind });
+        }
+        Ok(dir)
+    }
+}
+
 /// An inode's extended attributes.
 #[derive(Default)]
 pub struct Xattrs {
@@ -393,6 +496,32 @@ impl Xattrs {
                 self.map.insert(name.into(), value.into());
             }
         }
+    }
+
+    /// Writes the attributes, in name order.
+    pub fn encode<W: Write>(&self, e: &mut Enc<W>) -> io::Result<()> {
+        e.u64(self.map.len() as u64)?;
+        for (k, v) in &self.map {
+            e.bytes(k)?;
+            e.bytes(v)?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote; refuses names out of
+    /// order (or twice), empty or too long, and values too long.
+    pub fn decode<R: Read>(d: &mut Dec<R>) -> io::Result<Xattrs> {
+        let n = d.count(8, "extended attributes")?;
+        let mut x = Xattrs::default();
+        for _ in 0..n {
+            let name = d.bytes(255, "an extended attribute's name")?;
+            let value = d.bytes(64 << 10, "an extended attribute's value")?;
+            if name.is_empty() || x.map.last_key_value().is_some_and(|(k, _)| **k >= *name) {
+                return Err(bad("extended attribute names out of order"));
+            }
+            x.set(&name, &value);
+        }
+        Ok(x)
     }
 
     /// Removes `name`; whether it was there.

@@ -95,6 +95,8 @@ mod alloc_count;
 pub mod capacity;
 #[path = "data.rs"]
 mod data;
+#[path = "keep.rs"]
+pub mod keep;
 #[path = "locks.rs"]
 mod locks;
 #[path = "readset.rs"]
@@ -331,11 +333,15 @@ impl Default for MemFsConfig {
 /// The filesystem.
 pub struct MemFs {
     shards: Vec<RwLock<HashMap<u64, Arc<Node>>>>,
-    next_ino: AtomicU64,
+    /// Where inode numbers come from (shared memory under a keeper: see
+    /// `keep.rs`).
+    ids: keep::Ids,
     rename_lock: Mutex<()>,
     config: MemFsConfig,
     locks: Arc<Locks>,
     cap: Arc<Capacity>,
+    /// The keeper's vault, under a keeper: where the tree goes at an upgrade.
+    vault: Option<fuse_wire::session::vault::Vault>,
 }
 
 /// A caller's identity, as permission checks need it: the library's
@@ -416,23 +422,30 @@ impl Default for MemFs {
 impl MemFs {
     /// An empty filesystem: a root directory owned by this process's user.
     pub fn new(config: MemFsConfig) -> MemFs {
+        let cap = Arc::new(Capacity::new(config.size, config.nr_inodes));
+        let fs = MemFs {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            ids: keep::Ids::local(),
+            rename_lock: Mutex::new(()),
+            config,
+            locks: Arc::new(Locks::new(cap.clone())),
+            cap,
+            vault: None,
+        };
+        fs.add_root();
+        fs
+    }
+
+    /// Adds an empty root directory owned by this process's user.
+    fn add_root(&self) {
         use std::os::unix::fs::MetadataExt;
         let (uid, gid) = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((0, 0));
-        let cap = Arc::new(Capacity::new(config.size, config.nr_inodes));
         // The root takes the first inode slot and its record's bytes,
         // whatever the limits.
-        let _ = cap.reserve_inode();
-        cap.force_bytes(INODE_COST);
-        let fs = MemFs {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
-            next_ino: AtomicU64::new(Inode::ROOT.0 + 1),
-            rename_lock: Mutex::new(()),
-            config,
-            locks: Arc::new(Locks::new(cap.clone())),
-            cap: cap.clone(),
-        };
+        self.cap.force_inodes(1);
+        self.cap.force_bytes(INODE_COST);
         let now = Time::now();
         let root = Node {
             ino: Inode::ROOT.0,
@@ -453,10 +466,9 @@ impl MemFs {
                 content: Content::Dir(DirData::default()),
                 charged: INODE_COST,
             }),
-            cap,
+            cap: self.cap.clone(),
         };
-        fs.insert(Arc::new(root));
-        fs
+        self.insert(Arc::new(root));
     }
 
     /// Inodes alive: reachable by a name, known to the kernel, or open.
@@ -505,9 +517,15 @@ impl MemFs {
         &self.shards[(ino % SHARDS as u64) as usize]
     }
 
+    /// The inode `ino`. One the table does not hold is ESTALE when a
+    /// daemon that crashed gave it out (see `keep.rs`), ENOENT otherwise.
     fn get(&self, ino: Inode) -> Result<Arc<Node>, Errno> {
         let shard = self.shard(ino.0).read().unwrap_or_else(|e| e.into_inner());
-        shard.get(&ino.0).cloned().ok_or(Errno::ENOENT)
+        match shard.get(&ino.0) {
+            Some(n) => Ok(n.clone()),
+            None if self.ids.lost(ino.0) => Err(Errno::ESTALE),
+            None => Err(Errno::ENOENT),
+        }
     }
 
     fn insert(&self, node: Arc<Node>) {
@@ -537,7 +555,9 @@ impl MemFs {
     fn entry(&self, node: &Node, d: &Data) -> Entry {
         Entry {
             ino: Inode(node.ino),
-            generation: 0, // inode numbers are never reused
+            // Inode numbers are never reused, not even by a daemon started
+            // after a crash under a keeper (`keep.rs`).
+            generation: 0,
             attr: node.attr(d),
             entry_ttl: self.config.ttl,
             attr_ttl: self.config.ttl,
@@ -673,7 +693,7 @@ impl MemFs {
             return Err(e);
         }
         let now = Time::now();
-        let ino = self.next_ino.fetch_add(1, Relaxed);
+        let ino = self.ids.next();
         let node = Arc::new(Node {
             ino,
             nlink: AtomicU32::new(if is_dir { 2 } else { 1 }),
@@ -2014,7 +2034,7 @@ mod tests {
         fs.cap.force_bytes(d.charged);
         let _ = fs.cap.reserve_inode();
         Arc::new(Node {
-            ino: fs.next_ino.fetch_add(1, Relaxed),
+            ino: fs.ids.next(),
             nlink: AtomicU32::new(1),
             lookups: AtomicU64::new(0),
             opens: AtomicU32::new(0),

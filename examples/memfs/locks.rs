@@ -44,11 +44,13 @@
 
 use super::capacity::{Capacity, LOCK_COST, LOCK_OWNER_COST};
 use super::data::{release_if_empty, shrink};
+use super::keep::{Dec, Enc, bad};
 use super::readset::ReadSet;
 use fuse_wire::proto::Errno;
 use fuse_wire::session::reply::{ReplyEmpty, ReplyLock};
 use fuse_wire::session::{Lock, LockOwner, RequestContext};
 use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -357,6 +359,35 @@ impl Locks {
         self.table().charged
     }
 
+    /// Sets a lock as SETLK would; whether it was granted.
+    #[cfg(test)]
+    pub fn set(&self, ino: u64, owner: u64, flock: bool, lock: Lock) -> bool {
+        self.try_set(&mut self.table(), ino, owner, flock, &lock).is_ok()
+    }
+
+    /// Every lock held, one line each, sorted.
+    #[cfg(test)]
+    pub fn held(&self) -> Vec<String> {
+        let t = self.table();
+        let mut out = vec![format!("charged {}", t.charged)];
+        for (ino, f) in &t.files {
+            for (owner, recs) in &f.owned {
+                for (start, r) in recs {
+                    out.push(format!(
+                        "{ino} posix {owner} {start}..={} {} {}",
+                        r.end, r.typ, r.pid
+                    ));
+                }
+            }
+            for (owner, (typ, pid)) in &f.flocks {
+                out.push(format!("{ino} flock {owner} {typ} {pid}"));
+            }
+            out.push(format!("{ino} records {} owners {}", f.records, f.owners));
+        }
+        out.sort();
+        out
+    }
+
     /// Forgets `ino`'s entry if it holds nothing, and publishes the count
     /// of files with locks.
     fn tidy(&self, t: &mut Table, ino: u64) {
@@ -553,6 +584,88 @@ impl Locks {
         self.tidy(&mut t, ino);
         drop(t);
         self.changed.notify_all();
+    }
+}
+
+/// Handing the table over to a successor (see `keep.rs`).
+impl Locks {
+    /// Writes every lock: per file, each owner's POSIX records, then the
+    /// `flock` holders.
+    pub fn encode<W: Write>(&self, e: &mut Enc<W>) -> io::Result<()> {
+        let t = self.table();
+        e.u64(t.files.len() as u64)?;
+        for (&ino, f) in &t.files {
+            e.u64(ino)?;
+            e.u64(f.owned.len() as u64)?;
+            for (&owner, recs) in &f.owned {
+                e.u64(owner)?;
+                e.u64(recs.len() as u64)?;
+                for (&start, r) in recs {
+                    e.u64(start)?;
+                    e.u64(r.end)?;
+                    e.u32(r.typ as u32)?;
+                    e.u32(r.pid)?;
+                }
+            }
+            e.u64(f.flocks.len() as u64)?;
+            for (&owner, &(typ, pid)) in &f.flocks {
+                e.u64(owner)?;
+                e.u32(typ as u32)?;
+                e.u32(pid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back what [`encode`](Self::encode) wrote, each lock set as a
+    /// request would set it (charged to the capacity). Refuses a lock on a
+    /// file that `is_open` says is not open (none can be held there), one
+    /// that conflicts with another, or a lock type that does not exist.
+    pub fn decode<R: Read>(&self, d: &mut Dec<R>, is_open: impl Fn(u64) -> bool) -> io::Result<()> {
+        let mut t = self.table();
+        let files = d.count(24, "locked files")?;
+        for _ in 0..files {
+            let ino = d.u64()?;
+            if !is_open(ino) {
+                return Err(bad(format!("locks on inode {ino}, which is not open")));
+            }
+            let set = |t: &mut Table, owner: u64, flock: bool, lock: Lock| {
+                if !matches!(lock.typ, libc::F_RDLCK | libc::F_WRLCK) || lock.start > lock.end {
+                    return Err(bad(format!(
+                        "a lock of type {} over {}..={}",
+                        lock.typ, lock.start, lock.end
+                    )));
+                }
+                match self.try_set(t, ino, owner, flock, &lock) {
+                    Ok(()) => Ok(()),
+                    Err(Refusal::Conflict) => Err(bad(format!("conflicting locks on inode {ino}"))),
+                    Err(Refusal::Error(e)) => Err(bad(format!("a lock on inode {ino}: {e}"))),
+                }
+            };
+            let owners = d.count(16, "lock owners")?;
+            for _ in 0..owners {
+                let owner = d.u64()?;
+                let recs = d.count(24, "locks")?;
+                for _ in 0..recs {
+                    let (start, end) = (d.u64()?, d.u64()?);
+                    let (typ, pid) = (d.u32()? as i32, d.u32()?);
+                    set(&mut t, owner, false, Lock { start, end, typ, pid })?;
+                }
+            }
+            let flocks = d.count(16, "flock holders")?;
+            for _ in 0..flocks {
+                let owner = d.u64()?;
+                let (typ, pid) = (d.u32()? as i32, d.u32()?);
+                let lock = Lock {
+                    start: 0,
+                    end: u64::MAX,
+                    typ,
+                    pid,
+                };
+                set(&mut t, owner, true, lock)?;
+            }
+        }
+        Ok(())
     }
 }
 

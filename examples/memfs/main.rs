@@ -33,6 +33,11 @@
 //! it unmounts), and prints the session's per-opcode statistics as JSON on
 //! stderr at the end. Other `-o` options are mount options (see
 //! `MountOptions`).
+//!
+//! `-o keeper`: this process mounts and keeps the connection, and a child
+//! (this program again) serves it. `SIGUSR2` to the keeper is a graceful
+//! upgrade that keeps every file, node id, open file and lock; a child
+//! that dies is replaced by one that starts empty (see `keep.rs`).
 
 mod args;
 #[path = "../common/cli.rs"]
@@ -43,6 +48,8 @@ use fs::MemFs;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Read before any thread starts: it takes a variable out of the environment.
+    let link = fuse_wire::session::keeper::KeeperLink::from_env();
     // Logs to stderr: info, debug with -d; RUST_LOG overrides both.
     let args = match cli::start(
         "memfs",
@@ -59,8 +66,41 @@ fn main() -> ExitCode {
         mount,
         fs: config,
         session,
+        keeper,
         ..
     } = *args;
+    // Started by a keeper (`-o keeper`): serve the connection it holds.
+    if let Some(link) = link {
+        return match fs::keep::serve(link, config, session) {
+            Ok(true) => fuse_wire::session::keeper::KeeperLink::exit_retired(),
+            Ok(false) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("memfs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if keeper {
+        // This process keeps the mount; a child, started with the same
+        // command line, serves it.
+        let program = std::env::current_exe().unwrap_or_else(|_| "memfs".into());
+        let child_args = std::env::args_os().skip(1).collect();
+        return match fuse_wire::session::keeper::run_keeper(&mountpoint, &mount, program, child_args) {
+            Ok(report) => {
+                log::info!(
+                    "memfs: keeper done: {} daemons started, {} crashes, {} upgrades",
+                    report.started,
+                    report.crashes,
+                    report.upgrades
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("memfs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match fuse_wire::serve_with(MemFs::new(config), &mountpoint, &mount, session) {
         Ok(report) => {
             eprintln!("{}", report.stats.to_json());

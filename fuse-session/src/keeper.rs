@@ -205,10 +205,14 @@ struct Running {
 }
 
 impl Running {
-    /// Reads its messages; an INIT report says it serves.
+    /// Reads its messages; an INIT report says it serves. From then on the
+    /// state it was started with is out of date, and is dropped: a daemon
+    /// that replaces it after a crash must not start from it (it would
+    /// serve the files as they were at the upgrade).
     fn pump(&mut self, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
         if pump_messages(&mut self.sock, negotiated, state) {
             self.serving = true;
+            *state = Vec::new();
         }
     }
 
@@ -605,8 +609,13 @@ pub(crate) fn dev_fuse_only(config: &mut SessionConfig, fresh: bool) {
 #[non_exhaustive]
 pub struct Restore<'a> {
     /// `None` for a new mount; else the state the predecessor handed back
-    /// at a graceful upgrade (empty after a crash: then what the
-    /// filesystem keeps in the vault is all there is).
+    /// at a graceful upgrade, empty after a crash (then what the
+    /// filesystem keeps in the vault is all there is). The keeper drops a
+    /// state once a daemon started with it serves; until then (a daemon
+    /// that dies first, an upgrade that falls back to the previous binary)
+    /// the next daemon gets the same state. A daemon that may die after
+    /// reading it but before the keeper hears that it serves must mark it
+    /// as taken where the keeper holds it (a vault withdrawal, say).
     pub state: Option<&'a [u8]>,
     /// Where to deposit descriptors that must outlive this daemon, and
     /// where the predecessors' are ([`Vault::take_deposits`],
@@ -710,7 +719,7 @@ impl KeeperLink {
         dev_fuse_only(&mut config, fresh);
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
         config.journal = Some(Arc::new(Journal::open(region, fresh)?));
-        let (session, resumed) = match conn {
+        let (session, resumed, taken_over) = match conn {
             Connection::Fresh(dev, default_permissions) => {
                 let fs = Arc::new(restore(Restore {
                     state: None,
@@ -719,19 +728,37 @@ impl KeeperLink {
                 let chan = Arc::new(DevFuse::from_fd(dev));
                 let mut s = Session::from_arc(fs.clone(), chan, config)?;
                 s.set_default_permissions(default_permissions);
-                (s, fs)
+                (s, fs, None)
             }
             Connection::TakenOver(h) => {
                 let fs = Arc::new(restore(Restore {
                     state: Some(&h.state),
                     vault: vault.clone(),
                 })?);
-                (Session::resume(fs.clone(), h.dev, h.negotiated, config)?, fs)
+                let negotiated = h.negotiated.clone();
+                (
+                    Session::resume(fs.clone(), h.dev, h.negotiated, config)?,
+                    fs,
+                    Some(negotiated),
+                )
             }
         };
         let handle = session.handle();
+        match taken_over {
+            // Said before the first request is read: once this daemon may
+            // have changed anything, the keeper must know that it serves
+            // (it then drops the state this daemon started from), even if
+            // the daemon dies a moment later.
+            Some(n) => {
+                let mut b = Vec::new();
+                crate::handover::encode_negotiated_bytes(&n, &mut b);
+                if let Err(e) = write_blob(&self.sock, b'N', &b) {
+                    log::warn!("telling the keeper that this daemon serves: {e}");
+                }
+            }
+            None => self.report_negotiated(&handle),
+        }
         let running = session.spawn()?;
-        self.report_negotiated(&handle);
         let watcher = self.watch(handle.clone());
         let result = running.join();
         let retired = handle.is_retiring();

@@ -564,7 +564,8 @@ impl<F: Filesystem> Session<F> {
     /// SIGTERM and SIGHUP.
     ///
     /// In order: the handshake (INIT, after checking what io_uring needs),
-    /// the state every worker shares, the `/dev/fuse` workers, the rings (if
+    /// the state every worker shares, after a takeover the RESEND of what
+    /// the predecessor left, the `/dev/fuse` workers, the rings (if
     /// any), then the pool's manager until no worker is left, and the end
     /// (rings joined, DESTROY, unmount).
     pub fn run(mut self) -> Result<SessionReport, SessionError> {
@@ -584,10 +585,15 @@ impl<F: Filesystem> Session<F> {
             None => self.handshake_phase()?,
         };
         let shared = self.shared_state(&negotiated, pool_cfg, nr_queues);
-        let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
+        // Before any worker reads: RESEND re-queues every request read and
+        // not answered, this daemon's own included. A request a worker
+        // of ours had read would come again while it is being carried out
+        // (its answer then finds no request, and the second copy reaches
+        // the filesystem as possibly done: a CREATE answered EEXIST).
         if self.resumed.is_some() {
             self.resend_orphans(&negotiated);
         }
+        let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
         // The rings, once the /dev/fuse workers run (requests go there until
         // every queue has registered its entries).
         let rings = match nr_queues {
