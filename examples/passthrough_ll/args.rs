@@ -83,7 +83,10 @@ filesystem options (-o):
                        prefer: handles when the source's filesystem gives them,
                        checked at start (default); mandatory: refuse to start
                        without them. Inodes on filesystems mounted below the
-                       source keep a descriptor each in every mode
+                       source keep a descriptor each in every mode. With file
+                       handles the mount's own file handles (open_by_handle_at,
+                       NFS export) work after the kernel dropped the inode
+                       (FUSE_EXPORT_SUPPORT); with never, only while it caches it
     fd_cache=N         most descriptors kept open in file-handle mode, beside
                        those of open files (default 4096, or half of what the open
                        file limit leaves after the daemon's threads; a cache that

@@ -1236,6 +1236,14 @@ impl PassthroughFs {
     fn lookup_entry(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr) -> Res<Entry> {
         let _as_caller = logged(as_caller(ctx))?;
         log::debug!("lookup parent={parent} name={name:?}");
+        if name.to_bytes() == b"." {
+            // The node itself (`FUSE_EXPORT_SUPPORT`: the kernel opens a
+            // file handle of a node it dropped), forgotten or not.
+            let (found, st) = logged(self.inodes.lookup_node(parent.0))?;
+            return Ok(self.entry(&found.data, &found, &st));
+        }
+        // ".." (`FUSE_EXPORT_SUPPORT`, reconnecting a directory to its
+        // parent) is the source's "..", the root's being the root.
         let parent = logged(self.inode(parent))?;
         // A miss is routine: not logged.
         let (found, st) = self.do_lookup(&parent, name)?;
@@ -1872,6 +1880,18 @@ impl Filesystem for PassthroughFs {
         if self.opts.passthrough {
             config.want(InitFlags::PASSTHROUGH);
             config.max_stack_depth = 1;
+        }
+        if self.inodes.uses_file_handles() {
+            // LOOKUP of "." answers for any node id whose slot still holds
+            // its handle (`InodeTable::lookup_node`): file handles of the
+            // mount (open_by_handle_at, NFS export) outlive the kernel's
+            // cache. A node held by a descriptor is gone once forgotten,
+            // so without file handles the kernel is not told we can.
+            config.want(InitFlags::EXPORT_SUPPORT);
+        } else {
+            log::info!(
+                "no file handles: EXPORT_SUPPORT not offered (open_by_handle_at through the mount works only while the kernel caches the inode)"
+            );
         }
         if let Some(m) = self.opts.max_write {
             config.max_write = m;

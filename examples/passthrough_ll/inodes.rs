@@ -23,13 +23,19 @@
 //! always anchored by a descriptor and never forgotten.
 //!
 //! A slot is reused after its inode is forgotten; its generation number then
-//! grows, so `(node id, generation)` never repeats.
+//! grows, so `(node id, generation)` never repeats. A forgotten inode known
+//! by its file handle leaves that handle in its slot until the slot is
+//! reused (freed slots are reused oldest first, so they last as long as they
+//! can): a lookup of the same inode by name, or the kernel's LOOKUP of the
+//! node id itself ("." with `FUSE_EXPORT_SUPPORT`, when it opens a file
+//! handle of an inode it has dropped), then brings it back under its old
+//! node id and generation ([`InodeTable::lookup_node`]).
 
 use crate::fdcache::{Cached, FdCache};
 use crate::sys::{self, RawFileHandle};
 use fuse_wire::session::BackingFile;
 use fuse_wire::session::credentials;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -301,12 +307,93 @@ struct Slot {
     nlookup: u64,
 }
 
+/// What a forgotten inode known by its file handle leaves in its slot: what
+/// it takes to bring it back under the same node id.
+struct Remembered {
+    key: Key,
+    handle: RawFileHandle,
+    /// Which entry of the free queue stands for this slot.
+    stamp: u64,
+}
+
+/// One slot of a shard.
+enum SlotState {
+    /// A live inode: the kernel holds lookups on it.
+    Live(Slot),
+    /// Free: nothing to bring back.
+    Vacant { stamp: u64 },
+    /// Free, but its inode can be brought back until the slot is reused.
+    Forgotten(Remembered),
+}
+
+impl SlotState {
+    fn live(&self) -> Option<&Slot> {
+        match self {
+            SlotState::Live(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether the free queue's entry `(this slot, stamp)` is current.
+    fn free_since(&self, stamp: u64) -> bool {
+        match self {
+            SlotState::Live(_) => false,
+            SlotState::Vacant { stamp: s } => *s == stamp,
+            SlotState::Forgotten(r) => r.stamp == stamp,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shard {
-    slots: Vec<Option<Slot>>,
+    slots: Vec<SlotState>,
     generations: Vec<u64>,
-    free: Vec<usize>,
+    /// Free slots, oldest first, each with the stamp it was freed under.
+    /// A slot brought back while queued leaves a stale entry behind (its
+    /// stamp no longer matches), skipped when it comes up.
+    free: VecDeque<(usize, u64)>,
+    /// Counts the frees, for the stamps.
+    frees: u64,
     by_key: HashMap<Key, usize>,
+}
+
+impl Shard {
+    /// The oldest free slot, if any, its remembered inode dropped.
+    fn take_free(&mut self) -> Option<usize> {
+        while let Some((slot, stamp)) = self.free.pop_front() {
+            if !self.slots[slot].free_since(stamp) {
+                continue;
+            }
+            if let SlotState::Forgotten(r) = &self.slots[slot]
+                && self.by_key.get(&r.key) == Some(&slot)
+            {
+                let key = r.key;
+                self.by_key.remove(&key);
+            }
+            return Some(slot);
+        }
+        None
+    }
+
+    /// Frees `slot`, remembering its inode's handle if it has one.
+    fn release(&mut self, slot: usize, remember: Option<(Key, RawFileHandle)>) -> Option<SlotState> {
+        self.frees += 1;
+        let stamp = self.frees;
+        let now = match remember {
+            Some((key, handle)) => SlotState::Forgotten(Remembered { key, handle, stamp }),
+            None => SlotState::Vacant { stamp },
+        };
+        let old = std::mem::replace(&mut self.slots[slot], now);
+        self.free.push_back((slot, stamp));
+        // Stale entries (slots brought back while queued) are dropped once
+        // they outnumber the slots, so the queue stays within twice the
+        // table's size.
+        if self.free.len() > 2 * self.slots.len() + 16 {
+            let slots = &self.slots;
+            self.free.retain(|&(i, st)| slots[i].free_since(st));
+        }
+        Some(old)
+    }
 }
 
 /// The sharded table.
@@ -417,7 +504,7 @@ impl InodeTable {
         }
         let (shard, slot) = decode(id)?;
         let s = self.shard(shard);
-        s.slots.get(slot)?.as_ref().map(|e| e.data.clone())
+        s.slots.get(slot)?.live().map(|e| e.data.clone())
     }
 
     /// A descriptor of `inode` (`O_PATH`, or whatever it was pinned with),
@@ -498,28 +585,38 @@ impl InodeTable {
         let key = (st.st_dev, st.st_ino);
         let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
+        let mut revive = None;
         if let Some(&slot) = s.by_key.get(&key) {
             let generation = s.generations[slot];
-            if let Some(e) = s.slots[slot].as_mut()
-                && e.data.same_inode(handle.as_ref())
-            {
-                e.nlookup += 1;
-                let data = e.data.clone();
-                drop(s);
-                if let Anchor::Handle(a) = &data.anchor
-                    && a.slot().fd.is_none()
-                {
-                    self.admit(a, fd);
+            match &mut s.slots[slot] {
+                SlotState::Live(e) if e.data.same_inode(handle.as_ref()) => {
+                    e.nlookup += 1;
+                    let data = e.data.clone();
+                    drop(s);
+                    if let Anchor::Handle(a) = &data.anchor
+                        && a.slot().fd.is_none()
+                    {
+                        self.admit(a, fd);
+                    }
+                    return Found {
+                        id: encode(shard_i, slot),
+                        generation,
+                        data,
+                    };
                 }
-                return Found {
-                    id: encode(shard_i, slot),
-                    generation,
-                    data,
-                };
+                // Forgotten, and the same inode: back under its node id.
+                SlotState::Forgotten(r)
+                    if handle.as_ref().is_some_and(|h| {
+                        h.handle_type() == r.handle.handle_type() && h.bytes() == r.handle.bytes()
+                    }) =>
+                {
+                    revive = Some(slot);
+                }
+                // Otherwise the inode number was reused by a new inode: the
+                // old entry stays for its node id until forgotten (or its
+                // slot reused), the key now leads to the new one.
+                _ => {}
             }
-            // Otherwise the inode number was reused by a new inode: the old
-            // entry stays for its node id until forgotten, the key now
-            // leads to the new one.
         }
         let mut fd = Some(fd);
         let data = Arc::new_cyclic(|me| match handle {
@@ -539,18 +636,21 @@ impl InodeTable {
             ),
             None => InodeData::with_anchor(Anchor::Fd(fd.take().expect("the descriptor is unused")), st),
         });
-        let slot = match s.free.pop() {
-            Some(i) => {
-                s.generations[i] += 1;
-                i
-            }
-            None => {
-                s.slots.push(None);
-                s.generations.push(0);
-                s.slots.len() - 1
-            }
+        let slot = match revive {
+            Some(i) => i,
+            None => match s.take_free() {
+                Some(i) => {
+                    s.generations[i] += 1;
+                    i
+                }
+                None => {
+                    s.slots.push(SlotState::Vacant { stamp: 0 });
+                    s.generations.push(0);
+                    s.slots.len() - 1
+                }
+            },
         };
-        s.slots[slot] = Some(Slot {
+        s.slots[slot] = SlotState::Live(Slot {
             data: data.clone(),
             nlookup: 1,
         });
@@ -568,6 +668,55 @@ impl InodeTable {
         }
     }
 
+    /// One more lookup of node `id` itself, with its attributes: the
+    /// kernel's LOOKUP of "." in `id` (`FUSE_EXPORT_SUPPORT`), sent when it
+    /// opens a file handle of a node it no longer caches. A node forgotten
+    /// since is brought back from the file handle left in its slot, under
+    /// the same node id and generation; `ESTALE` when its slot was reused
+    /// or its inode is gone from the source.
+    pub fn lookup_node(&self, id: u64) -> io::Result<(Found, libc::stat)> {
+        let data = if id == ROOT_ID {
+            Some(self.root.clone())
+        } else {
+            let (shard, slot) = decode(id).ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+            let s = self.shard(shard);
+            match s.slots.get(slot) {
+                Some(SlotState::Live(e)) => Some(e.data.clone()),
+                Some(SlotState::Forgotten(r)) => {
+                    let handle = r.handle;
+                    drop(s);
+                    let hs = self
+                        .handles
+                        .as_ref()
+                        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+                    let fd = {
+                        let _as_daemon = credentials::as_daemon();
+                        sys::open_by_handle(hs.mount_fd.as_fd(), &handle, libc::O_PATH)?
+                    };
+                    let st = sys::stat_fd(fd.as_fd())?;
+                    let found = self.insert_with_handle(fd, &st, Some(handle));
+                    return self.expect_id(id, found, st);
+                }
+                _ => None,
+            }
+        };
+        let data = data.ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+        let fd = self.fd(&data)?.as_fd().try_clone_to_owned()?;
+        let st = sys::stat_fd(fd.as_fd())?;
+        let found = self.lookup_or_insert(fd, &st);
+        self.expect_id(id, found, st)
+    }
+
+    /// `found` if it is node `id` (the kernel takes no other answer to a
+    /// LOOKUP of "."); else its lookup is undone and the node is stale.
+    fn expect_id(&self, id: u64, found: Found, st: libc::stat) -> io::Result<(Found, libc::stat)> {
+        if found.id == id {
+            return Ok((found, st));
+        }
+        self.forget(found.id, 1);
+        Err(io::Error::from_raw_os_error(libc::ESTALE))
+    }
+
     /// Drops `n` lookups of node `id`; forgets it at zero.
     pub fn forget(&self, id: u64, n: u64) {
         if id == ROOT_ID {
@@ -578,7 +727,7 @@ impl InodeTable {
             return;
         };
         let mut s = self.shard(shard);
-        let Some(Some(e)) = s.slots.get_mut(slot) else {
+        let Some(SlotState::Live(e)) = s.slots.get_mut(slot) else {
             drop(s);
             log::warn!("forget of unknown node id {id}");
             return;
@@ -591,13 +740,18 @@ impl InodeTable {
             log::warn!("node {id}: forget of {n} exceeds its {} lookups", e.nlookup);
         }
         let key = e.data.key;
-        // Dropping the slot closes the inode's descriptor unless a request
-        // still holds it.
-        let gone = s.slots[slot].take();
-        if s.by_key.get(&key) == Some(&slot) {
+        // A handle stays in the slot, and the key keeps leading to it, until
+        // the slot is reused; an inode held by a descriptor leaves nothing.
+        let remember = match &e.data.anchor {
+            Anchor::Handle(a) => Some((key, a.handle)),
+            Anchor::Fd(_) => None,
+        };
+        if remember.is_none() && s.by_key.get(&key) == Some(&slot) {
             s.by_key.remove(&key);
         }
-        s.free.push(slot);
+        // Dropping the inode closes its descriptor unless a request still
+        // holds it.
+        let gone = s.release(slot, remember);
         drop(s);
         drop(gone);
         self.live.fetch_sub(1, Ordering::Relaxed);
@@ -613,7 +767,7 @@ impl InodeTable {
     pub fn nlookup(&self, id: u64) -> Option<u64> {
         let (shard, slot) = decode(id)?;
         let s = self.shard(shard);
-        s.slots.get(slot)?.as_ref().map(|e| e.nlookup)
+        s.slots.get(slot)?.live().map(|e| e.nlookup)
     }
 }
 
@@ -803,6 +957,88 @@ mod tests {
         let t = InodeTable::new(root, HandleMode::Prefer, 64).unwrap();
         assert!(!t.uses_file_handles());
         assert_eq!(t.fd_cache_capacity(), 0);
+    }
+
+    #[test]
+    fn a_forgotten_inode_comes_back_under_its_id_until_its_slot_is_reused() {
+        let dir = scratch("revive");
+        let Some(t) = handle_table(&dir, 64) else { return };
+        let p = dir.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let (fd, st) = open_path(&p);
+        let a = t.lookup_or_insert(fd, &st);
+        t.forget(a.id, 1);
+        assert!(t.get(a.id).is_none(), "a forgotten node serves no request");
+        assert_eq!(t.live(), 0);
+        // The kernel's LOOKUP of "." in the forgotten node id.
+        let (b, bst) = t.lookup_node(a.id).expect("lookup of a forgotten node");
+        assert_eq!((b.id, b.generation, bst.st_ino), (a.id, a.generation, st.st_ino));
+        assert_eq!(t.nlookup(a.id), Some(1));
+        assert_eq!(ino_of(&t, &b.data).unwrap(), st.st_ino);
+        // "." of a live node counts one more lookup.
+        assert_eq!(t.lookup_node(a.id).unwrap().0.id, a.id);
+        assert_eq!(t.nlookup(a.id), Some(2));
+        t.forget(a.id, 2);
+        // A lookup by name brings it back under the same id too.
+        let (fd, st) = open_path(&p);
+        let c = t.lookup_or_insert(fd, &st);
+        assert_eq!((c.id, c.generation), (a.id, a.generation));
+        assert_eq!(t.live(), 1);
+        t.forget(a.id, 1);
+
+        // Freed slots are reused oldest first: `a`'s was freed first, so
+        // it goes to the first new inode of its shard.
+        let shard = shard_of((st.st_dev, st.st_ino));
+        let mut i = 0;
+        let reused = loop {
+            let q = dir.join(format!("g{i}"));
+            std::fs::write(&q, b"y").unwrap();
+            let (fd, st) = open_path(&q);
+            i += 1;
+            if shard_of((st.st_dev, st.st_ino)) == shard {
+                break t.lookup_or_insert(fd, &st);
+            }
+            assert!(i < 10_000, "no inode hashed to shard {shard}");
+        };
+        assert_eq!(reused.id, a.id);
+        assert!(reused.generation > a.generation);
+        // The old (id, generation) is gone for good: "." answers the new
+        // inode, whose generation the kernel finds different (ESTALE).
+        let (now, _) = t.lookup_node(a.id).unwrap();
+        assert_eq!(now.generation, reused.generation);
+        // And a lookup of `f` by name is a new node id now.
+        let (fd, st) = open_path(&p);
+        assert_ne!(t.lookup_or_insert(fd, &st).id, a.id);
+        assert!(matches!(t.lookup_node(u64::MAX), Err(e) if e.raw_os_error() == Some(libc::ESTALE)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_forgotten_removed_inode_is_stale_and_the_free_queue_stays_bounded() {
+        let dir = scratch("revive-gone");
+        let Some(t) = handle_table(&dir, 64) else { return };
+        let p = dir.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let (fd, st) = open_path(&p);
+        let a = t.lookup_or_insert(fd, &st);
+        t.forget(a.id, 1);
+        // Looked up and forgotten again and again: each leaves a stale
+        // entry in the free queue, which must not grow without bound.
+        for _ in 0..1000 {
+            let (fd, st) = open_path(&p);
+            assert_eq!(t.lookup_or_insert(fd, &st).id, a.id);
+            t.forget(a.id, 1);
+        }
+        let (shard, _) = decode(a.id).unwrap();
+        let queued = t.shard(shard).free.len();
+        assert!(queued <= 2 * t.shard(shard).slots.len() + 16, "{queued} queued");
+        std::fs::remove_file(&p).unwrap();
+        match t.lookup_node(a.id) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+            Ok(_) => panic!("a removed inode came back"),
+        }
+        assert_eq!(t.live(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
