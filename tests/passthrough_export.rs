@@ -44,8 +44,17 @@ fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("a path without NUL")
 }
 
+/// `AT_HANDLE_CONNECTABLE` (Linux 6.13): a handle that also names the
+/// parent directory, so that what it opens is connected to its path.
+const AT_HANDLE_CONNECTABLE: i32 = 0x002;
+
 /// `name_to_handle_at(AT_FDCWD, p, 0)`.
 fn handle_of(p: &Path) -> FileHandle {
+    handle_with(p, 0)
+}
+
+/// `name_to_handle_at(AT_FDCWD, p, flags)`.
+fn handle_with(p: &Path, flags: i32) -> FileHandle {
     let mut h = FileHandle {
         bytes: HANDLE_SZ as u32,
         kind: 0,
@@ -62,7 +71,7 @@ fn handle_of(p: &Path) -> FileHandle {
             c.as_ptr(),
             &mut h as *mut FileHandle,
             &mut mount_id as *mut libc::c_int,
-            0,
+            flags,
         )
     };
     assert_eq!(
@@ -276,6 +285,35 @@ fn handles_open_after_the_kernel_dropped_the_inodes() {
         "the moved directory's path"
     );
     // Every lookup the handles made was counted, and is forgotten again.
+    drop(root);
+    d.drop_caches(base);
+    d.stop();
+}
+
+/// A connectable handle of a file (xfstests' `open_by_handle -p`): it opens
+/// after the kernel dropped the file and its directories, and the kernel
+/// connects it to its path (LOOKUP of "." in the parent's node id, ".." up
+/// to the root, and the listings to find each name).
+#[test]
+fn a_connectable_handle_opens_connected_to_its_path() {
+    let Some((tm, d, base)) = setup("export-conn") else {
+        return;
+    };
+    let mnt = tm.path();
+    let root = fs::File::open(mnt).expect("open the mount's root");
+    let g = handle_with(&mnt.join("a/b/c/g"), AT_HANDLE_CONNECTABLE);
+    assert!(
+        g.bytes > 12,
+        "a connectable handle carries its parent too ({} bytes)",
+        g.bytes
+    );
+    d.drop_caches(base);
+    let fd = open_by_handle(&root, &g, libc::O_RDONLY).expect("open a/b/c/g by connectable handle");
+    let path = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("readlink");
+    assert_eq!(path, mnt.join("a/b/c/g"));
+    let mut data = String::new();
+    fs::File::from(fd).read_to_string(&mut data).unwrap();
+    assert_eq!(data, "deep");
     drop(root);
     d.drop_caches(base);
     d.stop();
