@@ -31,6 +31,7 @@
 //! handle of an inode it has dropped), then brings it back under its old
 //! node id and generation ([`InodeTable::lookup_node`]).
 
+use crate::durable::{self, Keep, Mirror, State};
 use crate::fdcache::{Cached, FdCache};
 use crate::sys::{self, RawFileHandle};
 use fuse_wire::session::BackingFile;
@@ -153,22 +154,26 @@ pub struct InodeData {
     /// For a directory: whether everyone may search it (see
     /// `PassthroughFs::child_ttl`): 0 unknown, 1 yes, 2 no.
     pub search_all: AtomicU8,
+    /// Held while an appending write under a keeper picks its offset and
+    /// writes there (see `PassthroughFs::write_as_caller`).
+    pub appends: Mutex<()>,
 }
 
 impl InodeData {
     /// An inode anchored by the `O_PATH` descriptor `fd`.
     pub fn new(fd: OwnedFd, st: &libc::stat) -> Self {
-        Self::with_anchor(Anchor::Fd(fd), st)
+        Self::with_anchor(Anchor::Fd(fd), (st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT)
     }
 
-    fn with_anchor(anchor: Anchor, st: &libc::stat) -> Self {
+    fn with_anchor(anchor: Anchor, key: Key, kind: u32) -> Self {
         Self {
             anchor,
-            key: (st.st_dev, st.st_ino),
-            kind: st.st_mode & libc::S_IFMT,
+            key,
+            kind,
             passthrough: Mutex::new(Passthrough::default()),
             lock_owners: Mutex::new(HashMap::new()),
             search_all: AtomicU8::new(0),
+            appends: Mutex::new(()),
         }
     }
 
@@ -376,7 +381,7 @@ impl Shard {
     }
 
     /// Frees `slot`, remembering its inode's handle if it has one.
-    fn release(&mut self, slot: usize, remember: Option<(Key, RawFileHandle)>) -> Option<SlotState> {
+    fn release(&mut self, slot: usize, remember: Option<(Key, RawFileHandle)>) -> (SlotState, u64) {
         self.frees += 1;
         let stamp = self.frees;
         let now = match remember {
@@ -392,7 +397,7 @@ impl Shard {
             let slots = &self.slots;
             self.free.retain(|&(i, st)| slots[i].free_since(st));
         }
-        Some(old)
+        (old, stamp)
     }
 }
 
@@ -403,6 +408,25 @@ pub struct InodeTable {
     live: AtomicUsize,
     /// File-handle mode's state; `None` without handles.
     handles: Option<Handles>,
+    /// Under a keeper: where the table's durable facts are mirrored.
+    durable: Option<Durable>,
+}
+
+/// The table's copy in memory the keeper holds, and the keeper's vault for
+/// the descriptors of inodes without a file handle.
+struct Durable {
+    mirror: Mirror,
+    keep: Arc<dyn Keep>,
+}
+
+/// Why an inode cannot be added under a keeper: its shard's records are
+/// all taken.
+fn table_full(per_shard: usize) -> io::Error {
+    log::error!(
+        "the kept node table is full ({per_shard} nodes in one of its {SHARDS} shards): \
+         raise -o keeper_nodes= (a node the kernel holds could not survive a crash)"
+    );
+    io::Error::from_raw_os_error(libc::ENFILE)
 }
 
 /// The shard an inode with `key` lives in.
@@ -468,7 +492,112 @@ impl InodeTable {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             live: AtomicUsize::new(0),
             handles,
+            durable: None,
         })
+    }
+
+    /// Mirrors the table in `mirror` (memory the keeper holds), first
+    /// rebuilding it from what a predecessor left there: every node id,
+    /// generation and lookup count the kernel holds means the same again.
+    /// `anchors` are the descriptors the predecessor deposited for inodes
+    /// without a file handle, by node id. Needs file handles.
+    pub fn keep_in(
+        mut self,
+        mirror: Mirror,
+        keep: Arc<dyn Keep>,
+        mut anchors: HashMap<u64, OwnedFd>,
+    ) -> io::Result<Self> {
+        if self.handles.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "-o keeper needs inodes known by file handle (inode_file_handles=prefer or mandatory, \
+                 on a source whose filesystem gives them): a node held by a descriptor cannot be found \
+                 again after a crash",
+            ));
+        }
+        let mut live = 0;
+        for (shard_i, shard) in self.shards.iter().enumerate() {
+            let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut frees = Vec::new();
+            for (slot, r) in mirror.load(shard_i).into_iter().enumerate() {
+                let id = encode(shard_i, slot);
+                let state = match (r.state, r.handle) {
+                    (State::Live, handle) if r.nlookup > 0 => {
+                        let anchor = match handle {
+                            Some(h) => Some(Ok(h)),
+                            None => anchors.remove(&id).map(Err),
+                        };
+                        match anchor {
+                            Some(anchor) => {
+                                live += 1;
+                                s.by_key.insert(r.key, slot);
+                                let data = Arc::new_cyclic(|me| {
+                                    let anchor = match anchor {
+                                        Ok(handle) => Anchor::Handle(HandleAnchor {
+                                            handle,
+                                            slot: Mutex::new(FdSlot::default()),
+                                            referenced: AtomicBool::new(false),
+                                            ring: shard_i,
+                                            me: me.clone(),
+                                        }),
+                                        Err(fd) => Anchor::Fd(fd),
+                                    };
+                                    InodeData::with_anchor(anchor, r.key, r.kind)
+                                });
+                                SlotState::Live(Slot {
+                                    data,
+                                    nlookup: r.nlookup,
+                                })
+                            }
+                            None => {
+                                log::error!(
+                                    "node {id}: its descriptor was not kept; requests on it get ESTALE"
+                                );
+                                frees.push((slot, r.stamp));
+                                SlotState::Vacant { stamp: r.stamp }
+                            }
+                        }
+                    }
+                    (State::Forgotten, Some(handle)) => {
+                        s.by_key.entry(r.key).or_insert(slot);
+                        frees.push((slot, r.stamp));
+                        SlotState::Forgotten(Remembered {
+                            key: r.key,
+                            handle,
+                            stamp: r.stamp,
+                        })
+                    }
+                    _ => {
+                        frees.push((slot, r.stamp));
+                        SlotState::Vacant { stamp: r.stamp }
+                    }
+                };
+                s.slots.push(state);
+                s.generations.push(r.generation);
+            }
+            // A live inode of the key wins over a remembered one.
+            let keys: Vec<(Key, usize)> = s
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, st)| st.live().map(|e| (e.data.key, i)))
+                .collect();
+            for (k, i) in keys {
+                s.by_key.insert(k, i);
+            }
+            frees.sort_by_key(|&(_, stamp)| stamp);
+            s.frees = frees.last().map_or(0, |&(_, stamp)| stamp);
+            s.free = frees.into();
+        }
+        self.live.store(live, Ordering::Relaxed);
+        for id in anchors.into_keys() {
+            log::warn!("a kept descriptor for node {id}, which the table does not hold: closed");
+            if let Err(e) = keep.withdraw(durable::anchor_key(id)) {
+                log::warn!("withdrawing it: {e}");
+            }
+        }
+        self.durable = Some(Durable { mirror, keep });
+        Ok(self)
     }
 
     /// Whether inodes are anchored by file handles.
@@ -560,13 +689,13 @@ impl InodeTable {
     /// `st`): the existing entry if the key is known and names the same
     /// inode (then `fd` is closed or fills its empty cache slot), else a
     /// new one.
-    pub fn lookup_or_insert(&self, fd: OwnedFd, st: &libc::stat) -> Found {
+    pub fn lookup_or_insert(&self, fd: OwnedFd, st: &libc::stat) -> io::Result<Found> {
         if (st.st_dev, st.st_ino) == self.root.key {
-            return Found {
+            return Ok(Found {
                 id: ROOT_ID,
                 generation: 0,
                 data: self.root.clone(),
-            };
+            });
         }
         // On the source's mount only: a handle of another filesystem would
         // not resolve on this one's mount descriptor.
@@ -581,7 +710,12 @@ impl InodeTable {
     }
 
     /// [`Self::lookup_or_insert`] with the handle already read.
-    fn insert_with_handle(&self, fd: OwnedFd, st: &libc::stat, handle: Option<RawFileHandle>) -> Found {
+    fn insert_with_handle(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        handle: Option<RawFileHandle>,
+    ) -> io::Result<Found> {
         let key = (st.st_dev, st.st_ino);
         let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
@@ -591,6 +725,9 @@ impl InodeTable {
             match &mut s.slots[slot] {
                 SlotState::Live(e) if e.data.same_inode(handle.as_ref()) => {
                     e.nlookup += 1;
+                    if let Some(d) = &self.durable {
+                        d.mirror.nlookup(shard_i, slot, e.nlookup);
+                    }
                     let data = e.data.clone();
                     drop(s);
                     if let Anchor::Handle(a) = &data.anchor
@@ -598,11 +735,11 @@ impl InodeTable {
                     {
                         self.admit(a, fd);
                     }
-                    return Found {
+                    return Ok(Found {
                         id: encode(shard_i, slot),
                         generation,
                         data,
-                    };
+                    });
                 }
                 // Forgotten, and the same inode: back under its node id.
                 SlotState::Forgotten(r)
@@ -618,6 +755,51 @@ impl InodeTable {
                 _ => {}
             }
         }
+        // The slot first: under a keeper its record must fit, and an inode
+        // without a handle has its descriptor kept before it is live.
+        let slot = match revive {
+            Some(i) => i,
+            None => match s.take_free() {
+                Some(i) => {
+                    s.generations[i] += 1;
+                    i
+                }
+                None => {
+                    if let Some(d) = &self.durable
+                        && s.slots.len() >= d.mirror.per_shard()
+                    {
+                        return Err(table_full(d.mirror.per_shard()));
+                    }
+                    s.slots.push(SlotState::Vacant { stamp: 0 });
+                    s.generations.push(0);
+                    s.slots.len() - 1
+                }
+            },
+        };
+        let generation = s.generations[slot];
+        let id = encode(shard_i, slot);
+        if let Some(d) = &self.durable {
+            if handle.is_none()
+                && let Err(e) = d.keep.deposit(durable::anchor_key(id), fd.as_fd())
+            {
+                // The slot goes back as it was: free (a revived one keeps
+                // its handle), oldest in line.
+                if !matches!(s.slots[slot], SlotState::Forgotten(_)) {
+                    let (_, stamp) = s.release(slot, None);
+                    d.mirror.freed(shard_i, slot, generation, stamp, false);
+                }
+                log::error!("keeping the descriptor of an inode without a file handle: {e}");
+                return Err(e);
+            }
+            d.mirror.live(
+                shard_i,
+                slot,
+                generation,
+                key,
+                st.st_mode & libc::S_IFMT,
+                handle.as_ref(),
+            );
+        }
         let mut fd = Some(fd);
         let data = Arc::new_cyclic(|me| match handle {
             Some(handle) => InodeData::with_anchor(
@@ -632,40 +814,26 @@ impl InodeTable {
                     ring: shard_i,
                     me: me.clone(),
                 }),
-                st,
+                key,
+                st.st_mode & libc::S_IFMT,
             ),
-            None => InodeData::with_anchor(Anchor::Fd(fd.take().expect("the descriptor is unused")), st),
+            None => InodeData::with_anchor(
+                Anchor::Fd(fd.take().expect("the descriptor is unused")),
+                key,
+                st.st_mode & libc::S_IFMT,
+            ),
         });
-        let slot = match revive {
-            Some(i) => i,
-            None => match s.take_free() {
-                Some(i) => {
-                    s.generations[i] += 1;
-                    i
-                }
-                None => {
-                    s.slots.push(SlotState::Vacant { stamp: 0 });
-                    s.generations.push(0);
-                    s.slots.len() - 1
-                }
-            },
-        };
         s.slots[slot] = SlotState::Live(Slot {
             data: data.clone(),
             nlookup: 1,
         });
         s.by_key.insert(key, slot);
-        let generation = s.generations[slot];
         drop(s);
         if let (Anchor::Handle(a), Some(hs)) = (&data.anchor, &self.handles) {
             hs.cache.admit(a.ring, a.me.clone());
         }
         self.live.fetch_add(1, Ordering::Relaxed);
-        Found {
-            id: encode(shard_i, slot),
-            generation,
-            data,
-        }
+        Ok(Found { id, generation, data })
     }
 
     /// One more lookup of node `id` itself, with its attributes: the
@@ -694,7 +862,7 @@ impl InodeTable {
                         sys::open_by_handle(hs.mount_fd.as_fd(), &handle, libc::O_PATH)?
                     };
                     let st = sys::stat_fd(fd.as_fd())?;
-                    let found = self.insert_with_handle(fd, &st, Some(handle));
+                    let found = self.insert_with_handle(fd, &st, Some(handle))?;
                     return self.expect_id(id, found, st);
                 }
                 _ => None,
@@ -703,7 +871,7 @@ impl InodeTable {
         let data = data.ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
         let fd = self.fd(&data)?.as_fd().try_clone_to_owned()?;
         let st = sys::stat_fd(fd.as_fd())?;
-        let found = self.lookup_or_insert(fd, &st);
+        let found = self.lookup_or_insert(fd, &st)?;
         self.expect_id(id, found, st)
     }
 
@@ -715,6 +883,24 @@ impl InodeTable {
         }
         self.forget(found.id, 1);
         Err(io::Error::from_raw_os_error(libc::ESTALE))
+    }
+
+    /// The live inode an open descriptor `fd` (attributes `st`) is of: by
+    /// its source key, and its file handle where it has one (a successor
+    /// taking up the predecessor's open files).
+    pub fn find_open(&self, fd: BorrowedFd<'_>, st: &libc::stat) -> io::Result<Arc<InodeData>> {
+        let key = (st.st_dev, st.st_ino);
+        if key == self.root.key {
+            return Ok(self.root.clone());
+        }
+        let handle = sys::name_to_handle(fd).ok().map(|(h, _)| h);
+        let s = self.shard(shard_of(key));
+        s.by_key
+            .get(&key)
+            .and_then(|&i| s.slots[i].live())
+            .filter(|e| e.data.same_inode(handle.as_ref()))
+            .map(|e| e.data.clone())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))
     }
 
     /// Drops `n` lookups of node `id`; forgets it at zero.
@@ -734,6 +920,9 @@ impl InodeTable {
         };
         if e.nlookup > n {
             e.nlookup -= n;
+            if let Some(d) = &self.durable {
+                d.mirror.nlookup(shard, slot, e.nlookup);
+            }
             return;
         }
         if e.nlookup < n {
@@ -751,7 +940,15 @@ impl InodeTable {
         }
         // Dropping the inode closes its descriptor unless a request still
         // holds it.
-        let gone = s.release(slot, remember);
+        let remembered = remember.is_some();
+        let (gone, stamp) = s.release(slot, remember);
+        if let Some(d) = &self.durable {
+            d.mirror
+                .freed(shard, slot, s.generations[slot], stamp, remembered);
+            if !remembered && let Err(e) = d.keep.withdraw(durable::anchor_key(id)) {
+                log::warn!("node {id}: withdrawing its kept descriptor: {e}");
+            }
+        }
         drop(s);
         drop(gone);
         self.live.fetch_sub(1, Ordering::Relaxed);
@@ -792,18 +989,18 @@ mod tests {
         let t = InodeTable::new(root, HandleMode::Never, 0).unwrap();
 
         let (fd, st) = open_path(&dir.join("f"));
-        let a = t.lookup_or_insert(fd, &st);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
         let (fd, st) = open_path(&dir.join("f"));
-        let b = t.lookup_or_insert(fd, &st);
+        let b = t.lookup_or_insert(fd, &st).unwrap();
         assert_eq!(a.id, b.id);
         assert!(a.id > ROOT_ID);
         assert_eq!(t.nlookup(a.id), Some(2));
         assert_eq!(t.live(), 1);
 
         let (fd, st) = open_path(&dir);
-        assert_eq!(t.lookup_or_insert(fd, &st).id, ROOT_ID);
+        assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, ROOT_ID);
         let (fd, st) = open_path(&dir.join("sub"));
-        let c = t.lookup_or_insert(fd, &st);
+        let c = t.lookup_or_insert(fd, &st).unwrap();
         assert_ne!(c.id, a.id);
         assert_eq!(t.live(), 2);
 
@@ -820,7 +1017,7 @@ mod tests {
         assert!(t.get(u64::MAX).is_none());
 
         let (fd, st) = open_path(&dir.join("f"));
-        let d = t.lookup_or_insert(fd, &st);
+        let d = t.lookup_or_insert(fd, &st).unwrap();
         if d.id == a.id {
             assert!(d.generation > a.generation);
         }
@@ -864,7 +1061,7 @@ mod tests {
             let p = dir.join(format!("f{i}"));
             std::fs::write(&p, b"x").unwrap();
             let (fd, st) = open_path(&p);
-            let f = t.lookup_or_insert(fd, &st);
+            let f = t.lookup_or_insert(fd, &st).unwrap();
             assert!(f.data.has_handle());
             found.push((f, st.st_ino));
         }
@@ -890,15 +1087,15 @@ mod tests {
         let (fd, st) = open_path(&p);
         let (real, _) = sys::name_to_handle(fd.as_fd()).unwrap();
         let other = sys::RawFileHandle::from_parts(real.handle_type(), &[0xa5; 8]);
-        let old = t.insert_with_handle(fd, &st, Some(other));
+        let old = t.insert_with_handle(fd, &st, Some(other)).unwrap();
         let (fd, st) = open_path(&p);
-        let new = t.lookup_or_insert(fd, &st);
+        let new = t.lookup_or_insert(fd, &st).unwrap();
         assert_ne!(old.id, new.id, "a different handle must make a new inode");
         assert_eq!(t.live(), 2);
         // The key leads to the new inode; forgetting the old one keeps it so.
         t.forget(old.id, 1);
         let (fd, st) = open_path(&p);
-        assert_eq!(t.lookup_or_insert(fd, &st).id, new.id);
+        assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, new.id);
         assert_eq!(t.nlookup(new.id), Some(2));
         assert_eq!(t.live(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -912,9 +1109,9 @@ mod tests {
         std::fs::write(&a, b"x").unwrap();
         std::fs::write(&b, b"y").unwrap();
         let (fd, st) = open_path(&a);
-        let fa = t.lookup_or_insert(fd, &st);
+        let fa = t.lookup_or_insert(fd, &st).unwrap();
         let (fd, st) = open_path(&b);
-        let fb = t.lookup_or_insert(fd, &st);
+        let fb = t.lookup_or_insert(fd, &st).unwrap();
         let open_b = std::fs::File::open(&b).unwrap();
         fb.data.pin(open_b.as_fd());
         std::fs::remove_file(&a).unwrap();
@@ -927,7 +1124,7 @@ mod tests {
             let p = dir.join(format!("g{pushed}"));
             std::fs::write(&p, b"z").unwrap();
             let (fd, st) = open_path(&p);
-            t.lookup_or_insert(fd, &st);
+            t.lookup_or_insert(fd, &st).unwrap();
             pushed += 1;
         }
         assert!(!fa.data.holds_fd(), "still cached after {pushed} other inodes");
@@ -966,7 +1163,7 @@ mod tests {
         let p = dir.join("f");
         std::fs::write(&p, b"x").unwrap();
         let (fd, st) = open_path(&p);
-        let a = t.lookup_or_insert(fd, &st);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
         t.forget(a.id, 1);
         assert!(t.get(a.id).is_none(), "a forgotten node serves no request");
         assert_eq!(t.live(), 0);
@@ -981,7 +1178,7 @@ mod tests {
         t.forget(a.id, 2);
         // A lookup by name brings it back under the same id too.
         let (fd, st) = open_path(&p);
-        let c = t.lookup_or_insert(fd, &st);
+        let c = t.lookup_or_insert(fd, &st).unwrap();
         assert_eq!((c.id, c.generation), (a.id, a.generation));
         assert_eq!(t.live(), 1);
         t.forget(a.id, 1);
@@ -996,7 +1193,7 @@ mod tests {
             let (fd, st) = open_path(&q);
             i += 1;
             if shard_of((st.st_dev, st.st_ino)) == shard {
-                break t.lookup_or_insert(fd, &st);
+                break t.lookup_or_insert(fd, &st).unwrap();
             }
             assert!(i < 10_000, "no inode hashed to shard {shard}");
         };
@@ -1008,7 +1205,7 @@ mod tests {
         assert_eq!(now.generation, reused.generation);
         // And a lookup of `f` by name is a new node id now.
         let (fd, st) = open_path(&p);
-        assert_ne!(t.lookup_or_insert(fd, &st).id, a.id);
+        assert_ne!(t.lookup_or_insert(fd, &st).unwrap().id, a.id);
         assert!(matches!(t.lookup_node(u64::MAX), Err(e) if e.raw_os_error() == Some(libc::ESTALE)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1020,13 +1217,13 @@ mod tests {
         let p = dir.join("f");
         std::fs::write(&p, b"x").unwrap();
         let (fd, st) = open_path(&p);
-        let a = t.lookup_or_insert(fd, &st);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
         t.forget(a.id, 1);
         // Looked up and forgotten again and again: each leaves a stale
         // entry in the free queue, which must not grow without bound.
         for _ in 0..1000 {
             let (fd, st) = open_path(&p);
-            assert_eq!(t.lookup_or_insert(fd, &st).id, a.id);
+            assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, a.id);
             t.forget(a.id, 1);
         }
         let (shard, _) = decode(a.id).unwrap();
