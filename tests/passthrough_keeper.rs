@@ -251,8 +251,8 @@ fn repeated_kills_under_a_workload_lose_nothing() {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
+            let pid = serving_daemon(k.pid(), &gone);
             std::thread::sleep(Duration::from_millis(5 + seed % 96));
-            let pid = daemon_of(k.pid(), &gone);
             signal(pid, libc::SIGKILL);
             gone.push(pid);
         }
@@ -268,6 +268,32 @@ fn repeated_kills_under_a_workload_lose_nothing() {
     drop(early);
     let log = k.stop();
     assert_eq!(crashes(&log), Some(20), "{log}");
+}
+
+/// The keeper's daemon once it serves (its workers run): the keeper takes
+/// five deaths in a row before that for a program that cannot serve, and
+/// gives up.
+fn serving_daemon(keeper: u32, gone: &[u32]) -> u32 {
+    let pid = daemon_of(keeper, gone);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let workers = fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter_map(|t| fs::read_to_string(t.path().join("comm")).ok())
+                    .any(|c| c.starts_with("fuse-worker"))
+            })
+            .unwrap_or(false);
+        if workers {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemon {pid} did not start serving within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// How many daemons the keeper replaced, from its last line.
