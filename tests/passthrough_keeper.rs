@@ -2,8 +2,8 @@
 //! metadata and data workload (exclusive creates, writes, fsync, reads that
 //! verify, appends, renames, links, unlinks, mkdir/rmdir, symlinks,
 //! listings) while the serving daemon is killed with SIGKILL at random
-//! moments, or kills itself between carrying out a non-idempotent request
-//! and answering it (`FUSE_WIRE_FAULT`). No client may see an error (no
+//! moments, kills itself between carrying out a non-idempotent request
+//! and answering it (`FUSE_WIRE_FAULT`), or is upgraded (`SIGUSR2`). No client may see an error (no
 //! EEXIST or ENOENT from a request carried out twice), and files opened
 //! before the first kill, an unlinked one among them, must still read and
 //! write.
@@ -327,4 +327,33 @@ fn kills_between_effect_and_answer_lose_nothing() {
     let log = k.stop();
     // A kill at each fault point the workload reaches, at least.
     assert!(crashes(&log).is_some_and(|n| n > 10), "{log}");
+}
+
+/// Five graceful upgrades (`SIGUSR2`) under two clients.
+#[test]
+fn upgrades_under_a_workload_lose_nothing() {
+    let Some((tm, src)) = setup("pt-keeper-upgrade") else {
+        return;
+    };
+    let k = keeper(&tm, &src, "");
+    let early = Early::open(tm.path());
+    let mut gone = Vec::new();
+    workload(tm.path(), 2, 1000, |done| {
+        for _ in 0..5 {
+            let pid = serving_daemon(k.pid(), &gone);
+            let at = done.load(Ordering::Relaxed);
+            let t = Instant::now();
+            // Some work by each daemon.
+            while done.load(Ordering::Relaxed) < at + 3 && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            signal(k.pid(), libc::SIGUSR2);
+            gone.push(pid);
+        }
+        serving_daemon(k.pid(), &gone);
+    });
+    early.check();
+    drop(early);
+    let log = k.stop();
+    assert!(log.contains("5 upgrades"), "{log}");
 }
