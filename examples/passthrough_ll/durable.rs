@@ -127,6 +127,11 @@ impl FhCounter {
     pub fn next(&self) -> u64 {
         self.region.words()[FH_WORD].fetch_add(1, Ordering::Relaxed) + 1
     }
+
+    /// Makes every later number larger than `n`.
+    pub fn above(&self, n: u64) {
+        self.region.words()[FH_WORD].fetch_max(n, Ordering::Relaxed);
+    }
 }
 
 /// The header word counting file handle numbers.

@@ -285,7 +285,7 @@ impl HandleTable {
         }
         // Never below what was taken up (a region written by a daemon
         // that counted elsewhere).
-        while counter.next() < max {}
+        counter.above(max);
         self.kept_next = Some(counter);
         self.keep = Some(keep);
     }
