@@ -270,9 +270,8 @@ fn repeated_kills_under_a_workload_lose_nothing() {
     assert_eq!(crashes(&log), Some(20), "{log}");
 }
 
-/// The keeper's daemon once it serves (its workers run): the keeper takes
-/// five deaths in a row before that for a program that cannot serve, and
-/// gives up.
+/// The keeper's daemon once it serves (its workers run), so that each kill
+/// lands on a daemon at work.
 fn serving_daemon(keeper: u32, gone: &[u32]) -> u32 {
     let pid = daemon_of(keeper, gone);
     let deadline = Instant::now() + Duration::from_secs(10);
