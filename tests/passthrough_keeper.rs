@@ -235,7 +235,65 @@ fn setup(tag: &str) -> Option<(TempMountpoint, PathBuf)> {
     Some((tm, src))
 }
 
-/// SIGKILL of the daemon at random moments, 20 times, under four clients.
+/// `fio --verify` on `mnt/fio.dat` for `secs` seconds: random 4 KiB
+/// O_DIRECT writes on a file it keeps open, each checked as it goes. `None`
+/// (said loudly) where fio is not installed, outside CI.
+fn start_fio(mnt: &Path, secs: u32) -> Option<std::process::Child> {
+    let spawned = Command::new("fio")
+        .args([
+            "--name=verify",
+            "--size=4M",
+            "--bs=4k",
+            "--rw=randwrite",
+            "--direct=1",
+            "--ioengine=psync",
+            "--verify=crc32c",
+            "--verify_backlog=16",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--time_based",
+        ])
+        .arg(format!("--runtime={secs}"))
+        .arg(format!("--filename={}", mnt.join("fio.dat").display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    match spawned {
+        Ok(c) => Some(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            skip("fio is not installed: the workload runs without fio --verify");
+            None
+        }
+        Err(e) => panic!("starting fio: {e}"),
+    }
+}
+
+/// fio's end: it must exit 0 with no error, within 60 s.
+fn finish_fio(mut fio: std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = fio.try_wait().expect("wait for fio") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = fio.kill();
+            let _ = fio.wait();
+            panic!("fio still running 60 s after its end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let _ = fio.stdout.take().map(|mut o| o.read_to_string(&mut out));
+    let _ = fio.stderr.take().map(|mut o| o.read_to_string(&mut out));
+    assert!(
+        status.success() && out.contains("err= 0"),
+        "fio --verify: {status}\n{out}"
+    );
+}
+
+/// SIGKILL of the daemon at random moments, 20 times, under four clients
+/// and fio --verify.
 #[test]
 fn repeated_kills_under_a_workload_lose_nothing() {
     let Some((tm, src)) = setup("pt-keeper-kill") else {
@@ -243,6 +301,7 @@ fn repeated_kills_under_a_workload_lose_nothing() {
     };
     let k = keeper(&tm, &src, "");
     let early = Early::open(tm.path());
+    let fio = start_fio(tm.path(), 4);
     let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ u64::from(std::process::id());
     let mut gone = Vec::new();
     let done = workload(tm.path(), 4, 1000, |done| {
@@ -264,6 +323,9 @@ fn repeated_kills_under_a_workload_lose_nothing() {
         }
     });
     assert!(done >= 20, "only {done} iterations done in all");
+    if let Some(fio) = fio {
+        finish_fio(fio);
+    }
     early.check();
     drop(early);
     let log = k.stop();

@@ -199,3 +199,45 @@ fn a_region_of_another_layout_is_refused() {
     let small = SharedWords((0..16).map(|_| AtomicU64::new(0)).collect());
     assert!(Mirror::new(Arc::new(small), SHARDS, PER_SHARD).is_err());
 }
+
+/// Two live nodes of one source key (the source gave a removed inode's
+/// number to a new one while the kernel held both): the successor's key
+/// leads to the one whose handle still opens, and an open file of it is
+/// taken up, wherever the slots lie.
+#[test]
+fn of_two_live_nodes_of_one_key_the_successor_keeps_the_one_there() {
+    let dir = scratch("twokeys");
+    std::fs::write(dir.join("f"), b"f").unwrap();
+    let words = SharedWords(
+        (0..durable::region_len(SHARDS, PER_SHARD) / 8)
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+    );
+    let vault = Arc::new(FakeVault::default());
+    let Some((t1, h1)) = daemon(&dir, &words, &vault) else {
+        return;
+    };
+    let (fd, st) = path_fd(&dir.join("f"));
+    let (real, _) = sys::name_to_handle(fd.as_fd()).unwrap();
+    let now = t1.insert_with_handle(fd, &st, Some(real)).unwrap();
+    // The removed inode's node, in a later slot of the same shard.
+    let (fd, st) = path_fd(&dir.join("f"));
+    let gone = sys::RawFileHandle::from_parts(real.handle_type(), &[0x5a; 8]);
+    let old = t1.insert_with_handle(fd, &st, Some(gone)).unwrap();
+    assert_ne!(now.id, old.id);
+    let file = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f")), libc::O_RDWR, 0).unwrap();
+    let fh = h1.insert(Handle::new(file, now.data.clone(), false)).unwrap();
+    drop((now.data, old.data));
+    drop((t1, h1));
+
+    let (t2, h2) = daemon(&dir, &words, &vault).unwrap();
+    let taken = h2.get(fh).expect("the open file is taken up");
+    assert!(Arc::ptr_eq(&taken.inode, &t2.get(now.id).unwrap()));
+    let (fd, st) = path_fd(&dir.join("f"));
+    assert_eq!(
+        t2.lookup_or_insert(fd, &st).unwrap().id,
+        now.id,
+        "the key leads to the inode there"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

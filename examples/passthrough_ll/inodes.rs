@@ -575,7 +575,9 @@ impl InodeTable {
                 s.slots.push(state);
                 s.generations.push(r.generation);
             }
-            // A live inode of the key wins over a remembered one.
+            // A live inode of the key wins over a remembered one; of two
+            // live ones (the source reused the number of a removed inode
+            // the kernel still holds), the one whose handle still opens.
             let keys: Vec<(Key, usize)> = s
                 .slots
                 .iter()
@@ -583,7 +585,12 @@ impl InodeTable {
                 .filter_map(|(i, st)| st.live().map(|e| (e.data.key, i)))
                 .collect();
             for (k, i) in keys {
-                s.by_key.insert(k, i);
+                let keep_old = s.by_key.get(&k).is_some_and(|&j| {
+                    j != i && s.slots[j].live().is_some() && !self.handle_opens(&s.slots[i])
+                });
+                if !keep_old {
+                    s.by_key.insert(k, i);
+                }
             }
             frees.sort_by_key(|&(_, stamp)| stamp);
             s.frees = frees.last().map_or(0, |&(_, stamp)| stamp);
@@ -710,7 +717,7 @@ impl InodeTable {
     }
 
     /// [`Self::lookup_or_insert`] with the handle already read.
-    fn insert_with_handle(
+    pub(crate) fn insert_with_handle(
         &self,
         fd: OwnedFd,
         st: &libc::stat,
@@ -887,7 +894,9 @@ impl InodeTable {
 
     /// The live inode an open descriptor `fd` (attributes `st`) is of: by
     /// its source key, and its file handle where it has one (a successor
-    /// taking up the predecessor's open files).
+    /// taking up the predecessor's open files). Several live slots may
+    /// share a key (a removed inode's number reused while the kernel holds
+    /// both): all of its shard's are looked at, not only the key's latest.
     pub fn find_open(&self, fd: BorrowedFd<'_>, st: &libc::stat) -> io::Result<Arc<InodeData>> {
         let key = (st.st_dev, st.st_ino);
         if key == self.root.key {
@@ -895,12 +904,29 @@ impl InodeTable {
         }
         let handle = sys::name_to_handle(fd).ok().map(|(h, _)| h);
         let s = self.shard(shard_of(key));
+        let fits = |e: &&Slot| e.data.key == key && e.data.same_inode(handle.as_ref());
         s.by_key
             .get(&key)
             .and_then(|&i| s.slots[i].live())
-            .filter(|e| e.data.same_inode(handle.as_ref()))
+            .filter(fits)
+            .or_else(|| s.slots.iter().filter_map(SlotState::live).find(fits))
             .map(|e| e.data.clone())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))
+    }
+
+    /// Whether a live slot's file handle still opens its inode (restore:
+    /// which of two slots of one key is the inode now there).
+    fn handle_opens(&self, slot: &SlotState) -> bool {
+        let (Some(e), Some(hs)) = (slot.live(), &self.handles) else {
+            return false;
+        };
+        match &e.data.anchor {
+            Anchor::Handle(a) => {
+                let _as_daemon = credentials::as_daemon();
+                sys::open_by_handle(hs.mount_fd.as_fd(), &a.handle, libc::O_PATH).is_ok()
+            }
+            Anchor::Fd(_) => true,
+        }
     }
 
     /// Drops `n` lookups of node `id`; forgets it at zero.
