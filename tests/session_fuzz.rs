@@ -36,6 +36,9 @@ mod common_fake;
 // The example filesystems, compiled into this test. Kept together here so
 // that one place changes when the examples become a library.
 #[allow(dead_code)]
+#[path = "../examples/passthrough_ll/durable.rs"]
+mod durable;
+#[allow(dead_code)]
 #[path = "../examples/passthrough_ll/fdcache.rs"]
 mod fdcache;
 #[allow(dead_code)]

@@ -37,6 +37,9 @@ pub struct Args {
     pub splice_write_min: usize,
     pub stats: Option<PathBuf>,
     pub debug: bool,
+    /// Keep the mount in this process and serve it from a child that a
+    /// crash or an upgrade replaces (`-o keeper`).
+    pub keeper: bool,
 }
 
 /// What the command line asks for.
@@ -83,7 +86,10 @@ filesystem options (-o):
                        prefer: handles when the source's filesystem gives them,
                        checked at start (default); mandatory: refuse to start
                        without them. Inodes on filesystems mounted below the
-                       source keep a descriptor each in every mode
+                       source keep a descriptor each in every mode. With file
+                       handles the mount's own file handles (open_by_handle_at,
+                       NFS export) work after the kernel dropped the inode
+                       (FUSE_EXPORT_SUPPORT); with never, only while it caches it
     fd_cache=N         most descriptors kept open in file-handle mode, beside
                        those of open files (default 4096, or half of what the open
                        file limit leaves after the daemon's threads; a cache that
@@ -114,6 +120,13 @@ filesystem options (-o):
     atomic_open        decode the out-of-tree atomic-open request (not with passthrough)
     uring, no_uring    serve requests over FUSE-over-io_uring when the kernel allows it
                        (enable_uring=Y); otherwise /dev/fuse, with the reason logged
+    keeper             keep the mount in this process and serve it from a child; a
+                       child that dies is replaced and takes over with the node table
+                       and the open files (SIGUSR2: upgrade to the binary on disk;
+                       docs/recovery.md). /dev/fuse only; needs file handles, and
+                       neither passthrough nor posix_lock
+    keeper_nodes=N     nodes the kernel may hold at once under keeper (default 1048576;
+                       the kept table takes memory only as it is used)
 
     no_default_permissions    with allow_other, leave permission checks to the daemon
                        and the source filesystem instead of the kernel (see below)
@@ -167,6 +180,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut splice_write = false;
     let mut splice_write_min = 0;
     let mut no_default_permissions = false;
+    let mut keeper = false;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -295,6 +309,14 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 }
                 idle_timeout = Some(Duration::from_secs_f64(t));
             }
+            "keeper" => keeper = flag(true)?,
+            "keeper_nodes" => {
+                fs.keeper_nodes = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (64..=1 << 26).contains(n))
+                    .ok_or_else(|| format!("keeper_nodes={}: expected 64 to 67108864", v.unwrap_or("")))?
+            }
             "debug" => debug = true,
             k if IGNORED.contains(&k) || k.starts_with("x-") || k == "comment" => {}
             _ => return Err(format!("unknown option `{o}`")),
@@ -330,6 +352,9 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
+    if keeper {
+        crate::fs::check_keeper_options(&fs)?;
+    }
     if mount.subtype.is_none() {
         mount.subtype = Some("passthrough_ll".into());
     }
@@ -361,6 +386,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         splice_write_min,
         stats,
         debug,
+        keeper,
     })))
 }
 
@@ -492,5 +518,17 @@ mod tests {
         assert!(run(&["-o", "inode_file_handles", "/m"]).is_err());
         assert!(run(&["-o", "fd_cache=0", "/m"]).is_err());
         assert!(run(&["-o", "fd_cache=x", "/m"]).is_err());
+        let a = run(&["-o", "keeper,keeper_nodes=4096", "/m"]).unwrap();
+        assert!(a.keeper);
+        assert_eq!(a.fs.keeper_nodes, 4096);
+        for bad in [
+            "keeper,inode_file_handles=never",
+            "keeper,passthrough",
+            "keeper,posix_lock",
+        ] {
+            let e = run(&["-o", bad, "/m"]).unwrap_err();
+            assert!(e.contains("-o keeper"), "{bad}: {e}");
+        }
+        assert!(run(&["-o", "keeper_nodes=1", "/m"]).is_err());
     }
 }

@@ -3,12 +3,14 @@
 //! (`O_NOFOLLOW`, `AT_EMPTY_PATH`, `/proc/self/fd/N`), so no symbolic link or
 //! `..` leads outside the source directory.
 
+use crate::durable::{self, Keep, Mirror, Words};
 use crate::handles::{DirStream, Direct, Handle, HandleTable};
-use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd};
+use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, SHARDS};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
 use fuse_wire::session::credentials::{self, ActingAs};
+use fuse_wire::session::journal::Replay;
 use fuse_wire::session::notify::NotifyError;
 use fuse_wire::session::reply::*;
 use fuse_wire::session::{
@@ -17,6 +19,7 @@ use fuse_wire::session::{
     ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
     StatxRequest, WriteRequest,
 };
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -59,6 +62,8 @@ pub struct FsOptions {
     pub fd_cache: usize,
     /// `max_write=` (`None`: the session's default, 1 MiB).
     pub max_write: Option<u32>,
+    /// Under a keeper: how many nodes the kept table holds (`keeper_nodes=`).
+    pub keeper_nodes: usize,
 }
 
 impl Default for FsOptions {
@@ -79,9 +84,14 @@ impl Default for FsOptions {
             inode_file_handles: HandleMode::Prefer,
             fd_cache: crate::fdcache::DEFAULT_CAPACITY,
             max_write: None,
+            keeper_nodes: DEFAULT_KEEPER_NODES,
         }
     }
 }
+
+/// Nodes the kept table holds by default under a keeper (its records take
+/// memory only as they are used).
+pub const DEFAULT_KEEPER_NODES: usize = 1 << 20;
 
 /// Reads at least this large are spliced (with `splice`). A spliced reply
 /// costs four system calls where `pread` + `writev` cost two; measured on
@@ -101,6 +111,8 @@ pub struct PassthroughFs {
     handles: HandleTable,
     /// The daemon runs as root and can act as its callers.
     root: bool,
+    /// Under a keeper (`-o keeper`): notes for the journal are written.
+    kept: bool,
     passthrough_warned: AtomicBool,
     /// The device of the source's root when its filesystem does nothing
     /// when a descriptor is closed (see [`quiet_close`]): files on it are
@@ -156,6 +168,76 @@ fn check_name(name: &CStr) -> Res<()> {
     Ok(())
 }
 
+/// A create-style system call's result, for a request sent again after a
+/// crash ([`Replay::MaybeDone`]): its `EEXIST` is the predecessor's doing,
+/// and so success, when the name now is what the request makes (`made`
+/// says, from its attributes). The kernel holds the directory's lock from
+/// before the first attempt to the answer, so nobody else made it.
+fn done_before(
+    ctx: &RequestContext<'_>,
+    r: Res<()>,
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    made: impl FnOnce(&libc::stat) -> bool,
+) -> Res<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) && ctx.replay() == Replay::MaybeDone => {
+            match sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) if made(&st) => {
+                    log::info!("{name:?}: made by the predecessor before it died; answered as done");
+                    Ok(())
+                }
+                _ => Err(e),
+            }
+        }
+        r => r,
+    }
+}
+
+/// A removal's result under [`Replay::MaybeDone`]: a name already gone was
+/// removed by the predecessor (the kernel holds the directory's lock).
+fn gone_before(ctx: &RequestContext<'_>, r: Res<()>, name: &CStr) -> Res<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && ctx.replay() == Replay::MaybeDone => {
+            log::info!("{name:?}: removed by the predecessor before it died; answered as done");
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// Whether `st` is of kind `kind` (`S_IFMT` bits).
+fn is_kind(st: &libc::stat, kind: u32) -> bool {
+    st.st_mode & libc::S_IFMT == kind
+}
+
+/// Refuses the options whose state cannot outlive the daemon under a
+/// keeper, saying why.
+pub fn check_keeper_options(opts: &FsOptions) -> Result<(), String> {
+    if opts.inode_file_handles == HandleMode::Never {
+        return Err(
+            "-o keeper needs inodes known by file handle: a successor finds an inode again only \
+                    by its handle; drop inode_file_handles=never"
+                .into(),
+        );
+    }
+    if opts.passthrough {
+        return Err(
+            "-o keeper with passthrough: the kernel's backing files and their counts live in the \
+                    daemon; not supported yet"
+                .into(),
+        );
+    }
+    if opts.posix_lock {
+        return Err(
+            "-o keeper with posix_lock: the daemon's lock owner descriptors (and so every POSIX \
+                    lock) would be lost with it; not supported yet"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
@@ -173,8 +255,49 @@ impl PassthroughFs {
             opts,
             handles: HandleTable::new(),
             root: sys::geteuid() == 0,
+            kept: false,
             passthrough_warned: AtomicBool::new(false),
         })
+    }
+
+    /// Serves `root` under a keeper (`-o keeper`): the node table is
+    /// mirrored in `region` (memory the keeper holds) and every open file's
+    /// descriptor deposited with `keep`; what a predecessor left there (the
+    /// table's records, and `deposits`, the descriptors it left with the
+    /// vault) is taken up first, so the node ids, generations, lookup
+    /// counts and file handles the kernel holds stay valid.
+    pub fn kept(
+        root: OwnedFd,
+        opts: FsOptions,
+        region: Arc<dyn Words>,
+        keep: Arc<dyn Keep>,
+        deposits: Vec<(u64, OwnedFd)>,
+    ) -> Res<Self> {
+        check_keeper_options(&opts).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS))?;
+        let (mut anchors, mut files) = (HashMap::new(), Vec::new());
+        for (key, fd) in deposits {
+            match durable::anchor_of(key) {
+                Some(id) => {
+                    anchors.insert(id, fd);
+                }
+                None if key < durable::FH_KEYS_END => files.push((key, fd)),
+                None => {
+                    log::warn!("a kept descriptor under the unknown key {key:#x}: closed");
+                    if let Err(e) = keep.withdraw(key) {
+                        log::warn!("withdrawing it: {e}");
+                    }
+                }
+            }
+        }
+        let mut fs = Self::new(root, opts)?;
+        fs.kept = true;
+        let counter = mirror.fh_counter();
+        fs.inodes = fs.inodes.keep_in(mirror, keep.clone(), anchors)?;
+        let mut handles = HandleTable::new();
+        handles.restore(keep, counter, files, &fs.inodes, |f| fs.source_flags(f));
+        fs.handles = handles;
+        Ok(fs)
     }
 
     /// Inodes the kernel holds lookups on (the root not counted).
@@ -386,13 +509,13 @@ impl PassthroughFs {
             // The directory itself, or the root's parent, which is the root.
             let fd = sys::openat(Dir::Fd(pfd.as_fd()), c".", libc::O_PATH, 0)?;
             let st = sys::stat_fd(fd.as_fd())?;
-            let found = self.inodes.lookup_or_insert(fd, &st);
+            let found = self.inodes.lookup_or_insert(fd, &st)?;
             return Ok((found, st));
         }
         let fd = sys::openat(Dir::Fd(pfd.as_fd()), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         drop(pfd);
         let st = sys::stat_fd(fd.as_fd())?;
-        let found = self.inodes.lookup_or_insert(fd, &st);
+        let found = self.inodes.lookup_or_insert(fd, &st)?;
         Ok((found, st))
     }
 
@@ -406,6 +529,10 @@ impl PassthroughFs {
             if f & libc::O_ACCMODE == libc::O_WRONLY {
                 f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
             }
+            f &= !libc::O_APPEND;
+        }
+        if self.kept {
+            // Appends pick their offset themselves (see write_as_caller).
             f &= !libc::O_APPEND;
         }
         f
@@ -547,7 +674,8 @@ impl PassthroughFs {
         let mut handle = Handle::new(fd, inode, passthrough);
         handle.direct = direct;
         handle.served = served;
-        let fh = self.handles.insert(handle);
+        handle.append = self.kept && !self.opts.writeback && flags & libc::O_APPEND != 0;
+        let fh = self.handles.insert(handle)?;
         Ok((FileHandle(fh), open_flags, backing))
     }
 
@@ -674,7 +802,10 @@ impl PassthroughFs {
             Ok(v) => v,
             Err(e) => return reply.io_error(&e),
         };
-        let found = self.inodes.lookup_or_insert(path_fd, &st);
+        let found = match logged(self.inodes.lookup_or_insert(path_fd, &st)) {
+            Ok(f) => f,
+            Err(e) => return reply.io_error(&e),
+        };
         let mut st = st;
         if !created && flags & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
             // The answer carries the attributes: the mode after the kill.
@@ -693,8 +824,13 @@ impl PassthroughFs {
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
-            let fh = self.handles.insert(Handle::new(fd, found.data.clone(), false));
-            return reply.opened(&entry, FileHandle(fh), FopenFlags::empty());
+            return match self.handles.insert(Handle::new(fd, found.data.clone(), false)) {
+                Ok(fh) => reply.opened(&entry, FileHandle(fh), FopenFlags::empty()),
+                Err(e) => {
+                    self.inodes.forget(found.id, 1);
+                    reply.io_error(&e)
+                }
+            };
         }
         match self.new_handle(ctx, found.data.clone(), fd, flags) {
             Ok((fh, fl, None)) if created => reply.created(&entry, fh, fl),
@@ -1236,6 +1372,14 @@ impl PassthroughFs {
     fn lookup_entry(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr) -> Res<Entry> {
         let _as_caller = logged(as_caller(ctx))?;
         log::debug!("lookup parent={parent} name={name:?}");
+        if name.to_bytes() == b"." {
+            // The node itself (`FUSE_EXPORT_SUPPORT`: the kernel opens a
+            // file handle of a node it dropped), forgotten or not.
+            let (found, st) = logged(self.inodes.lookup_node(parent.0))?;
+            return Ok(self.entry(&found.data, &found, &st));
+        }
+        // ".." (`FUSE_EXPORT_SUPPORT`, reconnecting a directory to its
+        // parent) is the source's "..", the root's being the root.
         let parent = logged(self.inode(parent))?;
         // A miss is routine: not logged.
         let (found, st) = self.do_lookup(&parent, name)?;
@@ -1305,7 +1449,8 @@ impl PassthroughFs {
         let parent = self.inode(parent)?;
         check_name(name)?;
         let parent_fd = self.fd(&parent)?;
-        sys::symlinkat(target, parent_fd.as_fd(), name)?;
+        let r = sys::symlinkat(target, parent_fd.as_fd(), name);
+        done_before(ctx, r, parent_fd.as_fd(), name, |st| is_kind(st, libc::S_IFLNK))?;
         self.new_entry(&parent, name)
     }
 
@@ -1323,7 +1468,10 @@ impl PassthroughFs {
         check_name(name)?;
         let mode = self.caller_umask(ctx, mode);
         let parent_fd = self.fd(&parent)?;
-        sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64)?;
+        let r = sys::mknodat(parent_fd.as_fd(), name, mode, rdev as u64);
+        done_before(ctx, r, parent_fd.as_fd(), name, |st| {
+            is_kind(st, mode & libc::S_IFMT)
+        })?;
         self.new_entry(&parent, name)
     }
 
@@ -1334,7 +1482,8 @@ impl PassthroughFs {
         check_name(name)?;
         let mode = self.caller_umask(ctx, mode);
         let parent_fd = self.fd(&parent)?;
-        sys::mkdirat(parent_fd.as_fd(), name, mode)?;
+        let r = sys::mkdirat(parent_fd.as_fd(), name, mode);
+        done_before(ctx, r, parent_fd.as_fd(), name, |st| is_kind(st, libc::S_IFDIR))?;
         self.new_entry(&parent, name)
     }
 
@@ -1349,7 +1498,7 @@ impl PassthroughFs {
         let parent = self.inode(parent)?;
         check_name(name)?;
         let parent_fd = self.fd(&parent)?;
-        sys::unlinkat(parent_fd.as_fd(), name, flags)
+        gone_before(ctx, sys::unlinkat(parent_fd.as_fd(), name, flags), name)
     }
 
     fn rename_as_caller(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>) -> Res<()> {
@@ -1369,7 +1518,26 @@ impl PassthroughFs {
         check_name(newname)?;
         let old_fd = self.fd(&old)?;
         let new_fd = self.fd(&new)?;
-        sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)?;
+        // Under a keeper the inode moved is noted first: if this daemon dies
+        // before answering, the successor finds whether the move happened
+        // (the source gone or exchanged, and the target that inode).
+        let note = ctx.journal_note();
+        let moved = |st: libc::stat| note == Some(st.st_ino);
+        if ctx.replay() == Replay::MaybeDone
+            && note.is_some()
+            && sys::fstatat(Dir::Fd(new_fd.as_fd()), newname, libc::AT_SYMLINK_NOFOLLOW).is_ok_and(moved)
+            && (flags & libc::RENAME_EXCHANGE != 0
+                || sys::fstatat(Dir::Fd(old_fd.as_fd()), name, libc::AT_SYMLINK_NOFOLLOW)
+                    .is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT)))
+        {
+            log::info!("rename of {name:?}: done by the predecessor before it died; answered as done");
+        } else {
+            if self.kept {
+                let st = sys::fstatat(Dir::Fd(old_fd.as_fd()), name, libc::AT_SYMLINK_NOFOLLOW)?;
+                ctx.set_journal_note(st.st_ino);
+            }
+            sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)?;
+        }
         self.moved_into(ctx, newparent, &new, newname);
         if flags & libc::RENAME_EXCHANGE != 0 {
             self.moved_into(ctx, parent, &old, name);
@@ -1391,6 +1559,8 @@ impl PassthroughFs {
         check_name(newname)?;
         let inode_fd = self.fd(&inode)?;
         let parent_fd = self.fd(&parent)?;
+        let key = inode.key;
+        let same = |st: &libc::stat| (st.st_dev, st.st_ino) == key;
         let r = sys::linkat(
             Dir::Fd(inode_fd.as_fd()),
             EMPTY,
@@ -1401,15 +1571,16 @@ impl PassthroughFs {
         match r {
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) && !inode.is_symlink() => {
-                sys::linkat(
+                let r = sys::linkat(
                     Dir::Cwd,
                     &proc_path(inode_fd.as_fd()),
                     parent_fd.as_fd(),
                     newname,
                     libc::AT_SYMLINK_FOLLOW,
-                )?
+                );
+                done_before(ctx, r, parent_fd.as_fd(), newname, same)?
             }
-            r => r?,
+            r => done_before(ctx, r, parent_fd.as_fd(), newname, same)?,
         }
         drop((inode_fd, parent_fd));
         self.new_entry(&parent, newname)
@@ -1469,6 +1640,22 @@ impl PassthroughFs {
         let _as_caller = as_caller(ctx)?;
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
         let h = self.handle(fh)?;
+        // An appending write under a keeper: the end of the file is taken
+        // and noted under the inode's lock, and written at positionally, so
+        // that a successor given it again (the predecessor died before
+        // answering) writes the same bytes at the same place, not twice.
+        let _append = h
+            .append
+            .then(|| h.inode.appends.lock().unwrap_or_else(|e| e.into_inner()));
+        let offset = match (h.append, ctx.replay(), ctx.journal_note()) {
+            (false, ..) => offset,
+            (true, Replay::MaybeDone, Some(at)) => at,
+            (true, ..) => {
+                let at = sys::stat_fd(h.fd())?.st_size as u64;
+                ctx.set_journal_note(at);
+                at
+            }
+        };
         let n = if data.is_in_pipe() && h.direct.is_none() {
             // With splice_write: from the session's pipe into the source
             // file, not through our memory (an O_APPEND source gets a
@@ -1520,7 +1707,7 @@ impl PassthroughFs {
             0,
         )?;
         drop(inode_fd);
-        let fh = self.handles.insert(Handle::new(fd, inode, false));
+        let fh = self.handles.insert(Handle::new(fd, inode, false))?;
         let flags = if self.opts.cache == Cache::Always {
             FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
         } else {
@@ -1668,6 +1855,12 @@ impl PassthroughFs {
             return Ok(None);
         }
         let mode = self.caller_umask(ctx, mode);
+        // Sent again after a crash: the predecessor may have created (and
+        // truncated) the file; opening what is there is the answer it gave.
+        let flags = match ctx.replay() {
+            Replay::MaybeDone => flags & !(libc::O_EXCL | libc::O_TRUNC),
+            Replay::Fresh => flags,
+        };
         let (fd, created) = self.open_at(&parent, name, flags, mode)?;
         Ok(Some(NewFile {
             _as_caller: as_caller,
@@ -1872,6 +2065,18 @@ impl Filesystem for PassthroughFs {
         if self.opts.passthrough {
             config.want(InitFlags::PASSTHROUGH);
             config.max_stack_depth = 1;
+        }
+        if self.inodes.uses_file_handles() {
+            // LOOKUP of "." answers for any node id whose slot still holds
+            // its handle (`InodeTable::lookup_node`): file handles of the
+            // mount (open_by_handle_at, NFS export) outlive the kernel's
+            // cache. A node held by a descriptor is gone once forgotten,
+            // so without file handles the kernel is not told we can.
+            config.want(InitFlags::EXPORT_SUPPORT);
+        } else {
+            log::info!(
+                "no file handles: EXPORT_SUPPORT not offered (open_by_handle_at through the mount works only while the kernel caches the inode)"
+            );
         }
         if let Some(m) = self.opts.max_write {
             config.max_write = m;

@@ -5,8 +5,14 @@
 //! reads and writes on different files never meet on a lock, and reads and
 //! writes on the same file share nothing but the shard's brief lookup (the
 //! I/O itself is positional: `pread`/`pwrite`, no per-file lock).
+//!
+//! Under a keeper each handle's descriptor is deposited with the keeper's
+//! vault under its file handle number before the open is answered, and
+//! withdrawn at release, so a successor finds every file still open
+//! ([`HandleTable::restore`]), unlinked ones included.
 
-use crate::inodes::InodeData;
+use crate::durable::{APPEND_KEY, FhCounter, Keep};
+use crate::inodes::{InodeData, InodeTable};
 use crate::sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -33,6 +39,10 @@ pub struct Handle {
     pub direct: Option<Direct>,
     /// The directory stream (directories only; created on first READDIR).
     pub dir: Mutex<Option<DirStream>>,
+    /// Opened with `O_APPEND` under a keeper: the source descriptor is not,
+    /// and each write picks the end of the file itself (see
+    /// `PassthroughFs::write_as_caller`).
+    pub append: bool,
 }
 
 /// What an `O_DIRECT` handle needs besides its descriptor. The kernel copies
@@ -125,6 +135,7 @@ impl Handle {
             served: false,
             direct: None,
             dir: Mutex::new(None),
+            append: false,
         }
     }
 
@@ -191,10 +202,19 @@ impl Drop for Handle {
     }
 }
 
+/// The vault key of handle `fh`: its number, and whether it appends.
+fn deposit_key(fh: u64, h: &Handle) -> u64 {
+    if h.append { fh | APPEND_KEY } else { fh }
+}
+
 /// Sharded map from file handle to [`Handle`].
 pub struct HandleTable {
     shards: Box<[Mutex<Shard>]>,
     next: AtomicU64,
+    /// Under a keeper: its vault, which holds every handle's descriptor.
+    keep: Option<Arc<dyn Keep>>,
+    /// Under a keeper: the numbers, counted where the keeper keeps them.
+    kept_next: Option<FhCounter>,
 }
 
 impl HandleTable {
@@ -202,7 +222,72 @@ impl HandleTable {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
+            keep: None,
+            kept_next: None,
         }
+    }
+
+    /// Deposits every handle's descriptor with `keep` from now on, after
+    /// taking up the files a predecessor left open: `deposits` are its
+    /// descriptors by file handle number, each reattached to its inode in
+    /// `inodes` (found by its source key and file handle) with the flags
+    /// it was opened with. A descriptor whose inode the table does not
+    /// hold is withdrawn (the kernel cannot refer to it either).
+    pub fn restore(
+        &mut self,
+        keep: Arc<dyn Keep>,
+        counter: FhCounter,
+        deposits: Vec<(u64, OwnedFd)>,
+        inodes: &InodeTable,
+        source_flags: impl Fn(i32) -> i32,
+    ) {
+        let mut max = 0;
+        for (key, fd) in deposits {
+            let fh = key & !APPEND_KEY;
+            let inode = sys::stat_fd(fd.as_fd()).and_then(|st| inodes.find_open(fd.as_fd(), &st));
+            let inode = match inode {
+                Ok(i) => i,
+                Err(e) => {
+                    log::error!(
+                        "open file {fh} of the predecessor: its inode is not in the table ({e}); closed"
+                    );
+                    if let Err(e) = keep.withdraw(key) {
+                        log::warn!("withdrawing it: {e}");
+                    }
+                    continue;
+                }
+            };
+            // A directory's position is the predecessor's (the descriptor's
+            // file description is shared): back to where a new stream
+            // starts, so that the stream's idea of it holds.
+            if inode.is_dir()
+                && let Err(e) = sys::lseek(fd.as_fd(), 0, libc::SEEK_SET)
+            {
+                log::error!("open directory {fh} of the predecessor: rewinding it: {e}");
+            }
+            let flags = sys::get_fl(fd.as_fd()).unwrap_or(libc::O_RDONLY);
+            let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
+                match Direct::new(fd.as_fd(), source_flags(flags)) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        log::error!("open file {fh} of the predecessor: its O_DIRECT twin: {e}");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let mut h = Handle::new(fd, inode, false);
+            h.direct = direct;
+            h.append = key & APPEND_KEY != 0;
+            self.shard(fh).insert(fh, Arc::new(h));
+            max = max.max(fh);
+        }
+        // Never below what was taken up (a region written by a daemon
+        // that counted elsewhere).
+        counter.above(max);
+        self.kept_next = Some(counter);
+        self.keep = Some(keep);
     }
 
     fn shard(&self, fh: u64) -> MutexGuard<'_, Shard> {
@@ -211,18 +296,37 @@ impl HandleTable {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn insert(&self, h: Handle) -> u64 {
-        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+    /// Adds `h`; under a keeper its descriptor is deposited first.
+    pub fn insert(&self, h: Handle) -> io::Result<u64> {
+        let fh = match &self.kept_next {
+            Some(c) => c.next(),
+            None => self.next.fetch_add(1, Ordering::Relaxed),
+        };
+        if let Some(k) = &self.keep {
+            if fh >= APPEND_KEY {
+                return Err(io::Error::from_raw_os_error(libc::ENFILE));
+            }
+            k.deposit(deposit_key(fh, &h), h.fd()).inspect_err(|e| {
+                log::error!("keeping the descriptor of a new open file with the keeper: {e}");
+            })?;
+        }
         self.shard(fh).insert(fh, Arc::new(h));
-        fh
+        Ok(fh)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
         self.shard(fh).get(&fh).cloned()
     }
 
+    /// Removes handle `fh`; under a keeper its descriptor is withdrawn.
     pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
-        self.shard(fh).remove(&fh)
+        let h = self.shard(fh).remove(&fh)?;
+        if let Some(k) = &self.keep
+            && let Err(e) = k.withdraw(deposit_key(fh, &h))
+        {
+            log::warn!("withdrawing the descriptor of open file {fh} from the keeper: {e}");
+        }
+        Some(h)
     }
 
     pub fn len(&self) -> usize {

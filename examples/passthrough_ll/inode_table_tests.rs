@@ -71,7 +71,7 @@ fn inserts_into_other_shards_proceed_while_one_is_held() {
     std::thread::spawn(move || {
         for p in &others {
             let (fd, st) = path_fd(p);
-            t.lookup_or_insert(fd, &st);
+            t.lookup_or_insert(fd, &st).unwrap();
         }
         let _ = tx.send(());
     });
@@ -86,7 +86,7 @@ fn inserts_into_other_shards_proceed_while_one_is_held() {
     let first = files[0].clone();
     std::thread::spawn(move || {
         let (fd, st) = path_fd(&first);
-        let _ = tx.send(t.lookup_or_insert(fd, &st).id);
+        let _ = tx.send(t.lookup_or_insert(fd, &st).unwrap().id);
     });
     assert!(
         rx.recv_timeout(Duration::from_millis(500)).is_err(),
@@ -101,7 +101,7 @@ fn inserts_into_other_shards_proceed_while_one_is_held() {
     // Files in the held shard besides the first one, if any, insert normally now.
     for p in &same {
         let (fd, st) = path_fd(p);
-        table.lookup_or_insert(fd, &st);
+        table.lookup_or_insert(fd, &st).unwrap();
     }
     assert_eq!(table.live(), files.len());
 }
@@ -133,7 +133,7 @@ fn concurrent_inserts_and_forgets() {
                 for i in 0..PER_THREAD {
                     for _ in 0..2 {
                         let (fd, st) = path_fd(&dir.join(format!("t{t}-{i}")));
-                        ids.push(table.lookup_or_insert(fd, &st).id);
+                        ids.push(table.lookup_or_insert(fd, &st).unwrap().id);
                     }
                 }
                 let _ = tx.send(());

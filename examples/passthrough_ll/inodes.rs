@@ -23,13 +23,20 @@
 //! always anchored by a descriptor and never forgotten.
 //!
 //! A slot is reused after its inode is forgotten; its generation number then
-//! grows, so `(node id, generation)` never repeats.
+//! grows, so `(node id, generation)` never repeats. A forgotten inode known
+//! by its file handle leaves that handle in its slot until the slot is
+//! reused (freed slots are reused oldest first, so they last as long as they
+//! can): a lookup of the same inode by name, or the kernel's LOOKUP of the
+//! node id itself ("." with `FUSE_EXPORT_SUPPORT`, when it opens a file
+//! handle of an inode it has dropped), then brings it back under its old
+//! node id and generation ([`InodeTable::lookup_node`]).
 
+use crate::durable::{self, Keep, Mirror, State};
 use crate::fdcache::{Cached, FdCache};
 use crate::sys::{self, RawFileHandle};
 use fuse_wire::session::BackingFile;
 use fuse_wire::session::credentials;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -147,22 +154,26 @@ pub struct InodeData {
     /// For a directory: whether everyone may search it (see
     /// `PassthroughFs::child_ttl`): 0 unknown, 1 yes, 2 no.
     pub search_all: AtomicU8,
+    /// Held while an appending write under a keeper picks its offset and
+    /// writes there (see `PassthroughFs::write_as_caller`).
+    pub appends: Mutex<()>,
 }
 
 impl InodeData {
     /// An inode anchored by the `O_PATH` descriptor `fd`.
     pub fn new(fd: OwnedFd, st: &libc::stat) -> Self {
-        Self::with_anchor(Anchor::Fd(fd), st)
+        Self::with_anchor(Anchor::Fd(fd), (st.st_dev, st.st_ino), st.st_mode & libc::S_IFMT)
     }
 
-    fn with_anchor(anchor: Anchor, st: &libc::stat) -> Self {
+    fn with_anchor(anchor: Anchor, key: Key, kind: u32) -> Self {
         Self {
             anchor,
-            key: (st.st_dev, st.st_ino),
-            kind: st.st_mode & libc::S_IFMT,
+            key,
+            kind,
             passthrough: Mutex::new(Passthrough::default()),
             lock_owners: Mutex::new(HashMap::new()),
             search_all: AtomicU8::new(0),
+            appends: Mutex::new(()),
         }
     }
 
@@ -301,12 +312,93 @@ struct Slot {
     nlookup: u64,
 }
 
+/// What a forgotten inode known by its file handle leaves in its slot: what
+/// it takes to bring it back under the same node id.
+struct Remembered {
+    key: Key,
+    handle: RawFileHandle,
+    /// Which entry of the free queue stands for this slot.
+    stamp: u64,
+}
+
+/// One slot of a shard.
+enum SlotState {
+    /// A live inode: the kernel holds lookups on it.
+    Live(Slot),
+    /// Free: nothing to bring back.
+    Vacant { stamp: u64 },
+    /// Free, but its inode can be brought back until the slot is reused.
+    Forgotten(Remembered),
+}
+
+impl SlotState {
+    fn live(&self) -> Option<&Slot> {
+        match self {
+            SlotState::Live(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether the free queue's entry `(this slot, stamp)` is current.
+    fn free_since(&self, stamp: u64) -> bool {
+        match self {
+            SlotState::Live(_) => false,
+            SlotState::Vacant { stamp: s } => *s == stamp,
+            SlotState::Forgotten(r) => r.stamp == stamp,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shard {
-    slots: Vec<Option<Slot>>,
+    slots: Vec<SlotState>,
     generations: Vec<u64>,
-    free: Vec<usize>,
+    /// Free slots, oldest first, each with the stamp it was freed under.
+    /// A slot brought back while queued leaves a stale entry behind (its
+    /// stamp no longer matches), skipped when it comes up.
+    free: VecDeque<(usize, u64)>,
+    /// Counts the frees, for the stamps.
+    frees: u64,
     by_key: HashMap<Key, usize>,
+}
+
+impl Shard {
+    /// The oldest free slot, if any, its remembered inode dropped.
+    fn take_free(&mut self) -> Option<usize> {
+        while let Some((slot, stamp)) = self.free.pop_front() {
+            if !self.slots[slot].free_since(stamp) {
+                continue;
+            }
+            if let SlotState::Forgotten(r) = &self.slots[slot]
+                && self.by_key.get(&r.key) == Some(&slot)
+            {
+                let key = r.key;
+                self.by_key.remove(&key);
+            }
+            return Some(slot);
+        }
+        None
+    }
+
+    /// Frees `slot`, remembering its inode's handle if it has one.
+    fn release(&mut self, slot: usize, remember: Option<(Key, RawFileHandle)>) -> (SlotState, u64) {
+        self.frees += 1;
+        let stamp = self.frees;
+        let now = match remember {
+            Some((key, handle)) => SlotState::Forgotten(Remembered { key, handle, stamp }),
+            None => SlotState::Vacant { stamp },
+        };
+        let old = std::mem::replace(&mut self.slots[slot], now);
+        self.free.push_back((slot, stamp));
+        // Stale entries (slots brought back while queued) are dropped once
+        // they outnumber the slots, so the queue stays within twice the
+        // table's size.
+        if self.free.len() > 2 * self.slots.len() + 16 {
+            let slots = &self.slots;
+            self.free.retain(|&(i, st)| slots[i].free_since(st));
+        }
+        (old, stamp)
+    }
 }
 
 /// The sharded table.
@@ -316,6 +408,25 @@ pub struct InodeTable {
     live: AtomicUsize,
     /// File-handle mode's state; `None` without handles.
     handles: Option<Handles>,
+    /// Under a keeper: where the table's durable facts are mirrored.
+    durable: Option<Durable>,
+}
+
+/// The table's copy in memory the keeper holds, and the keeper's vault for
+/// the descriptors of inodes without a file handle.
+struct Durable {
+    mirror: Mirror,
+    keep: Arc<dyn Keep>,
+}
+
+/// Why an inode cannot be added under a keeper: its shard's records are
+/// all taken.
+fn table_full(per_shard: usize) -> io::Error {
+    log::error!(
+        "the kept node table is full ({per_shard} nodes in one of its {SHARDS} shards): \
+         raise -o keeper_nodes= (a node the kernel holds could not survive a crash)"
+    );
+    io::Error::from_raw_os_error(libc::ENFILE)
 }
 
 /// The shard an inode with `key` lives in.
@@ -381,7 +492,119 @@ impl InodeTable {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             live: AtomicUsize::new(0),
             handles,
+            durable: None,
         })
+    }
+
+    /// Mirrors the table in `mirror` (memory the keeper holds), first
+    /// rebuilding it from what a predecessor left there: every node id,
+    /// generation and lookup count the kernel holds means the same again.
+    /// `anchors` are the descriptors the predecessor deposited for inodes
+    /// without a file handle, by node id. Needs file handles.
+    pub fn keep_in(
+        mut self,
+        mirror: Mirror,
+        keep: Arc<dyn Keep>,
+        mut anchors: HashMap<u64, OwnedFd>,
+    ) -> io::Result<Self> {
+        if self.handles.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "-o keeper needs inodes known by file handle (inode_file_handles=prefer or mandatory, \
+                 on a source whose filesystem gives them): a node held by a descriptor cannot be found \
+                 again after a crash",
+            ));
+        }
+        let mut live = 0;
+        for (shard_i, shard) in self.shards.iter().enumerate() {
+            let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut frees = Vec::new();
+            for (slot, r) in mirror.load(shard_i).into_iter().enumerate() {
+                let id = encode(shard_i, slot);
+                let state = match (r.state, r.handle) {
+                    (State::Live, handle) if r.nlookup > 0 => {
+                        let anchor = match handle {
+                            Some(h) => Some(Ok(h)),
+                            None => anchors.remove(&id).map(Err),
+                        };
+                        match anchor {
+                            Some(anchor) => {
+                                live += 1;
+                                s.by_key.insert(r.key, slot);
+                                let data = Arc::new_cyclic(|me| {
+                                    let anchor = match anchor {
+                                        Ok(handle) => Anchor::Handle(HandleAnchor {
+                                            handle,
+                                            slot: Mutex::new(FdSlot::default()),
+                                            referenced: AtomicBool::new(false),
+                                            ring: shard_i,
+                                            me: me.clone(),
+                                        }),
+                                        Err(fd) => Anchor::Fd(fd),
+                                    };
+                                    InodeData::with_anchor(anchor, r.key, r.kind)
+                                });
+                                SlotState::Live(Slot {
+                                    data,
+                                    nlookup: r.nlookup,
+                                })
+                            }
+                            None => {
+                                log::error!(
+                                    "node {id}: its descriptor was not kept; requests on it get ESTALE"
+                                );
+                                frees.push((slot, r.stamp));
+                                SlotState::Vacant { stamp: r.stamp }
+                            }
+                        }
+                    }
+                    (State::Forgotten, Some(handle)) => {
+                        s.by_key.entry(r.key).or_insert(slot);
+                        frees.push((slot, r.stamp));
+                        SlotState::Forgotten(Remembered {
+                            key: r.key,
+                            handle,
+                            stamp: r.stamp,
+                        })
+                    }
+                    _ => {
+                        frees.push((slot, r.stamp));
+                        SlotState::Vacant { stamp: r.stamp }
+                    }
+                };
+                s.slots.push(state);
+                s.generations.push(r.generation);
+            }
+            // A live inode of the key wins over a remembered one; of two
+            // live ones (the source reused the number of a removed inode
+            // the kernel still holds), the one whose handle still opens.
+            let keys: Vec<(Key, usize)> = s
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, st)| st.live().map(|e| (e.data.key, i)))
+                .collect();
+            for (k, i) in keys {
+                let keep_old = s.by_key.get(&k).is_some_and(|&j| {
+                    j != i && s.slots[j].live().is_some() && !self.handle_opens(&s.slots[i])
+                });
+                if !keep_old {
+                    s.by_key.insert(k, i);
+                }
+            }
+            frees.sort_by_key(|&(_, stamp)| stamp);
+            s.frees = frees.last().map_or(0, |&(_, stamp)| stamp);
+            s.free = frees.into();
+        }
+        self.live.store(live, Ordering::Relaxed);
+        for id in anchors.into_keys() {
+            log::warn!("a kept descriptor for node {id}, which the table does not hold: closed");
+            if let Err(e) = keep.withdraw(durable::anchor_key(id)) {
+                log::warn!("withdrawing it: {e}");
+            }
+        }
+        self.durable = Some(Durable { mirror, keep });
+        Ok(self)
     }
 
     /// Whether inodes are anchored by file handles.
@@ -417,7 +640,7 @@ impl InodeTable {
         }
         let (shard, slot) = decode(id)?;
         let s = self.shard(shard);
-        s.slots.get(slot)?.as_ref().map(|e| e.data.clone())
+        s.slots.get(slot)?.live().map(|e| e.data.clone())
     }
 
     /// A descriptor of `inode` (`O_PATH`, or whatever it was pinned with),
@@ -473,13 +696,13 @@ impl InodeTable {
     /// `st`): the existing entry if the key is known and names the same
     /// inode (then `fd` is closed or fills its empty cache slot), else a
     /// new one.
-    pub fn lookup_or_insert(&self, fd: OwnedFd, st: &libc::stat) -> Found {
+    pub fn lookup_or_insert(&self, fd: OwnedFd, st: &libc::stat) -> io::Result<Found> {
         if (st.st_dev, st.st_ino) == self.root.key {
-            return Found {
+            return Ok(Found {
                 id: ROOT_ID,
                 generation: 0,
                 data: self.root.clone(),
-            };
+            });
         }
         // On the source's mount only: a handle of another filesystem would
         // not resolve on this one's mount descriptor.
@@ -494,32 +717,95 @@ impl InodeTable {
     }
 
     /// [`Self::lookup_or_insert`] with the handle already read.
-    fn insert_with_handle(&self, fd: OwnedFd, st: &libc::stat, handle: Option<RawFileHandle>) -> Found {
+    pub(crate) fn insert_with_handle(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        handle: Option<RawFileHandle>,
+    ) -> io::Result<Found> {
         let key = (st.st_dev, st.st_ino);
         let shard_i = shard_of(key);
         let mut s = self.shard(shard_i);
+        let mut revive = None;
         if let Some(&slot) = s.by_key.get(&key) {
             let generation = s.generations[slot];
-            if let Some(e) = s.slots[slot].as_mut()
-                && e.data.same_inode(handle.as_ref())
-            {
-                e.nlookup += 1;
-                let data = e.data.clone();
-                drop(s);
-                if let Anchor::Handle(a) = &data.anchor
-                    && a.slot().fd.is_none()
-                {
-                    self.admit(a, fd);
+            match &mut s.slots[slot] {
+                SlotState::Live(e) if e.data.same_inode(handle.as_ref()) => {
+                    e.nlookup += 1;
+                    if let Some(d) = &self.durable {
+                        d.mirror.nlookup(shard_i, slot, e.nlookup);
+                    }
+                    let data = e.data.clone();
+                    drop(s);
+                    if let Anchor::Handle(a) = &data.anchor
+                        && a.slot().fd.is_none()
+                    {
+                        self.admit(a, fd);
+                    }
+                    return Ok(Found {
+                        id: encode(shard_i, slot),
+                        generation,
+                        data,
+                    });
                 }
-                return Found {
-                    id: encode(shard_i, slot),
-                    generation,
-                    data,
-                };
+                // Forgotten, and the same inode: back under its node id.
+                SlotState::Forgotten(r)
+                    if handle.as_ref().is_some_and(|h| {
+                        h.handle_type() == r.handle.handle_type() && h.bytes() == r.handle.bytes()
+                    }) =>
+                {
+                    revive = Some(slot);
+                }
+                // Otherwise the inode number was reused by a new inode: the
+                // old entry stays for its node id until forgotten (or its
+                // slot reused), the key now leads to the new one.
+                _ => {}
             }
-            // Otherwise the inode number was reused by a new inode: the old
-            // entry stays for its node id until forgotten, the key now
-            // leads to the new one.
+        }
+        // The slot first: under a keeper its record must fit, and an inode
+        // without a handle has its descriptor kept before it is live.
+        let slot = match revive {
+            Some(i) => i,
+            None => match s.take_free() {
+                Some(i) => {
+                    s.generations[i] += 1;
+                    i
+                }
+                None => {
+                    if let Some(d) = &self.durable
+                        && s.slots.len() >= d.mirror.per_shard()
+                    {
+                        return Err(table_full(d.mirror.per_shard()));
+                    }
+                    s.slots.push(SlotState::Vacant { stamp: 0 });
+                    s.generations.push(0);
+                    s.slots.len() - 1
+                }
+            },
+        };
+        let generation = s.generations[slot];
+        let id = encode(shard_i, slot);
+        if let Some(d) = &self.durable {
+            if handle.is_none()
+                && let Err(e) = d.keep.deposit(durable::anchor_key(id), fd.as_fd())
+            {
+                // The slot goes back as it was: free (a revived one keeps
+                // its handle), oldest in line.
+                if !matches!(s.slots[slot], SlotState::Forgotten(_)) {
+                    let (_, stamp) = s.release(slot, None);
+                    d.mirror.freed(shard_i, slot, generation, stamp, false);
+                }
+                log::error!("keeping the descriptor of an inode without a file handle: {e}");
+                return Err(e);
+            }
+            d.mirror.live(
+                shard_i,
+                slot,
+                generation,
+                key,
+                st.st_mode & libc::S_IFMT,
+                handle.as_ref(),
+            );
         }
         let mut fd = Some(fd);
         let data = Arc::new_cyclic(|me| match handle {
@@ -535,36 +821,111 @@ impl InodeTable {
                     ring: shard_i,
                     me: me.clone(),
                 }),
-                st,
+                key,
+                st.st_mode & libc::S_IFMT,
             ),
-            None => InodeData::with_anchor(Anchor::Fd(fd.take().expect("the descriptor is unused")), st),
+            None => InodeData::with_anchor(
+                Anchor::Fd(fd.take().expect("the descriptor is unused")),
+                key,
+                st.st_mode & libc::S_IFMT,
+            ),
         });
-        let slot = match s.free.pop() {
-            Some(i) => {
-                s.generations[i] += 1;
-                i
-            }
-            None => {
-                s.slots.push(None);
-                s.generations.push(0);
-                s.slots.len() - 1
-            }
-        };
-        s.slots[slot] = Some(Slot {
+        s.slots[slot] = SlotState::Live(Slot {
             data: data.clone(),
             nlookup: 1,
         });
         s.by_key.insert(key, slot);
-        let generation = s.generations[slot];
         drop(s);
         if let (Anchor::Handle(a), Some(hs)) = (&data.anchor, &self.handles) {
             hs.cache.admit(a.ring, a.me.clone());
         }
         self.live.fetch_add(1, Ordering::Relaxed);
-        Found {
-            id: encode(shard_i, slot),
-            generation,
-            data,
+        Ok(Found { id, generation, data })
+    }
+
+    /// One more lookup of node `id` itself, with its attributes: the
+    /// kernel's LOOKUP of "." in `id` (`FUSE_EXPORT_SUPPORT`), sent when it
+    /// opens a file handle of a node it no longer caches. A node forgotten
+    /// since is brought back from the file handle left in its slot, under
+    /// the same node id and generation; `ESTALE` when its slot was reused
+    /// or its inode is gone from the source.
+    pub fn lookup_node(&self, id: u64) -> io::Result<(Found, libc::stat)> {
+        let data = if id == ROOT_ID {
+            Some(self.root.clone())
+        } else {
+            let (shard, slot) = decode(id).ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+            let s = self.shard(shard);
+            match s.slots.get(slot) {
+                Some(SlotState::Live(e)) => Some(e.data.clone()),
+                Some(SlotState::Forgotten(r)) => {
+                    let handle = r.handle;
+                    drop(s);
+                    let hs = self
+                        .handles
+                        .as_ref()
+                        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+                    let fd = {
+                        let _as_daemon = credentials::as_daemon();
+                        sys::open_by_handle(hs.mount_fd.as_fd(), &handle, libc::O_PATH)?
+                    };
+                    let st = sys::stat_fd(fd.as_fd())?;
+                    let found = self.insert_with_handle(fd, &st, Some(handle))?;
+                    return self.expect_id(id, found, st);
+                }
+                _ => None,
+            }
+        };
+        let data = data.ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+        let fd = self.fd(&data)?.as_fd().try_clone_to_owned()?;
+        let st = sys::stat_fd(fd.as_fd())?;
+        let found = self.lookup_or_insert(fd, &st)?;
+        self.expect_id(id, found, st)
+    }
+
+    /// `found` if it is node `id` (the kernel takes no other answer to a
+    /// LOOKUP of "."); else its lookup is undone and the node is stale.
+    fn expect_id(&self, id: u64, found: Found, st: libc::stat) -> io::Result<(Found, libc::stat)> {
+        if found.id == id {
+            return Ok((found, st));
+        }
+        self.forget(found.id, 1);
+        Err(io::Error::from_raw_os_error(libc::ESTALE))
+    }
+
+    /// The live inode an open descriptor `fd` (attributes `st`) is of: by
+    /// its source key, and its file handle where it has one (a successor
+    /// taking up the predecessor's open files). Several live slots may
+    /// share a key (a removed inode's number reused while the kernel holds
+    /// both): all of its shard's are looked at, not only the key's latest.
+    pub fn find_open(&self, fd: BorrowedFd<'_>, st: &libc::stat) -> io::Result<Arc<InodeData>> {
+        let key = (st.st_dev, st.st_ino);
+        if key == self.root.key {
+            return Ok(self.root.clone());
+        }
+        let handle = sys::name_to_handle(fd).ok().map(|(h, _)| h);
+        let s = self.shard(shard_of(key));
+        let fits = |e: &&Slot| e.data.key == key && e.data.same_inode(handle.as_ref());
+        s.by_key
+            .get(&key)
+            .and_then(|&i| s.slots[i].live())
+            .filter(fits)
+            .or_else(|| s.slots.iter().filter_map(SlotState::live).find(fits))
+            .map(|e| e.data.clone())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))
+    }
+
+    /// Whether a live slot's file handle still opens its inode (restore:
+    /// which of two slots of one key is the inode now there).
+    fn handle_opens(&self, slot: &SlotState) -> bool {
+        let (Some(e), Some(hs)) = (slot.live(), &self.handles) else {
+            return false;
+        };
+        match &e.data.anchor {
+            Anchor::Handle(a) => {
+                let _as_daemon = credentials::as_daemon();
+                sys::open_by_handle(hs.mount_fd.as_fd(), &a.handle, libc::O_PATH).is_ok()
+            }
+            Anchor::Fd(_) => true,
         }
     }
 
@@ -578,26 +939,42 @@ impl InodeTable {
             return;
         };
         let mut s = self.shard(shard);
-        let Some(Some(e)) = s.slots.get_mut(slot) else {
+        let Some(SlotState::Live(e)) = s.slots.get_mut(slot) else {
             drop(s);
             log::warn!("forget of unknown node id {id}");
             return;
         };
         if e.nlookup > n {
             e.nlookup -= n;
+            if let Some(d) = &self.durable {
+                d.mirror.nlookup(shard, slot, e.nlookup);
+            }
             return;
         }
         if e.nlookup < n {
             log::warn!("node {id}: forget of {n} exceeds its {} lookups", e.nlookup);
         }
         let key = e.data.key;
-        // Dropping the slot closes the inode's descriptor unless a request
-        // still holds it.
-        let gone = s.slots[slot].take();
-        if s.by_key.get(&key) == Some(&slot) {
+        // A handle stays in the slot, and the key keeps leading to it, until
+        // the slot is reused; an inode held by a descriptor leaves nothing.
+        let remember = match &e.data.anchor {
+            Anchor::Handle(a) => Some((key, a.handle)),
+            Anchor::Fd(_) => None,
+        };
+        if remember.is_none() && s.by_key.get(&key) == Some(&slot) {
             s.by_key.remove(&key);
         }
-        s.free.push(slot);
+        // Dropping the inode closes its descriptor unless a request still
+        // holds it.
+        let remembered = remember.is_some();
+        let (gone, stamp) = s.release(slot, remember);
+        if let Some(d) = &self.durable {
+            d.mirror
+                .freed(shard, slot, s.generations[slot], stamp, remembered);
+            if !remembered && let Err(e) = d.keep.withdraw(durable::anchor_key(id)) {
+                log::warn!("node {id}: withdrawing its kept descriptor: {e}");
+            }
+        }
         drop(s);
         drop(gone);
         self.live.fetch_sub(1, Ordering::Relaxed);
@@ -613,7 +990,7 @@ impl InodeTable {
     pub fn nlookup(&self, id: u64) -> Option<u64> {
         let (shard, slot) = decode(id)?;
         let s = self.shard(shard);
-        s.slots.get(slot)?.as_ref().map(|e| e.nlookup)
+        s.slots.get(slot)?.live().map(|e| e.nlookup)
     }
 }
 
@@ -638,18 +1015,18 @@ mod tests {
         let t = InodeTable::new(root, HandleMode::Never, 0).unwrap();
 
         let (fd, st) = open_path(&dir.join("f"));
-        let a = t.lookup_or_insert(fd, &st);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
         let (fd, st) = open_path(&dir.join("f"));
-        let b = t.lookup_or_insert(fd, &st);
+        let b = t.lookup_or_insert(fd, &st).unwrap();
         assert_eq!(a.id, b.id);
         assert!(a.id > ROOT_ID);
         assert_eq!(t.nlookup(a.id), Some(2));
         assert_eq!(t.live(), 1);
 
         let (fd, st) = open_path(&dir);
-        assert_eq!(t.lookup_or_insert(fd, &st).id, ROOT_ID);
+        assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, ROOT_ID);
         let (fd, st) = open_path(&dir.join("sub"));
-        let c = t.lookup_or_insert(fd, &st);
+        let c = t.lookup_or_insert(fd, &st).unwrap();
         assert_ne!(c.id, a.id);
         assert_eq!(t.live(), 2);
 
@@ -666,7 +1043,7 @@ mod tests {
         assert!(t.get(u64::MAX).is_none());
 
         let (fd, st) = open_path(&dir.join("f"));
-        let d = t.lookup_or_insert(fd, &st);
+        let d = t.lookup_or_insert(fd, &st).unwrap();
         if d.id == a.id {
             assert!(d.generation > a.generation);
         }
@@ -710,7 +1087,7 @@ mod tests {
             let p = dir.join(format!("f{i}"));
             std::fs::write(&p, b"x").unwrap();
             let (fd, st) = open_path(&p);
-            let f = t.lookup_or_insert(fd, &st);
+            let f = t.lookup_or_insert(fd, &st).unwrap();
             assert!(f.data.has_handle());
             found.push((f, st.st_ino));
         }
@@ -736,15 +1113,15 @@ mod tests {
         let (fd, st) = open_path(&p);
         let (real, _) = sys::name_to_handle(fd.as_fd()).unwrap();
         let other = sys::RawFileHandle::from_parts(real.handle_type(), &[0xa5; 8]);
-        let old = t.insert_with_handle(fd, &st, Some(other));
+        let old = t.insert_with_handle(fd, &st, Some(other)).unwrap();
         let (fd, st) = open_path(&p);
-        let new = t.lookup_or_insert(fd, &st);
+        let new = t.lookup_or_insert(fd, &st).unwrap();
         assert_ne!(old.id, new.id, "a different handle must make a new inode");
         assert_eq!(t.live(), 2);
         // The key leads to the new inode; forgetting the old one keeps it so.
         t.forget(old.id, 1);
         let (fd, st) = open_path(&p);
-        assert_eq!(t.lookup_or_insert(fd, &st).id, new.id);
+        assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, new.id);
         assert_eq!(t.nlookup(new.id), Some(2));
         assert_eq!(t.live(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -758,9 +1135,9 @@ mod tests {
         std::fs::write(&a, b"x").unwrap();
         std::fs::write(&b, b"y").unwrap();
         let (fd, st) = open_path(&a);
-        let fa = t.lookup_or_insert(fd, &st);
+        let fa = t.lookup_or_insert(fd, &st).unwrap();
         let (fd, st) = open_path(&b);
-        let fb = t.lookup_or_insert(fd, &st);
+        let fb = t.lookup_or_insert(fd, &st).unwrap();
         let open_b = std::fs::File::open(&b).unwrap();
         fb.data.pin(open_b.as_fd());
         std::fs::remove_file(&a).unwrap();
@@ -773,7 +1150,7 @@ mod tests {
             let p = dir.join(format!("g{pushed}"));
             std::fs::write(&p, b"z").unwrap();
             let (fd, st) = open_path(&p);
-            t.lookup_or_insert(fd, &st);
+            t.lookup_or_insert(fd, &st).unwrap();
             pushed += 1;
         }
         assert!(!fa.data.holds_fd(), "still cached after {pushed} other inodes");
@@ -803,6 +1180,88 @@ mod tests {
         let t = InodeTable::new(root, HandleMode::Prefer, 64).unwrap();
         assert!(!t.uses_file_handles());
         assert_eq!(t.fd_cache_capacity(), 0);
+    }
+
+    #[test]
+    fn a_forgotten_inode_comes_back_under_its_id_until_its_slot_is_reused() {
+        let dir = scratch("revive");
+        let Some(t) = handle_table(&dir, 64) else { return };
+        let p = dir.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let (fd, st) = open_path(&p);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
+        t.forget(a.id, 1);
+        assert!(t.get(a.id).is_none(), "a forgotten node serves no request");
+        assert_eq!(t.live(), 0);
+        // The kernel's LOOKUP of "." in the forgotten node id.
+        let (b, bst) = t.lookup_node(a.id).expect("lookup of a forgotten node");
+        assert_eq!((b.id, b.generation, bst.st_ino), (a.id, a.generation, st.st_ino));
+        assert_eq!(t.nlookup(a.id), Some(1));
+        assert_eq!(ino_of(&t, &b.data).unwrap(), st.st_ino);
+        // "." of a live node counts one more lookup.
+        assert_eq!(t.lookup_node(a.id).unwrap().0.id, a.id);
+        assert_eq!(t.nlookup(a.id), Some(2));
+        t.forget(a.id, 2);
+        // A lookup by name brings it back under the same id too.
+        let (fd, st) = open_path(&p);
+        let c = t.lookup_or_insert(fd, &st).unwrap();
+        assert_eq!((c.id, c.generation), (a.id, a.generation));
+        assert_eq!(t.live(), 1);
+        t.forget(a.id, 1);
+
+        // Freed slots are reused oldest first: `a`'s was freed first, so
+        // it goes to the first new inode of its shard.
+        let shard = shard_of((st.st_dev, st.st_ino));
+        let mut i = 0;
+        let reused = loop {
+            let q = dir.join(format!("g{i}"));
+            std::fs::write(&q, b"y").unwrap();
+            let (fd, st) = open_path(&q);
+            i += 1;
+            if shard_of((st.st_dev, st.st_ino)) == shard {
+                break t.lookup_or_insert(fd, &st).unwrap();
+            }
+            assert!(i < 10_000, "no inode hashed to shard {shard}");
+        };
+        assert_eq!(reused.id, a.id);
+        assert!(reused.generation > a.generation);
+        // The old (id, generation) is gone for good: "." answers the new
+        // inode, whose generation the kernel finds different (ESTALE).
+        let (now, _) = t.lookup_node(a.id).unwrap();
+        assert_eq!(now.generation, reused.generation);
+        // And a lookup of `f` by name is a new node id now.
+        let (fd, st) = open_path(&p);
+        assert_ne!(t.lookup_or_insert(fd, &st).unwrap().id, a.id);
+        assert!(matches!(t.lookup_node(u64::MAX), Err(e) if e.raw_os_error() == Some(libc::ESTALE)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_forgotten_removed_inode_is_stale_and_the_free_queue_stays_bounded() {
+        let dir = scratch("revive-gone");
+        let Some(t) = handle_table(&dir, 64) else { return };
+        let p = dir.join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let (fd, st) = open_path(&p);
+        let a = t.lookup_or_insert(fd, &st).unwrap();
+        t.forget(a.id, 1);
+        // Looked up and forgotten again and again: each leaves a stale
+        // entry in the free queue, which must not grow without bound.
+        for _ in 0..1000 {
+            let (fd, st) = open_path(&p);
+            assert_eq!(t.lookup_or_insert(fd, &st).unwrap().id, a.id);
+            t.forget(a.id, 1);
+        }
+        let (shard, _) = decode(a.id).unwrap();
+        let queued = t.shard(shard).free.len();
+        assert!(queued <= 2 * t.shard(shard).slots.len() + 16, "{queued} queued");
+        std::fs::remove_file(&p).unwrap();
+        match t.lookup_node(a.id) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+            Ok(_) => panic!("a removed inode came back"),
+        }
+        assert_eq!(t.live(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

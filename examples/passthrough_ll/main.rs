@@ -10,12 +10,20 @@
 //! writes the session's statistics and the number of inodes the kernel
 //! still held (`"inodes"`) as JSON. See `args.rs` for the options and
 //! `fs.rs` for how operations reach the source directory.
+//!
+//! With `-o keeper` this process keeps the mount and serves it from a child
+//! (the same program and arguments), which a crash or `SIGUSR2` replaces;
+//! the child keeps its node table and open files with the keeper
+//! (`durable.rs`).
 
 mod args;
 #[cfg(test)]
 mod battery_tests;
 #[path = "../common/cli.rs"]
 mod cli;
+mod durable;
+#[cfg(test)]
+mod durable_tests;
 mod fdcache;
 mod fs;
 mod handles;
@@ -27,6 +35,7 @@ mod sys;
 use fs::PassthroughFs;
 use inodes::HandleMode;
 
+use fuse_wire::session::keeper::{KeeperLink, Restore, run_keeper};
 use fuse_wire::session::{Session, SessionConfig, SessionHandle, Transport};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +49,8 @@ fn main() {
 }
 
 fn run() -> i32 {
+    // Started by a keeper (`-o keeper`): serve the connection it holds.
+    let link = KeeperLink::from_env();
     let mut argv = Vec::new();
     for a in std::env::args_os().skip(1) {
         match a.into_string() {
@@ -74,6 +85,10 @@ fn run() -> i32 {
         .filter_level(level)
         .parse_default_env()
         .init();
+
+    if args.keeper && link.is_none() {
+        return keep(&args, argv);
+    }
 
     // Before any thread exists, so that every thread inherits the mask and
     // only the signal thread below receives these.
@@ -167,6 +182,11 @@ fn run() -> i32 {
             return 1;
         }
     };
+    if let Some(link) = link {
+        // The keeper answers the stop signals (it retires this daemon);
+        // they stay blocked here.
+        return serve_kept(link, root, args.fs.clone(), config);
+    }
     let fs = match PassthroughFs::new(root, args.fs.clone()) {
         Ok(fs) => Arc::new(fs),
         Err(e) => {
@@ -226,6 +246,80 @@ fn run() -> i32 {
             );
             0
         }
+        Err(e) => {
+            eprintln!("passthrough_ll: {e}");
+            1
+        }
+    }
+}
+
+/// `-o keeper`: checks that the source can be served that way, then mounts
+/// and keeps the mount, running this program with the same arguments as
+/// the serving daemon, replaced when it dies.
+fn keep(args: &args::Args, argv: Vec<String>) -> i32 {
+    let source = match CString::new(args.source.as_os_str().as_bytes()) {
+        Ok(s) => s,
+        Err(_) => {
+            eprintln!("passthrough_ll: source path contains a NUL byte");
+            return 2;
+        }
+    };
+    let usable = sys::openat(sys::Dir::Cwd, &source, libc::O_PATH | libc::O_DIRECTORY, 0)
+        .and_then(|root| inodes::probe_handles(std::os::fd::AsFd::as_fd(&root)).map(drop));
+    if let Err(e) = usable {
+        eprintln!(
+            "passthrough_ll: -o keeper: the source {} cannot be served by file handles \
+             (name_to_handle_at/open_by_handle_at: {e}); a successor would not find the inodes again",
+            args.source.display()
+        );
+        return 1;
+    }
+    let program = std::env::current_exe().unwrap_or_else(|_| "passthrough_ll".into());
+    let child_args = argv.into_iter().map(Into::into).collect();
+    match run_keeper(&args.mountpoint, &args.mount, program, child_args) {
+        Ok(report) => {
+            log::info!(
+                "keeper: done ({} daemons started, {} crashes, {} upgrades)",
+                report.started,
+                report.crashes,
+                report.upgrades
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("passthrough_ll: {e}");
+            1
+        }
+    }
+}
+
+/// Serves the connection of `link`'s keeper, taking up the node table and
+/// the open files a predecessor kept there.
+fn serve_kept(
+    link: KeeperLink,
+    root: std::os::fd::OwnedFd,
+    opts: fs::FsOptions,
+    config: SessionConfig,
+) -> i32 {
+    let restore = |r: Restore<'_>| {
+        let per_shard = opts.keeper_nodes.div_ceil(inodes::SHARDS);
+        // The region first: what is left after it are the open files.
+        let region = r.vault.region(
+            durable::REGION_KEY,
+            durable::region_len(inodes::SHARDS, per_shard),
+        )?;
+        let deposits = r.vault.take_deposits();
+        let fs = PassthroughFs::kept(root, opts, Arc::new(region), Arc::new(r.vault), deposits)?;
+        log::info!(
+            "serving under a keeper: {} inodes and {} open files taken up",
+            fs.live_inodes(),
+            fs.open_handles()
+        );
+        Ok(fs)
+    };
+    match link.serve(restore, |_| Vec::new(), config) {
+        Ok(true) => KeeperLink::exit_retired(),
+        Ok(false) => 0,
         Err(e) => {
             eprintln!("passthrough_ll: {e}");
             1

@@ -286,6 +286,12 @@ pub fn fcntl_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, lock: &mut libc::flock) 
     check(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, lock as *mut libc::flock) }).map(drop)
 }
 
+/// `fcntl(fd, F_GETFL)`: the open file description's status flags.
+pub fn get_fl(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: plain call on a live descriptor.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
 pub fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
     // SAFETY: plain call on a live descriptor.
     check(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(drop)

@@ -32,9 +32,25 @@ impl AlignedBuf {
         Self { raw, start, len }
     }
 
-    /// A receive buffer of `len` bytes for a worker.
+    /// A receive buffer of `len` bytes for a worker, its pages faulted in.
+    ///
+    /// The kernel copies a request into the buffer through
+    /// `get_user_pages`; for a page not yet faulted in it takes the slow
+    /// path, which gives up when a fatal signal is pending, and the kernel
+    /// then ends the request it was copying with `EIO`
+    /// (`fuse_dev_do_read`). So a daemon killed while one of its workers
+    /// reads (under a keeper: any crash) would fail that client's request,
+    /// where a request in a faulted-in buffer is copied whole and sent
+    /// again to the successor. The pages are written once here, so they
+    /// are present from the start.
     pub(crate) fn receive(len: usize) -> Self {
-        Self::new(len, WRITE_PAYLOAD_OFFSET)
+        let mut b = Self::new(len, WRITE_PAYLOAD_OFFSET);
+        for i in (0..b.raw.len()).step_by(PAGE) {
+            // SAFETY: `i` is within `raw`; a volatile write, so that the
+            // store is not left out as one of a zero into zeroed memory.
+            unsafe { std::ptr::write_volatile(b.raw.as_mut_ptr().add(i), 0) };
+        }
+        b
     }
 
     pub(crate) fn len(&self) -> usize {

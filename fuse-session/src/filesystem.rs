@@ -68,8 +68,13 @@ pub trait Filesystem: Send + Sync + 'static {
     ///
     /// Reply with [`ReplyEntry::entry`] (one lookup reference on its node),
     /// [`ReplyEntry::negative`] to let the kernel cache the absence, or
-    /// `ENOENT`. `name` is never "." or "..", but can be anything else the
-    /// caller typed.
+    /// `ENOENT`. `name` is never "." or ".." unless the filesystem asked
+    /// for [`InitFlags::EXPORT_SUPPORT`](crate::InitFlags): then "." in
+    /// `parent` asks for the entry of `parent` itself (which the kernel may
+    /// have forgotten: it asks when it opens a file handle of a node it no
+    /// longer caches, and takes only that node id with the generation the
+    /// handle holds) and ".." for its parent directory. Otherwise `name`
+    /// can be anything else the caller typed.
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         let _ = (ctx, parent, name);
         reply.error(Errno::ENOSYS);
