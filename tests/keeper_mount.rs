@@ -235,3 +235,41 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
         "the keeper's log:\n{log}"
     );
 }
+
+/// The first daemon dies while answering INIT: before telling the keeper
+/// what it negotiated, and after telling it but before the kernel had the
+/// answer. Either way the next daemon answers INIT (sent again) and the
+/// mount serves; nothing hangs.
+#[test]
+fn a_first_daemon_dying_in_init_leaves_init_to_its_successor() {
+    if !require_mount_capability() {
+        return;
+    }
+    for point in ["effect", "reply"] {
+        let tmp = TempMountpoint::new(&format!("keeper-init-{point}"));
+        let keeper = Keeper::start_with(
+            std::process::Command::new(example_binary("hello"))
+                .arg(tmp.path())
+                .args(["-o", "keeper"])
+                .env("FUSE_WIRE_FAULT", format!("{point}:INIT")),
+            tmp.path(),
+        );
+        let readers = Readers::start(tmp.path(), 2);
+        std::thread::sleep(Duration::from_millis(500));
+        let (reads, errors) = readers.finish(tmp.path());
+        let log = keeper.stop();
+        assert!(
+            errors.is_empty(),
+            "{point}: readers saw errors: {errors:?}\nkeeper log:\n{log}"
+        );
+        assert!(
+            reads > 2,
+            "{point}: the mount hardly served ({reads} reads)\nkeeper log:\n{log}"
+        );
+        assert_eq!(
+            log.matches("killing this daemon at").count(),
+            1,
+            "{point}: one daemon dies in INIT\nkeeper log:\n{log}"
+        );
+    }
+}

@@ -566,6 +566,7 @@ fn call<'a, F: Filesystem>(
             w.shared.shutdown.store(true, Ordering::Release);
             ReplyEmpty::new(core).ok()
         }
+        O::Init { arg } if ctx.is_resent() => answer_resent_init(fs, core, &arg),
         O::Init { .. } => {
             log::error!("INIT received on a session that is already initialised; answering EIO");
             ReplyEmpty::new(core).error(Errno::EIO)
@@ -584,6 +585,32 @@ fn call<'a, F: Filesystem>(
         }
         _ => ReplyEmpty::new(core).error(Errno::ENOSYS),
     }
+}
+
+/// An INIT sent again to a session that took its connection over: the
+/// predecessor reported what it negotiated and died before its answer
+/// reached the kernel. The filesystem negotiates again from the same offer;
+/// the same program gives the same answer, which is sent.
+fn answer_resent_init<F: Filesystem>(fs: &F, core: ReplyCore, arg: &fuse_proto::abi::InitIn) {
+    let w = core.worker();
+    let had = w.negotiated();
+    let mut cfg = crate::init::InitConfig::new(arg);
+    cfg.default_permissions = had.default_permissions;
+    if let Err(e) = fs.init(&mut cfg) {
+        return ReplyEmpty::new(core).error(e);
+    }
+    let (n, out) = crate::init::negotiate(&cfg, false, w.shared.parse.atomic_open);
+    if n.flags != had.flags || n.minor != had.minor || n.max_write != had.max_write {
+        log::error!(
+            "INIT sent again negotiates otherwise than the predecessor reported ({:?} against {:?}); answering as now",
+            n.flags,
+            had.flags
+        );
+    } else {
+        log::info!("INIT sent again after the predecessor died before answering it; answered as negotiated");
+    }
+    let unique = core.unique();
+    core.send_raw(&Reply::init(unique, &out, arg.minor));
 }
 
 fn unreachable_reply(core: ReplyCore) {

@@ -4,8 +4,10 @@
 //! `FUSE_WIRE_FAULT=<point>:<OPCODE>[,<point>:<OPCODE>...]`, read once when
 //! a journaled session starts ([`crate::journal`]), with `<point>` one of
 //! - `effect`: the filesystem carried the request out and answered, and
-//!   the journal has not recorded the answer yet;
-//! - `reply`: the journal recorded the answer, which is not written yet.
+//!   the journal has not recorded the answer yet (for `INIT`: negotiated,
+//!   the keeper not told yet);
+//! - `reply`: the journal recorded the answer, which is not written yet
+//!   (for `INIT`: the keeper was told, the kernel not answered).
 //!
 //! The process sends itself `SIGKILL` at the first request (not one sent
 //! again) that matches. Nothing happens when the variable is unset, which

@@ -35,7 +35,7 @@ use crate::handover::{Handover, HandoverError, recv_fds, send_with_fd};
 use crate::init::Negotiated;
 use crate::journal::Journal;
 use crate::mount::{Mount, MountError, MountOptions};
-use crate::session::{Session, SessionConfig, SessionError, SessionHandle};
+use crate::session::{NegotiatedHook, Session, SessionConfig, SessionError, SessionHandle};
 use crate::transport::dev_fuse::DevFuse;
 use crate::vault::{RESERVED_KEYS, Vault, VaultStore};
 use std::ffi::OsString;
@@ -476,24 +476,6 @@ fn start_child(
     })
 }
 
-/// Calls `f` with what INIT negotiated (encoded for a handover), from a
-/// thread, once the session has it (INIT may come late; the thread gives up
-/// after an hour).
-pub(crate) fn when_negotiated(handle: &SessionHandle, f: impl FnOnce(&[u8]) + Send + 'static) {
-    let handle = handle.clone();
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(3600);
-        while Instant::now() < deadline {
-            if let Some(n) = handle.negotiated() {
-                let mut b = Vec::new();
-                crate::handover::encode_negotiated_bytes(&n, &mut b);
-                return f(&b);
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    });
-}
-
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
 /// Returns whether an INIT report came.
 fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) -> bool {
@@ -725,9 +707,22 @@ impl KeeperLink {
                     state: None,
                     vault: vault.clone(),
                 })?);
+                // The keeper learns what INIT negotiated before the kernel
+                // has the answer: a daemon dying in between leaves it INIT
+                // to send again, never a connection it cannot hand over.
+                let sock = self.sock.try_clone()?;
+                config.on_negotiated = Some(NegotiatedHook(Arc::new(move |n| {
+                    let mut b = Vec::new();
+                    crate::handover::encode_negotiated_bytes(n, &mut b);
+                    if let Err(e) = write_blob(&sock, b'N', &b) {
+                        log::warn!("telling the keeper what INIT negotiated: {e}");
+                    }
+                })));
                 let chan = Arc::new(DevFuse::from_fd(dev));
                 let mut s = Session::from_arc(fs.clone(), chan, config)?;
                 s.set_default_permissions(default_permissions);
+                // A predecessor may have read INIT and died.
+                s.resend_before_init();
                 (s, fs, None)
             }
             Connection::TakenOver(h) => {
@@ -744,19 +739,16 @@ impl KeeperLink {
             }
         };
         let handle = session.handle();
-        match taken_over {
-            // Said before the first request is read: once this daemon may
-            // have changed anything, the keeper must know that it serves
-            // (it then drops the state this daemon started from), even if
-            // the daemon dies a moment later.
-            Some(n) => {
-                let mut b = Vec::new();
-                crate::handover::encode_negotiated_bytes(&n, &mut b);
-                if let Err(e) = write_blob(&self.sock, b'N', &b) {
-                    log::warn!("telling the keeper that this daemon serves: {e}");
-                }
+        // Said before the first request is read: once this daemon may have
+        // changed anything, the keeper must know that it serves (it then
+        // drops the state this daemon started from), even if the daemon
+        // dies a moment later. (A fresh daemon says it from INIT.)
+        if let Some(n) = taken_over {
+            let mut b = Vec::new();
+            crate::handover::encode_negotiated_bytes(&n, &mut b);
+            if let Err(e) = write_blob(&self.sock, b'N', &b) {
+                log::warn!("telling the keeper that this daemon serves: {e}");
             }
-            None => self.report_negotiated(&handle),
         }
         let running = session.spawn()?;
         let watcher = self.watch(handle.clone());
@@ -770,19 +762,6 @@ impl KeeperLink {
         }
         drop(watcher);
         result.map(|_| retired)
-    }
-
-    /// Tells the keeper what INIT negotiated, once it has.
-    fn report_negotiated(&self, handle: &SessionHandle) {
-        let sock = match self.sock.try_clone() {
-            Ok(s) => s,
-            Err(e) => return log::warn!("keeper link: {e}"),
-        };
-        when_negotiated(handle, move |b| {
-            if let Err(e) = write_blob(&sock, b'N', b) {
-                log::warn!("telling the keeper what INIT negotiated: {e}");
-            }
-        });
     }
 
     /// A thread that retires the session when the keeper says so. If the

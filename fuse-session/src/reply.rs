@@ -112,6 +112,17 @@ impl ReplyCore {
         self.worker.clone()
     }
 
+    /// The request's unique, as read.
+    pub(crate) fn unique(&self) -> u64 {
+        self.unique
+    }
+
+    /// Answers with a message built by the caller (the session's own
+    /// answers, such as INIT).
+    pub(crate) fn send_raw(self, msg: &Reply<'_>) {
+        self.send(msg)
+    }
+
     fn send(mut self, msg: &Reply<'_>) {
         self.finish(msg);
     }

@@ -34,10 +34,10 @@ use crate::fdstore::FdStore;
 use crate::filesystem::Filesystem;
 use crate::handover::{check_fuse_device, check_mountpoint};
 use crate::journal::Journal;
-use crate::keeper::{Restore, dev_fuse_only, install_signals, take_signal, when_negotiated};
+use crate::keeper::{Restore, dev_fuse_only, install_signals, take_signal};
 use crate::mount::{Mount, MountOptions};
 use crate::region::{SharedRegion, load_bytes, store_bytes};
-use crate::session::{Session, SessionConfig, SessionError};
+use crate::session::{NegotiatedHook, Session, SessionConfig, SessionError};
 use crate::vault::{RESERVED_KEYS, Vault, fdstore_name};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -93,22 +93,33 @@ pub fn serve_with_fdstore<F: Filesystem>(
     config.clone_fd = false;
     let wake = install_signals()?;
     let vault = Vault::in_fdstore(store.clone());
-    let init = vault.region(INIT_KEY, INIT_BYTES)?;
+    let init = Arc::new(vault.region(INIT_KEY, INIT_BYTES)?);
     let taken = store.take(DEV_NAME);
-    let fresh = taken.is_none();
+    // What INIT negotiated on the stored connection, if a daemon got that
+    // far: one that died before has left INIT to be sent again.
+    let known = taken.as_ref().and_then(|_| read_init(&init));
+    let fresh = known.is_none();
     dev_fuse_only(&mut config, fresh);
     let journal = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
     config.journal = Some(Arc::new(Journal::open(journal, fresh)?));
-    let (session, fs, resumed_dev) = match taken {
-        Some(dev) => {
+    if fresh {
+        // Recorded before the kernel has the answer, so that a daemon dying
+        // in between leaves INIT to send again, never a connection its
+        // successor cannot take over.
+        init.clear();
+        let init = init.clone();
+        config.on_negotiated = Some(NegotiatedHook(Arc::new(move |n| {
+            let mut b = Vec::new();
+            crate::handover::encode_negotiated_bytes(n, &mut b);
+            if !write_init(&init, &b) {
+                log::error!("what INIT negotiated does not fit the fd store's record");
+            }
+        })));
+    }
+    let (session, fs, resumed_dev) = match (taken, known) {
+        (Some(dev), Some(negotiated)) => {
             check_fuse_device(dev.as_fd()).map_err(io::Error::other)?;
             check_mountpoint(dev.as_fd(), mountpoint).map_err(io::Error::other)?;
-            let negotiated = read_init(&init).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "the fd store holds a connection but not what its INIT negotiated",
-                )
-            })?;
             let state = take_state(&store)?;
             let fs = Arc::new(restore(Restore {
                 state: Some(&state),
@@ -125,12 +136,31 @@ pub fn serve_with_fdstore<F: Filesystem>(
                 Some(keep),
             )
         }
-        None => {
+        (Some(dev), None) => {
+            // The first daemon of this mount died before INIT was
+            // answered: answer it now, on the stored connection.
+            check_fuse_device(dev.as_fd()).map_err(io::Error::other)?;
+            check_mountpoint(dev.as_fd(), mountpoint).map_err(io::Error::other)?;
+            let fs = Arc::new(restore(Restore {
+                state: None,
+                vault: vault.clone(),
+            })?);
+            let keep = dev.try_clone()?;
+            log::info!(
+                "the connection of {} in the fd store was never initialised; answering INIT",
+                mountpoint.display()
+            );
+            let chan = Arc::new(crate::transport::dev_fuse::DevFuse::from_fd(dev));
+            let mut s = Session::from_arc(fs.clone(), chan, config)?;
+            s.set_default_permissions(opts.default_permissions);
+            s.resend_before_init();
+            (s, fs, Some(keep))
+        }
+        (None, _) => {
             let m = Mount::new(mountpoint, opts)?;
             // Stored before any request is read: from now on a crash
             // leaves the connection with systemd.
             store.store(DEV_NAME, m.dev().as_fd())?;
-            init.clear();
             let fs = Arc::new(restore(Restore {
                 state: None,
                 vault: vault.clone(),
@@ -139,13 +169,6 @@ pub fn serve_with_fdstore<F: Filesystem>(
         }
     };
     let handle = session.handle();
-    if fresh {
-        when_negotiated(&handle, move |b| {
-            if !write_init(&init, b) {
-                log::error!("what INIT negotiated does not fit the fd store's record");
-            }
-        });
-    }
     let running = session.spawn()?;
     if let Err(e) = store.notify("READY=1") {
         log::warn!("{e}");

@@ -107,6 +107,20 @@ pub struct SessionConfig {
     /// predecessor carried out take effect once ([`crate::journal`]). Set
     /// by [`crate::keeper::KeeperLink::serve`].
     pub journal: Option<Arc<crate::journal::Journal>>,
+    /// Called with what INIT negotiated just before the INIT reply is
+    /// written, so that whoever keeps the connection knows it even if this
+    /// process dies a moment later (a keeper: [`crate::keeper`]).
+    pub on_negotiated: Option<NegotiatedHook>,
+}
+
+/// A callback for [`SessionConfig::on_negotiated`].
+#[derive(Clone)]
+pub struct NegotiatedHook(pub Arc<dyn Fn(&Negotiated) + Send + Sync>);
+
+impl std::fmt::Debug for NegotiatedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NegotiatedHook")
+    }
 }
 
 /// Workers per CPU when [`SessionConfig::workers`] is 0.
@@ -148,6 +162,7 @@ impl Default for SessionConfig {
             splice_write: false,
             splice_write_min: 0,
             journal: None,
+            on_negotiated: None,
         }
     }
 }
@@ -410,6 +425,9 @@ pub struct Session<F: Filesystem> {
     mount_left: Arc<Mutex<Option<String>>>,
     /// The mount options said `default_permissions`.
     mount_default_permissions: bool,
+    /// Ask the kernel to send INIT again before waiting for it (a
+    /// predecessor may have read it and died).
+    resend_before_init: bool,
 }
 
 impl<F: Filesystem> Session<F> {
@@ -444,6 +462,7 @@ impl<F: Filesystem> Session<F> {
             resumed: None,
             mount_left: Arc::new(Mutex::new(None)),
             mount_default_permissions: false,
+            resend_before_init: false,
         })
     }
 
@@ -540,6 +559,15 @@ impl<F: Filesystem> Session<F> {
         self.mount_default_permissions = on;
     }
 
+    /// Before waiting for INIT, asks the kernel to send again what was read
+    /// and not answered (`FUSE_NOTIFY_RESEND`): a predecessor on a new
+    /// connection may have read INIT and died before answering it. The
+    /// kernel sends nothing else before INIT is answered; one without RESEND
+    /// refuses the notification, which is then of no matter.
+    pub(crate) fn resend_before_init(&mut self) {
+        self.resend_before_init = true;
+    }
+
     /// The handle (statistics, notifier, stop).
     pub fn handle(&self) -> SessionHandle {
         self.handle.clone()
@@ -570,6 +598,9 @@ impl<F: Filesystem> Session<F> {
     /// (rings joined, DESTROY, unmount).
     pub fn run(mut self) -> Result<SessionReport, SessionError> {
         signal::install_wake_handler();
+        if self.config.journal.is_some() {
+            crate::fault::arm();
+        }
         let _registered = self.handle.0.threads.register();
         let pool_cfg = self.config.resolved();
         let (negotiated, buf, nr_queues, mut fallback) = match self.resumed.clone() {
@@ -651,6 +682,11 @@ impl<F: Filesystem> Session<F> {
         }
         self.uring = self.config.transport != Transport::DevFuse && fallback.is_none();
         let mut buf = AlignedBuf::receive(crate::init::DEFAULT_MAX_WRITE as usize + 4096);
+        if self.resend_before_init
+            && let Err(e) = self.chan.send(&fuse_proto::reply::notify::resend())
+        {
+            log::debug!("RESEND before INIT: {e}");
+        }
         let negotiated = match self.handshake(buf.as_mut_slice()) {
             Ok(n) => n,
             Err(e) => {
@@ -677,9 +713,6 @@ impl<F: Filesystem> Session<F> {
     /// published to the handle and the notifier.
     fn shared_state(&self, negotiated: &Negotiated, pool_cfg: PoolConfig, nr_queues: usize) -> Arc<Shared> {
         let slots = pool_cfg.slots();
-        if self.config.journal.is_some() {
-            crate::fault::arm();
-        }
         let shared = Arc::new(Shared {
             parse: ParseConfig {
                 minor: negotiated.minor,
@@ -976,6 +1009,12 @@ impl<F: Filesystem> Session<F> {
             n.max_write,
             n.flags
         );
+        let resent = unique & fuse_proto::consts::UNIQUE_RESEND != 0;
+        crate::fault::point(Opcode::Init, crate::fault::Point::Effect, resent);
+        if let Some(hook) = &self.config.on_negotiated {
+            (hook.0)(&n);
+        }
+        crate::fault::point(Opcode::Init, crate::fault::Point::Reply, resent);
         self.send(Opcode::Init, &Reply::init(unique, &out, arg.minor));
         Ok(Some(n))
     }
