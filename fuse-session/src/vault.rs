@@ -275,6 +275,10 @@ impl VaultStore {
                     log::warn!("keeper: a vault message of the wrong size from the daemon; ignored")
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                // The daemon closed its end with messages of ours unread
+                // (it died while receiving its deposits): said once, before
+                // what it sent that is still queued, which is read on.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => continue,
                 Err(e) => {
                     // EMFILE: the deposit's descriptor could not be taken
                     // (the keeper is at its open-files limit); the message
@@ -368,6 +372,27 @@ mod tests {
         assert_eq!(s.trim_end_matches('\0'), "kept");
         assert!(v2.take_deposits().is_empty());
         assert!(!store.drain(&k2), "the successor is alive");
+    }
+
+    #[test]
+    fn a_daemon_dying_with_deposits_unread_still_leaves_its_own() {
+        let mut store = VaultStore::default();
+        let f = memfile(b"x");
+        let (k1, d1) = socket_pair().unwrap();
+        let t = std::thread::spawn(move || Vault::open(d1).unwrap());
+        store.hand_to(&k1).unwrap();
+        let v1 = t.join().unwrap();
+        v1.deposit(1, f.as_fd()).unwrap();
+        drop(v1);
+        assert!(store.drain(&k1));
+        // The next daemon deposits, then dies before reading what the keeper
+        // handed it: its end closes with our messages unread.
+        let (k2, d2) = socket_pair().unwrap();
+        store.hand_to(&k2).unwrap();
+        send_with_fds(&d2, &[b'D', 2, 0, 0, 0, 0, 0, 0, 0], &[f.as_raw_fd()]).unwrap();
+        drop(d2);
+        assert!(store.drain(&k2), "read to the end");
+        assert_eq!(store.len(), 2, "the dead daemon's deposit is kept");
     }
 
     #[test]
