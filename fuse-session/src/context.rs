@@ -88,6 +88,27 @@ impl<'a> RequestContext<'a> {
         self
     }
 
+    /// What an owned copy of the context needs (the async adapter's
+    /// [`crate::asyncfs::AsyncContext`]): the header, umask, open flags,
+    /// worker and in-flight slot.
+    pub(crate) fn parts(&self) -> (InHeader, Option<u32>, OpenInFlags, Arc<WorkerCore>, Slot) {
+        (
+            self.header,
+            self.umask,
+            self.open_in,
+            self.worker.clone(),
+            self.slot,
+        )
+    }
+
+    /// Whether the session is stopping.
+    pub(crate) fn session_stopping(&self) -> bool {
+        self.worker
+            .shared
+            .shutdown
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The `open_flags` of OPEN, CREATE and TMPFILE (empty for other
     /// requests). `KILL_SUIDGID` asks the filesystem to clear the file's
     /// set-ID bits as part of a truncating open, as the kernel would for a

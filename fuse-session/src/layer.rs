@@ -45,12 +45,43 @@ pub(crate) fn open_file<T: Clone>(files: &HandleTable<T>, fh: FileHandle) -> Res
     })
 }
 
-/// An open stored in a layer's file table: what OPEN or CREATE answers.
-pub(crate) struct Stored {
-    pub(crate) fh: FileHandle,
-    pub(crate) flags: FopenFlags,
-    /// The backing file the kernel is to pass through to, if any.
-    pub(crate) backing: Option<BackingFile>,
+/// An open file as OPEN, OPENDIR, CREATE and TMPFILE answer it: the
+/// handle the kernel passes back in later requests, the flags that tell it
+/// how to treat the file, and the backing file of a passthrough open. The
+/// node and path layers answer with it, and an
+/// [`AsyncFilesystem`](crate::asyncfs::AsyncFilesystem) returns it.
+#[derive(Debug)]
+pub struct Open {
+    /// The handle.
+    pub fh: FileHandle,
+    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    pub flags: FopenFlags,
+    /// The backing file the kernel is to pass through to, if any (keep a
+    /// clone until RELEASE; see [`ReplyOpen::passthrough`]).
+    pub backing: Option<BackingFile>,
+}
+
+impl Open {
+    /// Handle `fh`, no flags, no backing file.
+    pub fn new(fh: FileHandle) -> Open {
+        Open {
+            fh,
+            flags: FopenFlags::empty(),
+            backing: None,
+        }
+    }
+
+    /// With `flags` added.
+    pub fn with_flags(mut self, flags: FopenFlags) -> Open {
+        self.flags |= flags;
+        self
+    }
+
+    /// In passthrough mode on `backing`.
+    pub fn passthrough(mut self, backing: BackingFile) -> Open {
+        self.backing = Some(backing);
+        self
+    }
 }
 
 /// Attaches a new open of a node (whose I/O mode is `io`) offering
@@ -68,15 +99,15 @@ pub(crate) fn attach_open(
     (flags, backing)
 }
 
-/// Answers OPEN with a stored open, or the error.
-pub(crate) fn reply_open(reply: ReplyOpen, r: Result<Stored, Errno>) {
+/// Answers OPEN or OPENDIR with an open file, or the error.
+pub(crate) fn reply_open(reply: ReplyOpen, r: Result<Open, Errno>) {
     match r {
-        Ok(Stored {
+        Ok(Open {
             fh,
             flags,
             backing: Some(b),
         }) => reply.passthrough(fh, flags, &b),
-        Ok(Stored {
+        Ok(Open {
             fh,
             flags,
             backing: None,
@@ -85,40 +116,49 @@ pub(crate) fn reply_open(reply: ReplyOpen, r: Result<Stored, Errno>) {
     }
 }
 
-/// Answers CREATE with the new entry and its stored open, or the error.
-pub(crate) fn reply_create(reply: ReplyCreate, r: Result<(Entry, Stored), Errno>) {
+/// Answers CREATE, TMPFILE or atomic open with the entry and its open
+/// file (`created`: this call made the file), or the error.
+pub(crate) fn reply_create(reply: ReplyCreate, r: Result<(Entry, Open), Errno>, created: bool) {
     match r {
         Ok((
             entry,
-            Stored {
+            Open {
                 fh,
                 flags,
                 backing: Some(b),
             },
-        )) => reply.passthrough(&entry, fh, flags, &b, true),
+        )) => reply.passthrough(&entry, fh, flags, &b, created),
         Ok((
             entry,
-            Stored {
+            Open {
                 fh,
                 flags,
                 backing: None,
             },
-        )) => reply.created(&entry, fh, flags),
+        )) if created => reply.created(&entry, fh, flags),
+        Ok((
+            entry,
+            Open {
+                fh,
+                flags,
+                backing: None,
+            },
+        )) => reply.opened(&entry, fh, flags),
         Err(e) => reply.error(e),
     }
 }
 
 /// Answers GETXATTR or LISTXATTR with `value` as the kernel asks: its
 /// length when `size` is 0, `ERANGE` when it does not fit, else the bytes.
-pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, value: Result<Vec<u8>, Errno>) {
+pub(crate) fn reply_xattr<V: AsRef<[u8]>>(reply: ReplyXattr, size: u32, value: Result<V, Errno>) {
     match value {
         Err(e) => reply.error(e),
-        Ok(v) if size == 0 => match u32::try_from(v.len()) {
+        Ok(v) if size == 0 => match u32::try_from(v.as_ref().len()) {
             Ok(n) => reply.size(n),
             Err(_) => reply.error(Errno::E2BIG),
         },
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
+        Ok(v) if v.as_ref().len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(v.as_ref()),
     }
 }
 

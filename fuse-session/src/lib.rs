@@ -100,6 +100,7 @@
 //!   checks every reply against the protocol's rules (`docs/testing.md`).
 #![deny(missing_docs)]
 
+pub mod asyncfs;
 pub mod attr;
 pub mod backing;
 mod buffer;

@@ -97,7 +97,7 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
-use crate::layer::{NotifierSlot, Stored, check_name, lock};
+use crate::layer::{NotifierSlot, Open, check_name, lock};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -573,14 +573,14 @@ impl NodeFs {
         crate::layer::open_file(&self.shared.files, fh)
     }
 
-    fn store_open(&self, held: Arc<Held>, opened: Opened) -> Stored {
+    fn store_open(&self, held: Arc<Held>, opened: Opened) -> Open {
         let (flags, backing) = crate::layer::attach_open(&held.io, opened.flags, opened.backing);
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             held,
             file: opened.file,
             passthrough: backing.is_some(),
         }));
-        Stored {
+        Open {
             fh: FileHandle(fh),
             flags,
             backing,
@@ -926,7 +926,7 @@ impl Filesystem for NodeFs {
             let held = self.held(entry.ino)?;
             Ok::<_, Errno>((entry, self.store_open(held, opened)))
         })();
-        crate::layer::reply_create(reply, r)
+        crate::layer::reply_create(reply, r, true)
     }
 }
 

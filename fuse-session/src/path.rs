@@ -91,7 +91,7 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
-use crate::layer::{NotifierSlot, Stored, check_name, lock};
+use crate::layer::{NotifierSlot, Open, check_name, lock};
 use crate::notify::NotifyError;
 use crate::ops::*;
 use crate::reply::*;
@@ -741,7 +741,7 @@ impl<F: PathFilesystem> PathFs<F> {
         crate::layer::open_file(&self.shared.files, fh)
     }
 
-    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Stored {
+    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Open {
         let (flags, backing) = crate::layer::attach_open(&node.io, opened.flags, opened.backing);
         let n = node.clone();
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
@@ -750,7 +750,7 @@ impl<F: PathFilesystem> PathFs<F> {
             passthrough: backing.is_some(),
         }));
         lock(&n.open).push(fh);
-        Stored {
+        Open {
             fh: FileHandle(fh),
             flags,
             backing,
@@ -1020,7 +1020,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let node = self.node(entry.ino)?;
             Ok::<_, Errno>((entry, self.store(node, opened)))
         })();
-        crate::layer::reply_create(reply, r)
+        crate::layer::reply_create(reply, r, true)
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {

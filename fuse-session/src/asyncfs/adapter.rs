@@ -1,0 +1,628 @@
+//! [`AsyncFs`]: serves an [`AsyncFilesystem`] as a [`Filesystem`].
+//!
+//! Each request's handler, called on a `/dev/fuse` worker or an io_uring
+//! queue thread, takes a place in the bound on futures in flight (waiting
+//! for one when there is none), copies what the request borrows from the
+//! worker's buffer (names, WRITE data, xattr values, ioctl input), makes
+//! the future and hands it to the [`Spawn`]er, and returns: the thread goes
+//! back to reading. The task ([`crate::asyncfs::task`]) answers with the
+//! reply handle when the future completes.
+
+use crate::asyncfs::context::AsyncContext;
+use crate::asyncfs::filesystem::AsyncFilesystem;
+use crate::asyncfs::task::{self, Core, Limit, Registry, Spawn, TaskState};
+use crate::asyncfs::values::{Created, DirEntry, DirEntryPlus, Ioctl};
+use crate::context::RequestContext;
+use crate::filesystem::Filesystem;
+use crate::init::InitConfig;
+use crate::layer::{reply_create, reply_open, reply_xattr};
+use crate::ops::*;
+use crate::reply::*;
+use crate::types::{FileHandle, Inode, LockOwner};
+use fuse_proto::Errno;
+use std::ffi::CStr;
+use std::future::Future;
+use std::sync::Arc;
+
+/// Default of [`AsyncFs::max_in_flight`].
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// Serves an [`AsyncFilesystem`] through the session, running its futures
+/// on `S`. See the [module documentation](crate::asyncfs).
+pub struct AsyncFs<F, S> {
+    fs: Arc<F>,
+    spawner: S,
+    core: Arc<Core>,
+}
+
+impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
+    /// Serves `fs`, spawning its futures with `spawner`, with at most
+    /// [`DEFAULT_MAX_IN_FLIGHT`] futures in flight.
+    pub fn new(fs: F, spawner: S) -> Self {
+        Self::from_arc(Arc::new(fs), spawner)
+    }
+
+    /// [`AsyncFs::new`] for a filesystem the caller keeps a reference to.
+    pub fn from_arc(fs: Arc<F>, spawner: S) -> Self {
+        AsyncFs {
+            fs,
+            spawner,
+            core: Arc::new(Core {
+                limit: Limit::new(DEFAULT_MAX_IN_FLIGHT),
+                registry: Registry::default(),
+            }),
+        }
+    }
+
+    /// At most `n` (at least 1) futures in flight: a request read while
+    /// `n` run waits, holding the thread that read it, until one ends.
+    /// That is the backpressure: with every thread of the pool waiting,
+    /// requests stay in the kernel, whatever the number of callers. Memory
+    /// stays bounded by `n` times what one request holds (its arguments,
+    /// its future, at most one reply's data).
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.core = Arc::new(Core {
+            limit: Limit::new(n),
+            registry: Registry::default(),
+        });
+        self
+    }
+
+    /// The filesystem.
+    pub fn filesystem(&self) -> &Arc<F> {
+        &self.fs
+    }
+
+    /// Futures in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.core.limit.in_flight()
+    }
+
+    /// The most futures that were in flight at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.core.limit.high_water()
+    }
+
+    /// The bound ([`AsyncFs::max_in_flight`]).
+    pub fn in_flight_limit(&self) -> usize {
+        self.core.limit.max()
+    }
+
+    /// Runs the future `make` builds for this request and answers `reply`
+    /// with its output through `answer`. A `cancellable` request's future
+    /// is dropped (and `EINTR` answered) on INTERRUPT or when the session
+    /// stops.
+    fn start<R, T, Fut>(
+        &self,
+        ctx: &RequestContext<'_>,
+        reply: R,
+        cancellable: bool,
+        make: impl FnOnce(Arc<F>, AsyncContext) -> Fut,
+        answer: impl FnOnce(R, T) + Send + 'static,
+    ) where
+        R: Fail,
+        T: Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+    {
+        if !self.core.limit.acquire(|| ctx.session_stopping()) {
+            // Waited at the bound until the session stopped: end what
+            // runs, so that the others waiting get out too.
+            self.core.registry.close();
+            return reply.fail(Errno::EINTR);
+        }
+        let fut = make(self.fs.clone(), AsyncContext::new(ctx));
+        let state = cancellable.then(|| {
+            let state = TaskState::new();
+            let s = state.clone();
+            ctx.on_interrupt(move || s.cancel());
+            state
+        });
+        self.spawner
+            .spawn(task::run(self.core.clone(), state, reply, fut, answer));
+    }
+}
+
+impl<F, S> Drop for AsyncFs<F, S> {
+    fn drop(&mut self) {
+        self.core.registry.close();
+    }
+}
+
+/// The answer to a READDIR: as many entries as fit.
+fn answer_dir(mut reply: ReplyDirectory, r: Result<Vec<DirEntry>, Errno>) {
+    match r {
+        Ok(entries) => {
+            for e in &entries {
+                if reply.add(e.ino, e.offset, e.kind, &e.name).is_full() {
+                    break;
+                }
+            }
+            reply.ok()
+        }
+        Err(e) => reply.error(e),
+    }
+}
+
+/// The answer to a READDIRPLUS: as many entries as fit; the lookup
+/// reference of each entry that was not sent, or that the kernel does not
+/// count, goes back through `forget`.
+fn answer_dir_plus(
+    mut reply: ReplyDirectoryPlus,
+    r: Result<Vec<DirEntryPlus>, Errno>,
+    forget: impl Fn(Inode),
+) {
+    match r {
+        Ok(entries) => {
+            let mut full = false;
+            for e in &entries {
+                let counted = e.entry.ino.0 != 0 && e.name != b"." && e.name != b"..";
+                if !full {
+                    let added = reply.add(&e.entry, e.offset, &e.name);
+                    full = added.is_full();
+                    if added.counts_lookup() {
+                        continue;
+                    }
+                }
+                if counted {
+                    forget(e.entry.ino);
+                }
+            }
+            reply.ok()
+        }
+        Err(e) => {
+            reply.error(e);
+        }
+    }
+}
+
+fn answer_created(reply: ReplyCreate, r: Result<Created, Errno>) {
+    match r {
+        Ok(c) => reply_create(reply, Ok((c.entry, c.open)), c.created),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// The bytes of a WRITE, owned (read from the pipe if they wait there).
+fn owned_write(req: &WriteRequest<'_>) -> Result<Vec<u8>, Errno> {
+    req.data.to_vec().map_err(|e| {
+        log::error!("WRITE: reading its data: {e}");
+        Errno::new_or_eio(e.raw_os_error().unwrap_or(libc::EIO))
+    })
+}
+
+impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
+    fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        self.fs.init(config)
+    }
+
+    fn destroy(&self) {
+        self.core.registry.close();
+        self.fs.destroy()
+    }
+
+    fn forget(&self, _: &RequestContext<'_>, ino: Inode, nlookup: u64) {
+        self.fs.forget(ino, nlookup)
+    }
+
+    fn batch_forget(&self, _: &RequestContext<'_>, nodes: &mut dyn Iterator<Item = (Inode, u64)>) {
+        self.fs.batch_forget(nodes)
+    }
+
+    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.lookup(&cx, parent, &name).await };
+        self.start(ctx, reply, true, make, ReplyEntry::result)
+    }
+
+    fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let make = |fs: Arc<F>, cx| async move { fs.getattr(&cx, ino, fh).await };
+        self.start(ctx, reply, true, make, ReplyAttr::result)
+    }
+
+    fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        let req = *req;
+        let make = |fs: Arc<F>, cx| async move { fs.setattr(&cx, ino, &req).await };
+        self.start(ctx, reply, true, make, ReplyAttr::result)
+    }
+
+    fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
+        let make = |fs: Arc<F>, cx| async move { fs.readlink(&cx, ino).await };
+        self.start(ctx, reply, true, make, ReplyData::result)
+    }
+
+    fn symlink(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        target: &CStr,
+        reply: ReplyEntry,
+    ) {
+        let (name, target) = (name.to_owned(), target.to_owned());
+        let make = |fs: Arc<F>, cx| async move { fs.symlink(&cx, parent, &name, &target).await };
+        self.start(ctx, reply, true, make, ReplyEntry::result)
+    }
+
+    fn mknod(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: MknodRequest,
+        reply: ReplyEntry,
+    ) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.mknod(&cx, parent, &name, req).await };
+        self.start(ctx, reply, true, make, ReplyEntry::result)
+    }
+
+    fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.mkdir(&cx, parent, &name, mode).await };
+        self.start(ctx, reply, true, make, ReplyEntry::result)
+    }
+
+    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.unlink(&cx, parent, &name).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.rmdir(&cx, parent, &name).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
+        let (parent, newparent, flags) = (req.parent, req.newparent, req.flags);
+        let (name, newname) = (req.name.to_owned(), req.newname.to_owned());
+        let make = |fs: Arc<F>, cx| async move {
+            let req = RenameRequest {
+                parent,
+                name: &name,
+                newparent,
+                newname: &newname,
+                flags,
+            };
+            fs.rename(&cx, &req).await
+        };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn link(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        newparent: Inode,
+        newname: &CStr,
+        reply: ReplyEntry,
+    ) {
+        let newname = newname.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.link(&cx, ino, newparent, &newname).await };
+        self.start(ctx, reply, true, make, ReplyEntry::result)
+    }
+
+    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let make = |fs: Arc<F>, cx| async move { fs.open(&cx, ino, flags).await };
+        self.start(ctx, reply, true, make, reply_open)
+    }
+
+    fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
+        let make = |fs: Arc<F>, cx| async move { fs.read(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, ReplyData::result)
+    }
+
+    fn write(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: WriteRequest<'_>,
+        reply: ReplyWrite,
+    ) {
+        let data = match owned_write(&req) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let (offset, write_flags, flags, lock_owner) =
+            (req.offset, req.write_flags, req.flags, req.lock_owner);
+        let make = |fs: Arc<F>, cx| async move {
+            let req = WriteRequest {
+                offset,
+                data: WriteData::from(&data[..]),
+                write_flags,
+                flags,
+                lock_owner,
+            };
+            fs.write(&cx, ino, fh, req).await
+        };
+        self.start(ctx, reply, true, make, ReplyWrite::result)
+    }
+
+    fn flush(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.flush(&cx, ino, fh, owner).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn release(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: ReleaseRequest,
+        reply: ReplyEmpty,
+    ) {
+        // Never cancelled: the kernel does not send it again.
+        let make = |fs: Arc<F>, cx| async move { fs.release(&cx, ino, fh, req).await };
+        self.start(ctx, reply, false, make, ReplyEmpty::result)
+    }
+
+    fn fsync(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let make = |fs: Arc<F>, cx| async move { fs.fsync(&cx, ino, fh, datasync).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
+        let make = |fs: Arc<F>, cx| async move { fs.opendir(&cx, ino, flags).await };
+        self.start(ctx, reply, true, make, reply_open)
+    }
+
+    fn readdir(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.readdir(&cx, ino, fh, offset).await };
+        self.start(ctx, reply, true, make, answer_dir)
+    }
+
+    fn readdirplus(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let fs = self.fs.clone();
+        let make = |fs: Arc<F>, cx| async move { fs.readdirplus(&cx, ino, fh, offset).await };
+        let answer = move |reply, r| answer_dir_plus(reply, r, |ino| fs.forget(ino, 1));
+        self.start(ctx, reply, true, make, answer)
+    }
+
+    fn releasedir(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        // Never cancelled, as RELEASE.
+        let make = |fs: Arc<F>, cx| async move { fs.releasedir(&cx, ino, fh, flags).await };
+        self.start(ctx, reply, false, make, ReplyEmpty::result)
+    }
+
+    fn fsyncdir(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.fsyncdir(&cx, ino, fh, datasync).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
+        let make = |fs: Arc<F>, cx| async move { fs.statfs(&cx, ino).await };
+        self.start(ctx, reply, true, make, ReplyStatfs::result)
+    }
+
+    fn setxattr(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        name: &CStr,
+        req: SetxattrRequest<'_>,
+        reply: ReplyEmpty,
+    ) {
+        let (name, value) = (name.to_owned(), req.value.to_vec());
+        let (flags, setxattr_flags) = (req.flags, req.setxattr_flags);
+        let make = |fs: Arc<F>, cx| async move {
+            let req = SetxattrRequest {
+                value: &value,
+                flags,
+                setxattr_flags,
+            };
+            fs.setxattr(&cx, ino, &name, req).await
+        };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.getxattr(&cx, ino, &name).await };
+        self.start(ctx, reply, true, make, move |reply, r| {
+            reply_xattr(reply, size, r)
+        })
+    }
+
+    fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
+        let make = |fs: Arc<F>, cx| async move { fs.listxattr(&cx, ino).await };
+        self.start(ctx, reply, true, make, move |reply, r| {
+            reply_xattr(reply, size, r)
+        })
+    }
+
+    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.removexattr(&cx, ino, &name).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
+        let make = |fs: Arc<F>, cx| async move { fs.access(&cx, ino, mask).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: CreateRequest,
+        reply: ReplyCreate,
+    ) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.create(&cx, parent, &name, req).await };
+        self.start(ctx, reply, true, make, answer_created)
+    }
+
+    fn atomic_open(
+        &self,
+        ctx: &RequestContext<'_>,
+        parent: Inode,
+        name: &CStr,
+        req: CreateRequest,
+        reply: ReplyCreate,
+    ) {
+        let name = name.to_owned();
+        let make = |fs: Arc<F>, cx| async move { fs.atomic_open(&cx, parent, &name, req).await };
+        self.start(ctx, reply, true, make, answer_created)
+    }
+
+    fn getlk(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: LockRequest,
+        reply: ReplyLock,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.getlk(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, ReplyLock::result)
+    }
+
+    fn setlk(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: LockRequest,
+        reply: ReplyEmpty,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.setlk(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn bmap(&self, ctx: &RequestContext<'_>, ino: Inode, blocksize: u32, block: u64, reply: ReplyBmap) {
+        let make = |fs: Arc<F>, cx| async move { fs.bmap(&cx, ino, blocksize, block).await };
+        self.start(ctx, reply, true, make, |reply: ReplyBmap, r| match r {
+            Ok(b) => reply.block(b),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn ioctl(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: IoctlRequest<'_>,
+        reply: ReplyIoctl,
+    ) {
+        let input = req.in_data.to_vec();
+        let (flags, cmd, arg, out_size) = (req.flags, req.cmd, req.arg, req.out_size);
+        let make = |fs: Arc<F>, cx| async move {
+            let req = IoctlRequest {
+                flags,
+                cmd,
+                arg,
+                in_data: &input,
+                out_size,
+            };
+            fs.ioctl(&cx, ino, fh, req).await
+        };
+        self.start(ctx, reply, true, make, |reply: ReplyIoctl, r| match r {
+            Ok(Ioctl::Done { result, data }) => reply.ioctl(result, data.as_ref()),
+            Ok(Ioctl::Retry { in_iovs, out_iovs }) => reply.retry(&in_iovs, &out_iovs),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn poll(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: PollRequest, reply: ReplyPoll) {
+        let make = |fs: Arc<F>, cx| async move { fs.poll(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, |reply: ReplyPoll, r| match r {
+            Ok(ev) => reply.revents(ev),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn fallocate(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: FallocateRequest,
+        reply: ReplyEmpty,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.fallocate(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+
+    fn lseek(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: FileHandle,
+        req: LseekRequest,
+        reply: ReplyLseek,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.lseek(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, ReplyLseek::result)
+    }
+
+    fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        let req = *req;
+        let make = |fs: Arc<F>, cx| async move { fs.copy_file_range(&cx, &req).await };
+        self.start(ctx, reply, true, make, ReplyCopy::result)
+    }
+
+    fn statx(
+        &self,
+        ctx: &RequestContext<'_>,
+        ino: Inode,
+        fh: Option<FileHandle>,
+        req: StatxRequest,
+        reply: ReplyStatx,
+    ) {
+        let make = |fs: Arc<F>, cx| async move { fs.statx(&cx, ino, fh, req).await };
+        self.start(ctx, reply, true, make, |reply: ReplyStatx, r| match r {
+            Ok((ttl, st)) => reply.statx(ttl, &st),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
+        let make = |fs: Arc<F>, cx| async move { fs.tmpfile(&cx, parent, req).await };
+        self.start(ctx, reply, true, make, answer_created)
+    }
+
+    fn syncfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyEmpty) {
+        let make = |fs: Arc<F>, cx| async move { fs.syncfs(&cx, ino).await };
+        self.start(ctx, reply, true, make, ReplyEmpty::result)
+    }
+}
