@@ -320,7 +320,11 @@ fn stopping_the_session_drops_the_futures_in_flight() {
     let (fake, slow) = start(16, SessionConfig::default());
     fake.send(read(50, SLOW));
     wait_count("the READ's future to start", &slow.started, 1);
+    // The adapter outlives the session here: its end, not the adapter's
+    // drop, must cancel the future.
+    let adapter = fake.fs.clone();
     fake.unmount_and_join().expect("the session ends cleanly");
     wait_count("the READ's future to be dropped", &slow.dropped, 1);
     assert_eq!(slow.running.load(SeqCst), 0);
+    assert_eq!(adapter.in_flight(), 0);
 }
