@@ -10,7 +10,7 @@
 //!
 //! The core is runtime-agnostic: [`Spawn`] is one method, implemented for
 //! whatever executor the program runs. With the `tokio` feature,
-//! `TokioSpawner` spawns on a Tokio runtime.
+//! `TokioSpawner` spawns on a Tokio runtime (`examples/slowfs` uses it).
 //!
 //! # Answers are values
 //!
@@ -116,6 +116,8 @@ mod adapter;
 mod context;
 mod filesystem;
 mod task;
+#[cfg(feature = "tokio")]
+mod tokio_spawner;
 mod values;
 
 pub use crate::layer::Open;
@@ -123,4 +125,6 @@ pub use adapter::{AsyncFs, DEFAULT_MAX_IN_FLIGHT};
 pub use context::AsyncContext;
 pub use filesystem::AsyncFilesystem;
 pub use task::Spawn;
+#[cfg(feature = "tokio")]
+pub use tokio_spawner::TokioSpawner;
 pub use values::{Created, Data, DirEntry, DirEntryPlus, Ioctl};

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// Where [`AsyncFs`](crate::asyncfs::AsyncFs) runs the futures of
 /// requests: an executor's spawn function. The core is runtime-agnostic;
-/// with the `tokio` feature, [`TokioSpawner`](crate::asyncfs::TokioSpawner)
+/// with the `tokio` feature, `TokioSpawner`
 /// spawns on a Tokio runtime.
 ///
 /// `spawn` must not wait for the task: it is called on the thread that
