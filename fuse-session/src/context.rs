@@ -89,7 +89,7 @@ impl<'a> RequestContext<'a> {
     }
 
     /// What an owned copy of the context needs (the async adapter's
-    /// [`crate::asyncfs::AsyncContext`]): the header, umask, open flags,
+    /// [`crate::layers::asyncfs::AsyncContext`]): the header, umask, open flags,
     /// worker and in-flight slot.
     pub(crate) fn parts(&self) -> (InHeader, Option<u32>, OpenInFlags, Arc<WorkerCore>, Slot) {
         (

@@ -100,7 +100,6 @@
 //!   checks every reply against the protocol's rules (`docs/testing.md`).
 #![deny(missing_docs)]
 
-pub mod asyncfs;
 pub mod attr;
 pub mod backing;
 mod buffer;
@@ -118,12 +117,10 @@ pub mod inodes;
 mod interrupt;
 pub mod journal;
 pub mod keeper;
-mod layer;
+pub mod layers;
 pub mod mount;
-pub mod node;
 pub mod notify;
 pub mod ops;
-pub mod path;
 mod payload;
 mod pool;
 mod recv_pipe;
@@ -154,6 +151,7 @@ pub use fuse_proto as proto;
 pub use fuse_proto::Errno;
 pub use fuse_proto::flags::{FopenFlags, InitFlags};
 pub use init::{InitConfig, Negotiated};
+pub use layers::{asyncfs, node, path};
 pub use mount::{Mount, MountError, MountOptions};
 pub use notify::Notifier;
 pub use ops::{

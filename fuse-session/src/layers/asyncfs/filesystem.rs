@@ -13,11 +13,10 @@
 //! the answer means, which errors it remembers) is that of the sync
 //! trait's method of the same name; only the differences are said here.
 
-use crate::asyncfs::context::AsyncContext;
-use crate::asyncfs::values::{Created, Data, DirEntry, DirEntryPlus, Ioctl};
 use crate::attr::{FileAttr, Statfs};
 use crate::init::InitConfig;
-use crate::layer::Open;
+use crate::layers::asyncfs::context::AsyncContext;
+use crate::layers::values::{Created, Data, DirEntry, DirEntryPlus, Ioctl, Open};
 use crate::ops::*;
 use crate::types::{Entry, FileHandle, Inode, Lock, LockOwner};
 use fuse_proto::Errno;
@@ -27,7 +26,7 @@ use std::future::Future;
 use std::time::Duration;
 
 /// A filesystem whose operations are `async`, served by
-/// [`AsyncFs`](crate::asyncfs::AsyncFs). See the
+/// [`AsyncFs`](crate::layers::asyncfs::AsyncFs). See the
 /// [module documentation](crate::asyncfs).
 ///
 /// Defaults answer as the sync trait's do (`ENOSYS` for most, success for

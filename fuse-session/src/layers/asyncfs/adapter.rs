@@ -5,21 +5,21 @@
 //! for one when there is none), copies what the request borrows from the
 //! worker's buffer (names, WRITE data, xattr values, ioctl input), makes
 //! the future and hands it to the [`Spawn`]er, and returns: the thread goes
-//! back to reading. The task ([`crate::asyncfs::task`]) answers with the
+//! back to reading. The task ([`crate::layers::asyncfs::task`]) answers with the
 //! reply handle when the future completes.
 
-use crate::asyncfs::context::AsyncContext;
-use crate::asyncfs::filesystem::AsyncFilesystem;
-use crate::asyncfs::task::{self, Core, Limit, Registry, Spawn, TaskState};
-use crate::asyncfs::values::{Created, DirEntry, DirEntryPlus, Ioctl};
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::layer::{reply_create, reply_open, reply_xattr};
+use crate::layers::asyncfs::context::AsyncContext;
+use crate::layers::asyncfs::filesystem::AsyncFilesystem;
+use crate::layers::asyncfs::task::{self, Core, Limit, Registry, Spawn, TaskState};
+use crate::layers::core::{Answer, SizedXattr};
+use crate::layers::values::DirEntryPlus;
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{FileHandle, Inode, LockOwner};
-use fuse_proto::Errno;
+use fuse_proto::{Errno, Opcode};
 use std::ffi::CStr;
 use std::future::Future;
 use std::sync::Arc;
@@ -89,7 +89,7 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
     }
 
     /// Runs the future `make` builds for this request and answers `reply`
-    /// with its output through `answer`. A `cancellable` request's future
+    /// with its output. A `cancellable` request's future
     /// is dropped (and `EINTR` answered) on INTERRUPT or when the session
     /// stops.
     fn start<R, T, Fut>(
@@ -98,11 +98,10 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
         reply: R,
         cancellable: bool,
         make: impl FnOnce(Arc<F>, AsyncContext) -> Fut,
-        answer: impl FnOnce(R, T) + Send + 'static,
     ) where
-        R: Fail,
+        R: Answer<T> + Send + 'static,
         T: Send + 'static,
-        Fut: Future<Output = T> + Send + 'static,
+        Fut: Future<Output = Result<T, Errno>> + Send + 'static,
     {
         if !self.core.limit.acquire(|| ctx.session_stopping()) {
             // Waited at the bound until the session stopped: end what
@@ -118,7 +117,7 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
             state
         });
         self.spawner
-            .spawn(task::run(self.core.clone(), state, reply, fut, answer));
+            .spawn(task::run(self.core.clone(), state, reply, fut));
     }
 }
 
@@ -128,57 +127,43 @@ impl<F, S> Drop for AsyncFs<F, S> {
     }
 }
 
-/// The answer to a READDIR: as many entries as fit.
-fn answer_dir(mut reply: ReplyDirectory, r: Result<Vec<DirEntry>, Errno>) {
-    match r {
-        Ok(entries) => {
-            for e in &entries {
-                if reply.add(e.ino, e.offset, e.kind, &e.name).is_full() {
-                    break;
-                }
-            }
-            reply.ok()
-        }
-        Err(e) => reply.error(e),
+/// A READDIRPLUS reply, answered with as many entries as fit; the lookup
+/// reference of each entry that was not sent, or that the kernel does not
+/// count, goes back through the filesystem's `forget`.
+struct PlusAnswer<F>(ReplyDirectoryPlus, Arc<F>);
+
+impl<F: AsyncFilesystem> Fail for PlusAnswer<F> {
+    fn fail(self, errno: Errno) {
+        self.0.fail(errno)
+    }
+    fn request(&self) -> (Opcode, u64) {
+        self.0.request()
     }
 }
 
-/// The answer to a READDIRPLUS: as many entries as fit; the lookup
-/// reference of each entry that was not sent, or that the kernel does not
-/// count, goes back through `forget`.
-fn answer_dir_plus(
-    mut reply: ReplyDirectoryPlus,
-    r: Result<Vec<DirEntryPlus>, Errno>,
-    forget: impl Fn(Inode),
-) {
-    match r {
-        Ok(entries) => {
-            let mut full = false;
-            for e in &entries {
-                let counted = e.entry.ino.0 != 0 && e.name != b"." && e.name != b"..";
-                if !full {
-                    let added = reply.add(&e.entry, e.offset, &e.name);
-                    full = added.is_full();
-                    if added.counts_lookup() {
-                        continue;
+impl<F: AsyncFilesystem> Answer<Vec<DirEntryPlus>> for PlusAnswer<F> {
+    fn answer(self, r: Result<Vec<DirEntryPlus>, Errno>) {
+        let PlusAnswer(mut reply, fs) = self;
+        match r {
+            Ok(entries) => {
+                let mut full = false;
+                for e in &entries {
+                    let counted = e.entry.ino.0 != 0 && e.name != b"." && e.name != b"..";
+                    if !full {
+                        let added = reply.add(&e.entry, e.offset, &e.name);
+                        full = added.is_full();
+                        if added.counts_lookup() {
+                            continue;
+                        }
+                    }
+                    if counted {
+                        fs.forget(e.entry.ino, 1);
                     }
                 }
-                if counted {
-                    forget(e.entry.ino);
-                }
+                reply.ok()
             }
-            reply.ok()
+            Err(e) => reply.error(e),
         }
-        Err(e) => {
-            reply.error(e);
-        }
-    }
-}
-
-fn answer_created(reply: ReplyCreate, r: Result<Created, Errno>) {
-    match r {
-        Ok(c) => reply_create(reply, Ok((c.entry, c.open)), c.created),
-        Err(e) => reply.error(e),
     }
 }
 
@@ -211,23 +196,23 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.lookup(&cx, parent, &name).await };
-        self.start(ctx, reply, true, make, ReplyEntry::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
         let make = |fs: Arc<F>, cx| async move { fs.getattr(&cx, ino, fh).await };
-        self.start(ctx, reply, true, make, ReplyAttr::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
         let req = *req;
         let make = |fs: Arc<F>, cx| async move { fs.setattr(&cx, ino, &req).await };
-        self.start(ctx, reply, true, make, ReplyAttr::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
         let make = |fs: Arc<F>, cx| async move { fs.readlink(&cx, ino).await };
-        self.start(ctx, reply, true, make, ReplyData::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn symlink(
@@ -240,7 +225,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let (name, target) = (name.to_owned(), target.to_owned());
         let make = |fs: Arc<F>, cx| async move { fs.symlink(&cx, parent, &name, &target).await };
-        self.start(ctx, reply, true, make, ReplyEntry::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn mknod(
@@ -253,25 +238,25 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.mknod(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make, ReplyEntry::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.mkdir(&cx, parent, &name, mode).await };
-        self.start(ctx, reply, true, make, ReplyEntry::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.unlink(&cx, parent, &name).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.rmdir(&cx, parent, &name).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
@@ -287,7 +272,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
             };
             fs.rename(&cx, &req).await
         };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn link(
@@ -300,17 +285,17 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let newname = newname.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.link(&cx, ino, newparent, &newname).await };
-        self.start(ctx, reply, true, make, ReplyEntry::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let make = |fs: Arc<F>, cx| async move { fs.open(&cx, ino, flags).await };
-        self.start(ctx, reply, true, make, reply_open)
+        self.start(ctx, reply, true, make)
     }
 
     fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
         let make = |fs: Arc<F>, cx| async move { fs.read(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, ReplyData::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn write(
@@ -337,7 +322,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
             };
             fs.write(&cx, ino, fh, req).await
         };
-        self.start(ctx, reply, true, make, ReplyWrite::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn flush(
@@ -349,7 +334,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyEmpty,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.flush(&cx, ino, fh, owner).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn release(
@@ -362,17 +347,17 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         // Never cancelled: the kernel does not send it again.
         let make = |fs: Arc<F>, cx| async move { fs.release(&cx, ino, fh, req).await };
-        self.start(ctx, reply, false, make, ReplyEmpty::result)
+        self.start(ctx, reply, false, make)
     }
 
     fn fsync(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let make = |fs: Arc<F>, cx| async move { fs.fsync(&cx, ino, fh, datasync).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let make = |fs: Arc<F>, cx| async move { fs.opendir(&cx, ino, flags).await };
-        self.start(ctx, reply, true, make, reply_open)
+        self.start(ctx, reply, true, make)
     }
 
     fn readdir(
@@ -384,7 +369,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyDirectory,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.readdir(&cx, ino, fh, offset).await };
-        self.start(ctx, reply, true, make, answer_dir)
+        self.start(ctx, reply, true, make)
     }
 
     fn readdirplus(
@@ -397,8 +382,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let fs = self.fs.clone();
         let make = |fs: Arc<F>, cx| async move { fs.readdirplus(&cx, ino, fh, offset).await };
-        let answer = move |reply, r| answer_dir_plus(reply, r, |ino| fs.forget(ino, 1));
-        self.start(ctx, reply, true, make, answer)
+        self.start(ctx, PlusAnswer(reply, fs), true, make)
     }
 
     fn releasedir(
@@ -411,7 +395,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         // Never cancelled, as RELEASE.
         let make = |fs: Arc<F>, cx| async move { fs.releasedir(&cx, ino, fh, flags).await };
-        self.start(ctx, reply, false, make, ReplyEmpty::result)
+        self.start(ctx, reply, false, make)
     }
 
     fn fsyncdir(
@@ -423,12 +407,12 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyEmpty,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.fsyncdir(&cx, ino, fh, datasync).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
         let make = |fs: Arc<F>, cx| async move { fs.statfs(&cx, ino).await };
-        self.start(ctx, reply, true, make, ReplyStatfs::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn setxattr(
@@ -449,33 +433,29 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
             };
             fs.setxattr(&cx, ino, &name, req).await
         };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.getxattr(&cx, ino, &name).await };
-        self.start(ctx, reply, true, make, move |reply, r| {
-            reply_xattr(reply, size, r)
-        })
+        self.start(ctx, SizedXattr(reply, size), true, make)
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let make = |fs: Arc<F>, cx| async move { fs.listxattr(&cx, ino).await };
-        self.start(ctx, reply, true, make, move |reply, r| {
-            reply_xattr(reply, size, r)
-        })
+        self.start(ctx, SizedXattr(reply, size), true, make)
     }
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.removexattr(&cx, ino, &name).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
         let make = |fs: Arc<F>, cx| async move { fs.access(&cx, ino, mask).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn create(
@@ -488,7 +468,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.create(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make, answer_created)
+        self.start(ctx, reply, true, make)
     }
 
     fn atomic_open(
@@ -501,7 +481,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let name = name.to_owned();
         let make = |fs: Arc<F>, cx| async move { fs.atomic_open(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make, answer_created)
+        self.start(ctx, reply, true, make)
     }
 
     fn getlk(
@@ -513,7 +493,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyLock,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.getlk(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, ReplyLock::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn setlk(
@@ -525,15 +505,12 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyEmpty,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.setlk(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn bmap(&self, ctx: &RequestContext<'_>, ino: Inode, blocksize: u32, block: u64, reply: ReplyBmap) {
         let make = |fs: Arc<F>, cx| async move { fs.bmap(&cx, ino, blocksize, block).await };
-        self.start(ctx, reply, true, make, |reply: ReplyBmap, r| match r {
-            Ok(b) => reply.block(b),
-            Err(e) => reply.error(e),
-        })
+        self.start(ctx, reply, true, make)
     }
 
     fn ioctl(
@@ -556,19 +533,12 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
             };
             fs.ioctl(&cx, ino, fh, req).await
         };
-        self.start(ctx, reply, true, make, |reply: ReplyIoctl, r| match r {
-            Ok(Ioctl::Done { result, data }) => reply.ioctl(result, data.as_ref()),
-            Ok(Ioctl::Retry { in_iovs, out_iovs }) => reply.retry(&in_iovs, &out_iovs),
-            Err(e) => reply.error(e),
-        })
+        self.start(ctx, reply, true, make)
     }
 
     fn poll(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: PollRequest, reply: ReplyPoll) {
         let make = |fs: Arc<F>, cx| async move { fs.poll(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, |reply: ReplyPoll, r| match r {
-            Ok(ev) => reply.revents(ev),
-            Err(e) => reply.error(e),
-        })
+        self.start(ctx, reply, true, make)
     }
 
     fn fallocate(
@@ -580,7 +550,7 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyEmpty,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.fallocate(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn lseek(
@@ -592,13 +562,13 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyLseek,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.lseek(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, ReplyLseek::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
         let req = *req;
         let make = |fs: Arc<F>, cx| async move { fs.copy_file_range(&cx, &req).await };
-        self.start(ctx, reply, true, make, ReplyCopy::result)
+        self.start(ctx, reply, true, make)
     }
 
     fn statx(
@@ -610,19 +580,16 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         reply: ReplyStatx,
     ) {
         let make = |fs: Arc<F>, cx| async move { fs.statx(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make, |reply: ReplyStatx, r| match r {
-            Ok((ttl, st)) => reply.statx(ttl, &st),
-            Err(e) => reply.error(e),
-        })
+        self.start(ctx, reply, true, make)
     }
 
     fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
         let make = |fs: Arc<F>, cx| async move { fs.tmpfile(&cx, parent, req).await };
-        self.start(ctx, reply, true, make, answer_created)
+        self.start(ctx, reply, true, make)
     }
 
     fn syncfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyEmpty) {
         let make = |fs: Arc<F>, cx| async move { fs.syncfs(&cx, ino).await };
-        self.start(ctx, reply, true, make, ReplyEmpty::result)
+        self.start(ctx, reply, true, make)
     }
 }

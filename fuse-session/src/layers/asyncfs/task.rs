@@ -9,7 +9,7 @@
 //! drops the future and answers `EINTR`, unless the future completed first
 //! (then its answer goes out, and the late mark is never read).
 
-use crate::reply::Fail;
+use crate::layers::core::Answer;
 use fuse_proto::Errno;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-/// Where [`AsyncFs`](crate::asyncfs::AsyncFs) runs the futures of
+/// Where [`AsyncFs`](crate::layers::asyncfs::AsyncFs) runs the futures of
 /// requests: an executor's spawn function. The core is runtime-agnostic;
 /// with the `tokio` feature, `TokioSpawner`
 /// spawns on a Tokio runtime.
@@ -265,21 +265,16 @@ impl Drop for Held {
 }
 
 /// The task of one request whose place in the bound is taken: polls `fut`
-/// until it completes (then `answer`s with its output), is cancelled
+/// until it completes (then answers with its output), is cancelled
 /// (drops it, then answers `EINTR`) or panics (drops it, answers `EIO`).
 /// `task`, when given, is the state the interrupt callback cancels; it is
 /// then registered, so that closing the registry cancels it too.
-pub(crate) fn run<R: Fail, T, A>(
+pub(crate) fn run<R: Answer<T>, T: Send + 'static>(
     core: Arc<Core>,
     task: Option<Arc<TaskState>>,
     reply: R,
-    fut: impl Future<Output = T> + Send + 'static,
-    answer: A,
-) -> impl Future<Output = ()> + Send + 'static
-where
-    T: Send + 'static,
-    A: FnOnce(R, T) + Send + 'static,
-{
+    fut: impl Future<Output = Result<T, Errno>> + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
     let key = task.as_ref().map(|t| core.registry.insert(reply.request().1, t));
     let held = Held { core, key };
     let state = task.unwrap_or_else(TaskState::new);
@@ -290,7 +285,7 @@ where
             // The future is dropped here, before any answer goes out.
         };
         match outcome {
-            Outcome::Done(v) => answer(reply, v),
+            Outcome::Done(v) => reply.answer(v),
             Outcome::Cancelled => reply.fail(Errno::EINTR),
             Outcome::Panicked(what) => {
                 let (op, unique) = reply.request();

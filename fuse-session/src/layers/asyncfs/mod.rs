@@ -118,13 +118,11 @@ mod filesystem;
 mod task;
 #[cfg(feature = "tokio")]
 mod tokio_spawner;
-mod values;
 
-pub use crate::layer::Open;
+pub use crate::layers::values::{Created, Data, DirEntry, DirEntryPlus, Ioctl, Open};
 pub use adapter::{AsyncFs, DEFAULT_MAX_IN_FLIGHT};
 pub use context::AsyncContext;
 pub use filesystem::AsyncFilesystem;
 pub use task::Spawn;
 #[cfg(feature = "tokio")]
 pub use tokio_spawner::TokioSpawner;
-pub use values::{Created, Data, DirEntry, DirEntryPlus, Ioctl};

@@ -1,8 +1,8 @@
 //! [`TokioSpawner`]: runs the futures of an
-//! [`AsyncFs`](crate::asyncfs::AsyncFs) on a Tokio runtime (the `tokio`
+//! [`AsyncFs`](crate::layers::asyncfs::AsyncFs) on a Tokio runtime (the `tokio`
 //! feature).
 
-use crate::asyncfs::task::Spawn;
+use crate::layers::asyncfs::task::Spawn;
 use std::future::Future;
 use tokio::runtime::Handle;
 

@@ -1,13 +1,54 @@
-//! The values an [`AsyncFilesystem`](crate::asyncfs::AsyncFilesystem)
-//! returns where the sync trait would answer through a reply handle: bytes
-//! ([`Data`]), a created and opened file ([`Created`]), directory entries
-//! ([`DirEntry`], [`DirEntryPlus`]) and the outcome of an ioctl
-//! ([`Ioctl`]). Opened files are [`Open`](crate::asyncfs::Open), shared
-//! with the node and path layers.
+//! The values the layers answer with where the raw trait answers through
+//! a reply handle (what an [`AsyncFilesystem`](crate::asyncfs::AsyncFilesystem)
+//! returns, and what the node and path layers make of their filesystems'
+//! answers): an open file ([`Open`]), bytes ([`Data`]), a created and
+//! opened file ([`Created`]), directory entries ([`DirEntry`],
+//! [`DirEntryPlus`]) and the outcome of an ioctl ([`Ioctl`]).
 
 use crate::attr::FileKind;
-use crate::types::{Entry, Inode};
+use crate::backing::BackingFile;
+use crate::types::{Entry, FileHandle, Inode};
+use fuse_proto::flags::FopenFlags;
 use std::sync::Arc;
+
+/// An open file as OPEN, OPENDIR, CREATE and TMPFILE answer it: the
+/// handle the kernel passes back in later requests, the flags that tell it
+/// how to treat the file, and the backing file of a passthrough open. The
+/// node and path layers answer with it, and an
+/// [`AsyncFilesystem`](crate::asyncfs::AsyncFilesystem) returns it.
+#[derive(Debug)]
+pub struct Open {
+    /// The handle.
+    pub fh: FileHandle,
+    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    pub flags: FopenFlags,
+    /// The backing file the kernel is to pass through to, if any (keep a
+    /// clone until RELEASE; see [`ReplyOpen::passthrough`](crate::reply::ReplyOpen::passthrough)).
+    pub backing: Option<BackingFile>,
+}
+
+impl Open {
+    /// Handle `fh`, no flags, no backing file.
+    pub fn new(fh: FileHandle) -> Open {
+        Open {
+            fh,
+            flags: FopenFlags::empty(),
+            backing: None,
+        }
+    }
+
+    /// With `flags` added.
+    pub fn with_flags(mut self, flags: FopenFlags) -> Open {
+        self.flags |= flags;
+        self
+    }
+
+    /// In passthrough mode on `backing`.
+    pub fn passthrough(mut self, backing: BackingFile) -> Open {
+        self.backing = Some(backing);
+        self
+    }
+}
 
 /// Bytes a READ, READLINK, GETXATTR, LISTXATTR or IOCTL answers with,
 /// owned by the answer so that it can outlive the future that made it.
@@ -119,7 +160,7 @@ pub struct Created {
     /// The new node's entry.
     pub entry: Entry,
     /// The open file.
-    pub open: crate::layer::Open,
+    pub open: Open,
     /// Whether this call created the file (false: atomic open found it;
     /// FUSE_CREATE does not tell the kernel either way).
     pub created: bool,
@@ -127,7 +168,7 @@ pub struct Created {
 
 impl Created {
     /// `entry`, created by this call and opened as `open`.
-    pub fn new(entry: Entry, open: crate::layer::Open) -> Created {
+    pub fn new(entry: Entry, open: Open) -> Created {
         Created {
             entry,
             open,
@@ -167,7 +208,7 @@ impl DirEntry {
 /// Every entry returned takes a lookup reference (as a LOOKUP reply does)
 /// unless it is "." or ".." or has node id 0; those that the kernel's
 /// buffer had no room for are given back at once through
-/// [`AsyncFilesystem::forget`](crate::asyncfs::AsyncFilesystem::forget),
+/// [`AsyncFilesystem::forget`](crate::layers::asyncfs::AsyncFilesystem::forget),
 /// so count one per returned entry and let FORGET undo it.
 #[derive(Clone, Debug)]
 pub struct DirEntryPlus {
