@@ -11,7 +11,7 @@ use crate::interrupt::Slot;
 use crate::journal::Replay;
 use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
-use fuse_proto::flags::{InitFlags, OpenInFlags};
+use fuse_proto::flags::OpenInFlags;
 use fuse_proto::request::{Extensions, SecurityContext};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -263,9 +263,6 @@ impl<'a> RequestContext<'a> {
 
     /// Registers `file` as a kernel passthrough backing file.
     pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
-        if !self.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
-            return Err(BackingError::NotNegotiated);
-        }
-        BackingFile::open(self.worker.channel(), file)
+        self.worker.open_backing(file)
     }
 }

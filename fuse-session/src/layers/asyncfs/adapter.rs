@@ -175,7 +175,64 @@ fn owned_write(req: &WriteRequest<'_>) -> Result<Vec<u8>, Errno> {
     })
 }
 
+/// Serves an operation whose arguments are all `Copy`: its future gets them
+/// as they are.
+macro_rules! forward {
+    ($($op:ident($($arg:ident: $t:ty),*) -> $reply:ty;)*) => {$(
+        fn $op(&self, ctx: &RequestContext<'_>, $($arg: $t,)* reply: $reply) {
+            let make = |fs: Arc<F>, cx| async move { fs.$op(&cx, $($arg),*).await };
+            self.start(ctx, reply, true, make)
+        }
+    )*};
+}
+
+/// Serves an operation on a name in a node (`at`): its future gets an owned
+/// copy of the name.
+macro_rules! forward_named {
+    ($($op:ident($at:ident, $name:ident $(, $arg:ident: $t:ty)*) -> $reply:ty;)*) => {$(
+        fn $op(&self, ctx: &RequestContext<'_>, $at: Inode, $name: &CStr, $($arg: $t,)* reply: $reply) {
+            let $name = $name.to_owned();
+            let make = |fs: Arc<F>, cx| async move { fs.$op(&cx, $at, &$name, $($arg),*).await };
+            self.start(ctx, reply, true, make)
+        }
+    )*};
+}
+
 impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
+    forward! {
+        getattr(ino: Inode, fh: Option<FileHandle>) -> ReplyAttr;
+        readlink(ino: Inode) -> ReplyData;
+        open(ino: Inode, flags: OpenFlags) -> ReplyOpen;
+        read(ino: Inode, fh: FileHandle, req: ReadRequest) -> ReplyData;
+        flush(ino: Inode, fh: FileHandle, owner: LockOwner) -> ReplyEmpty;
+        fsync(ino: Inode, fh: FileHandle, datasync: bool) -> ReplyEmpty;
+        opendir(ino: Inode, flags: OpenFlags) -> ReplyOpen;
+        readdir(ino: Inode, fh: FileHandle, offset: u64) -> ReplyDirectory;
+        fsyncdir(ino: Inode, fh: FileHandle, datasync: bool) -> ReplyEmpty;
+        statfs(ino: Inode) -> ReplyStatfs;
+        access(ino: Inode, mask: i32) -> ReplyEmpty;
+        getlk(ino: Inode, fh: FileHandle, req: LockRequest) -> ReplyLock;
+        setlk(ino: Inode, fh: FileHandle, req: LockRequest) -> ReplyEmpty;
+        bmap(ino: Inode, blocksize: u32, block: u64) -> ReplyBmap;
+        poll(ino: Inode, fh: FileHandle, req: PollRequest) -> ReplyPoll;
+        fallocate(ino: Inode, fh: FileHandle, req: FallocateRequest) -> ReplyEmpty;
+        lseek(ino: Inode, fh: FileHandle, req: LseekRequest) -> ReplyLseek;
+        statx(ino: Inode, fh: Option<FileHandle>, req: StatxRequest) -> ReplyStatx;
+        tmpfile(parent: Inode, req: CreateRequest) -> ReplyCreate;
+        syncfs(ino: Inode) -> ReplyEmpty;
+    }
+
+    forward_named! {
+        lookup(parent, name) -> ReplyEntry;
+        mknod(parent, name, req: MknodRequest) -> ReplyEntry;
+        mkdir(parent, name, mode: u32) -> ReplyEntry;
+        unlink(parent, name) -> ReplyEmpty;
+        rmdir(parent, name) -> ReplyEmpty;
+        removexattr(ino, name) -> ReplyEmpty;
+        create(parent, name, req: CreateRequest) -> ReplyCreate;
+        atomic_open(parent, name, req: CreateRequest) -> ReplyCreate;
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         self.fs.init(config)
     }
@@ -193,25 +250,9 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.fs.batch_forget(nodes)
     }
 
-    fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.lookup(&cx, parent, &name).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let make = |fs: Arc<F>, cx| async move { fs.getattr(&cx, ino, fh).await };
-        self.start(ctx, reply, true, make)
-    }
-
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
         let req = *req;
         let make = |fs: Arc<F>, cx| async move { fs.setattr(&cx, ino, &req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn readlink(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyData) {
-        let make = |fs: Arc<F>, cx| async move { fs.readlink(&cx, ino).await };
         self.start(ctx, reply, true, make)
     }
 
@@ -225,37 +266,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     ) {
         let (name, target) = (name.to_owned(), target.to_owned());
         let make = |fs: Arc<F>, cx| async move { fs.symlink(&cx, parent, &name, &target).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn mknod(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        req: MknodRequest,
-        reply: ReplyEntry,
-    ) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.mknod(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.mkdir(&cx, parent, &name, mode).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.unlink(&cx, parent, &name).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn rmdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.rmdir(&cx, parent, &name).await };
         self.start(ctx, reply, true, make)
     }
 
@@ -288,16 +298,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.start(ctx, reply, true, make)
     }
 
-    fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
-        let make = |fs: Arc<F>, cx| async move { fs.open(&cx, ino, flags).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn read(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
-        let make = |fs: Arc<F>, cx| async move { fs.read(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
     fn write(
         &self,
         ctx: &RequestContext<'_>,
@@ -325,18 +325,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.start(ctx, reply, true, make)
     }
 
-    fn flush(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.flush(&cx, ino, fh, owner).await };
-        self.start(ctx, reply, true, make)
-    }
-
     fn release(
         &self,
         ctx: &RequestContext<'_>,
@@ -348,28 +336,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         // Never cancelled: the kernel does not send it again.
         let make = |fs: Arc<F>, cx| async move { fs.release(&cx, ino, fh, req).await };
         self.start(ctx, reply, false, make)
-    }
-
-    fn fsync(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let make = |fs: Arc<F>, cx| async move { fs.fsync(&cx, ino, fh, datasync).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
-        let make = |fs: Arc<F>, cx| async move { fs.opendir(&cx, ino, flags).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn readdir(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectory,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.readdir(&cx, ino, fh, offset).await };
-        self.start(ctx, reply, true, make)
     }
 
     fn readdirplus(
@@ -396,23 +362,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         // Never cancelled, as RELEASE.
         let make = |fs: Arc<F>, cx| async move { fs.releasedir(&cx, ino, fh, flags).await };
         self.start(ctx, reply, false, make)
-    }
-
-    fn fsyncdir(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.fsyncdir(&cx, ino, fh, datasync).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
-        let make = |fs: Arc<F>, cx| async move { fs.statfs(&cx, ino).await };
-        self.start(ctx, reply, true, make)
     }
 
     fn setxattr(
@@ -447,72 +396,6 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.start(ctx, SizedXattr(reply, size), true, make)
     }
 
-    fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.removexattr(&cx, ino, &name).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn access(&self, ctx: &RequestContext<'_>, ino: Inode, mask: i32, reply: ReplyEmpty) {
-        let make = |fs: Arc<F>, cx| async move { fs.access(&cx, ino, mask).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn create(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        req: CreateRequest,
-        reply: ReplyCreate,
-    ) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.create(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn atomic_open(
-        &self,
-        ctx: &RequestContext<'_>,
-        parent: Inode,
-        name: &CStr,
-        req: CreateRequest,
-        reply: ReplyCreate,
-    ) {
-        let name = name.to_owned();
-        let make = |fs: Arc<F>, cx| async move { fs.atomic_open(&cx, parent, &name, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn getlk(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        req: LockRequest,
-        reply: ReplyLock,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.getlk(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn setlk(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        req: LockRequest,
-        reply: ReplyEmpty,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.setlk(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn bmap(&self, ctx: &RequestContext<'_>, ino: Inode, blocksize: u32, block: u64, reply: ReplyBmap) {
-        let make = |fs: Arc<F>, cx| async move { fs.bmap(&cx, ino, blocksize, block).await };
-        self.start(ctx, reply, true, make)
-    }
-
     fn ioctl(
         &self,
         ctx: &RequestContext<'_>,
@@ -536,60 +419,9 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.start(ctx, reply, true, make)
     }
 
-    fn poll(&self, ctx: &RequestContext<'_>, ino: Inode, fh: FileHandle, req: PollRequest, reply: ReplyPoll) {
-        let make = |fs: Arc<F>, cx| async move { fs.poll(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn fallocate(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        req: FallocateRequest,
-        reply: ReplyEmpty,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.fallocate(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn lseek(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: FileHandle,
-        req: LseekRequest,
-        reply: ReplyLseek,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.lseek(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
     fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
         let req = *req;
         let make = |fs: Arc<F>, cx| async move { fs.copy_file_range(&cx, &req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn statx(
-        &self,
-        ctx: &RequestContext<'_>,
-        ino: Inode,
-        fh: Option<FileHandle>,
-        req: StatxRequest,
-        reply: ReplyStatx,
-    ) {
-        let make = |fs: Arc<F>, cx| async move { fs.statx(&cx, ino, fh, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn tmpfile(&self, ctx: &RequestContext<'_>, parent: Inode, req: CreateRequest, reply: ReplyCreate) {
-        let make = |fs: Arc<F>, cx| async move { fs.tmpfile(&cx, parent, req).await };
-        self.start(ctx, reply, true, make)
-    }
-
-    fn syncfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyEmpty) {
-        let make = |fs: Arc<F>, cx| async move { fs.syncfs(&cx, ino).await };
         self.start(ctx, reply, true, make)
     }
 }

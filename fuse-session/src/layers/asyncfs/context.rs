@@ -11,7 +11,7 @@ use crate::init::Negotiated;
 use crate::interrupt::Slot;
 use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
-use fuse_proto::flags::{InitFlags, OpenInFlags};
+use fuse_proto::flags::OpenInFlags;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
@@ -112,10 +112,7 @@ impl AsyncContext {
     /// Registers `file` as a kernel passthrough backing file (see
     /// [`RequestContext::open_backing`]).
     pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
-        if !self.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
-            return Err(BackingError::NotNegotiated);
-        }
-        BackingFile::open(self.worker.channel(), file)
+        self.worker.open_backing(file)
     }
 }
 
