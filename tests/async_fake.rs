@@ -329,3 +329,28 @@ fn stopping_the_session_drops_the_futures_in_flight() {
     assert_eq!(slow.running.load(SeqCst), 0);
     assert_eq!(adapter.in_flight(), 0);
 }
+
+#[test]
+fn an_unmount_frees_the_readers_waiting_at_the_bound() {
+    let config = SessionConfig {
+        workers: 2,
+        max_workers: 2,
+        ..SessionConfig::default()
+    };
+    let (fake, slow) = start(1, config);
+    fake.send(read(60, SLOW));
+    fake.send(read(62, SLOW));
+    wait_count("the first READ's future to start", &slow.started, 1);
+    fake.expect_silence("a READ running, another waiting for room");
+    // The second READ's worker waits for room that its gate never makes:
+    // the unmount must free it, and drop the future that holds the room.
+    let adapter = fake.fs.clone();
+    fake.unmount_and_join().expect("the session ends cleanly");
+    wait_count("the running future to be dropped", &slow.dropped, 1);
+    assert_eq!(
+        slow.started.load(SeqCst),
+        1,
+        "the waiting READ started after the unmount"
+    );
+    assert_eq!(adapter.in_flight(), 0);
+}

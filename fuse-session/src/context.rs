@@ -101,12 +101,11 @@ impl<'a> RequestContext<'a> {
         )
     }
 
-    /// Whether the session is stopping.
+    /// Whether the session is stopping, or its connection is gone (a
+    /// worker saw the unmount).
     pub(crate) fn session_stopping(&self) -> bool {
-        self.worker
-            .shared
-            .shutdown
-            .load(std::sync::atomic::Ordering::Acquire)
+        let shared = &self.worker.shared;
+        shared.shutdown.load(std::sync::atomic::Ordering::Acquire) || shared.pool.is_ended()
     }
 
     /// The `open_flags` of OPEN, CREATE and TMPFILE (empty for other

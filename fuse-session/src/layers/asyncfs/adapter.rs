@@ -4,8 +4,10 @@
 //! queue thread, takes a place in the bound on futures in flight (waiting
 //! for one when there is none), copies what the request borrows from the
 //! worker's buffer (names, WRITE data, xattr values, ioctl input), makes
-//! the future and hands it to the [`Spawn`]er, and returns: the thread goes
-//! back to reading. The task ([`crate::layers::asyncfs::task`]) answers with the
+//! the future and polls it once, in the executor's context
+//! ([`Spawn::enter`]). A future that completes then is answered at once; a
+//! pending one goes to the [`Spawn`]er, and the thread goes back to
+//! reading. Its task ([`crate::layers::asyncfs::task`]) answers with the
 //! reply handle when the future completes.
 
 use crate::context::RequestContext;
@@ -13,7 +15,7 @@ use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::layers::asyncfs::context::AsyncContext;
 use crate::layers::asyncfs::filesystem::AsyncFilesystem;
-use crate::layers::asyncfs::task::{self, Core, Limit, Registry, Spawn, TaskState};
+use crate::layers::asyncfs::task::{self, Core, Held, Limit, Registry, Spawn, TaskState};
 use crate::layers::core::{Answer, SizedXattr};
 use crate::layers::values::DirEntryPlus;
 use crate::ops::*;
@@ -88,10 +90,10 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
         self.core.limit.max()
     }
 
-    /// Runs the future `make` builds for this request and answers `reply`
-    /// with its output. A `cancellable` request's future
-    /// is dropped (and `EINTR` answered) on INTERRUPT or when the session
-    /// stops.
+    /// Runs the future `make` builds for this request (its first poll
+    /// here, the rest on the executor) and answers `reply` with its
+    /// output. A `cancellable` request's future is dropped (and `EINTR`
+    /// answered) on INTERRUPT or when the session stops.
     fn start<R, T, Fut>(
         &self,
         ctx: &RequestContext<'_>,
@@ -109,15 +111,19 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
             self.core.registry.close();
             return reply.fail(Errno::EINTR);
         }
-        let fut = make(self.fs.clone(), AsyncContext::new(ctx));
+        let held = Held::new(self.core.clone());
+        let mut fut = Box::pin(make(self.fs.clone(), AsyncContext::new(ctx)));
+        let first = self.spawner.enter(|| task::poll_first(fut.as_mut(), reply, held));
+        let Some((reply, held)) = first else {
+            return; // answered already
+        };
         let state = cancellable.then(|| {
             let state = TaskState::new();
             let s = state.clone();
             ctx.on_interrupt(move || s.cancel());
             state
         });
-        self.spawner
-            .spawn(task::run(self.core.clone(), state, reply, fut));
+        self.spawner.spawn(task::run(held, state, reply, fut));
     }
 }
 

@@ -4,9 +4,11 @@
 //! With the sync [`Filesystem`](crate::Filesystem) a handler that waits
 //! (a network round trip, an object store) holds its worker thread for the
 //! whole wait. An `AsyncFilesystem`'s futures hold no thread while they
-//! wait: the thread that read the request hands the future to an executor
-//! ([`Spawn`]) and goes back to reading, so a handful of threads serve as
-//! many slow requests at once as the bound allows.
+//! wait: the thread that read the request polls its future once (a future
+//! that completes at once is answered there, without a hand-off), hands a
+//! pending one to an executor ([`Spawn`]) and goes back to reading, so a
+//! handful of threads serve as many slow requests at once as the bound
+//! allows.
 //!
 //! The core is runtime-agnostic: [`Spawn`] is one method, implemented for
 //! whatever executor the program runs. With the `tokio` feature,
@@ -49,10 +51,12 @@
 //! # Costs
 //!
 //! Each request's arguments that borrow the worker's buffer are copied
-//! (names, WRITE data, xattr values), and the future lives in an executor
-//! task: allocations per request that the sync trait does not make. For
-//! handlers that answer at once the sync trait is cheaper;
-//! `docs/performance.md` measures both.
+//! (names, WRITE data, xattr values) and its future is boxed; a future that
+//! is pending after its first poll also costs an executor task, the
+//! interrupt registration and the executor's wake-ups. These are
+//! allocations and hand-offs per request that the sync trait does not make;
+//! `docs/performance.md` measures both traits, on operations that complete
+//! at once and on a slow backend.
 //!
 //! ```
 //! use fuse_session::asyncfs::{AsyncContext, AsyncFilesystem, AsyncFs, Data, Spawn};

@@ -31,6 +31,17 @@ use std::time::Duration;
 pub trait Spawn: Send + Sync + 'static {
     /// Runs `task` to completion, on any thread.
     fn spawn<T: Future<Output = ()> + Send + 'static>(&self, task: T);
+
+    /// Runs `f` in the executor's context on the calling thread. The
+    /// adapter polls each request's future once in it, on the thread that
+    /// read the request, and spawns only a future that is still pending:
+    /// one that completes at once costs no hand-off. An executor whose
+    /// futures need a thread-local context to be created or first polled
+    /// in (Tokio's timers and sockets) enters it here; the default runs
+    /// `f` as it is.
+    fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }
 
 /// Locks `m`, also after a panic while it was held.
@@ -164,11 +175,16 @@ impl TaskState {
         if self.is_cancelled() {
             return Poll::Ready(Outcome::Cancelled);
         }
-        match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
-            Ok(Poll::Ready(v)) => Poll::Ready(Outcome::Done(v)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(p) => Poll::Ready(Outcome::Panicked(panic_text(&*p))),
-        }
+        poll_caught(fut, cx)
+    }
+}
+
+/// Polls `fut` once, turning a panic into [`Outcome::Panicked`].
+fn poll_caught<T>(fut: Pin<&mut impl Future<Output = T>>, cx: &mut Context<'_>) -> Poll<Outcome<T>> {
+    match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+        Ok(Poll::Ready(v)) => Poll::Ready(Outcome::Done(v)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(p) => Poll::Ready(Outcome::Panicked(panic_text(&*p))),
     }
 }
 
@@ -248,11 +264,19 @@ pub(crate) struct Core {
     pub(crate) registry: Registry,
 }
 
-/// Held by a task until it ends (however it ends, the executor dropping it
-/// included): gives its place back and leaves the registry.
-struct Held {
+/// A place in the bound, taken before a request's future is made and held
+/// until the request is answered, however that ends (the executor dropping
+/// the task included): gives the place back and leaves the registry.
+pub(crate) struct Held {
     core: Arc<Core>,
     key: Option<(usize, usize)>,
+}
+
+impl Held {
+    /// Holds the place [`Limit::acquire`] took.
+    pub(crate) fn new(core: Arc<Core>) -> Held {
+        Held { core, key: None }
+    }
 }
 
 impl Drop for Held {
@@ -264,19 +288,54 @@ impl Drop for Held {
     }
 }
 
-/// The task of one request whose place in the bound is taken: polls `fut`
-/// until it completes (then answers with its output), is cancelled
-/// (drops it, then answers `EINTR`) or panics (drops it, answers `EIO`).
-/// `task`, when given, is the state the interrupt callback cancels; it is
-/// then registered, so that closing the registry cancels it too.
+/// Answers `reply` as `outcome` says.
+fn finish<R: Answer<T>, T>(reply: R, outcome: Outcome<Result<T, Errno>>) {
+    match outcome {
+        Outcome::Done(v) => reply.answer(v),
+        Outcome::Cancelled => reply.fail(Errno::EINTR),
+        Outcome::Panicked(what) => {
+            let (op, unique) = reply.request();
+            log::error!("{op} future for request {unique} panicked: {what}");
+            reply.fail(Errno::EIO)
+        }
+    }
+}
+
+/// The first poll of a request's future, on the thread that read the
+/// request: a future that completes at once (most metadata operations of a
+/// cache, a memory store) is answered here, without the executor's round
+/// trip; `Some` gives back what a pending one needs to be spawned.
+pub(crate) fn poll_first<R: Answer<T>, T>(
+    fut: Pin<&mut impl Future<Output = Result<T, Errno>>>,
+    reply: R,
+    held: Held,
+) -> Option<(R, Held)> {
+    // The executor polls the task again at once when it is spawned, with
+    // its own waker: a wake-up meant for this one is not needed.
+    match poll_caught(fut, &mut Context::from_waker(Waker::noop())) {
+        Poll::Pending => Some((reply, held)),
+        Poll::Ready(outcome) => {
+            finish(reply, outcome);
+            drop(held);
+            None
+        }
+    }
+}
+
+/// The task of one request whose first poll was pending: polls `fut` until
+/// it completes (then answers with its output), is cancelled (drops it,
+/// then answers `EINTR`) or panics (drops it, answers `EIO`). `task`, when
+/// given, is the state the interrupt callback cancels; it is then
+/// registered, so that closing the registry cancels it too.
 pub(crate) fn run<R: Answer<T>, T: Send + 'static>(
-    core: Arc<Core>,
+    mut held: Held,
     task: Option<Arc<TaskState>>,
     reply: R,
     fut: impl Future<Output = Result<T, Errno>> + Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let key = task.as_ref().map(|t| core.registry.insert(reply.request().1, t));
-    let held = Held { core, key };
+    held.key = task
+        .as_ref()
+        .map(|t| held.core.registry.insert(reply.request().1, t));
     let state = task.unwrap_or_else(TaskState::new);
     async move {
         let outcome = {
@@ -284,15 +343,7 @@ pub(crate) fn run<R: Answer<T>, T: Send + 'static>(
             poll_fn(|cx| state.poll(fut.as_mut(), cx)).await
             // The future is dropped here, before any answer goes out.
         };
-        match outcome {
-            Outcome::Done(v) => reply.answer(v),
-            Outcome::Cancelled => reply.fail(Errno::EINTR),
-            Outcome::Panicked(what) => {
-                let (op, unique) = reply.request();
-                log::error!("{op} future for request {unique} panicked: {what}");
-                reply.fail(Errno::EIO)
-            }
-        }
+        finish(reply, outcome);
         drop(held);
     }
 }

@@ -46,4 +46,9 @@ impl Spawn for TokioSpawner {
         // The task answers its request itself; nothing waits for the handle.
         drop(self.0.spawn(task));
     }
+
+    fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _runtime = self.0.enter();
+        f()
+    }
 }
