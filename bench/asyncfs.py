@@ -106,6 +106,58 @@ def one_round(api: str, mnt: Path, readers: int, latency_ms: int, seconds: float
         logf.close()
 
 
+def summarize(samples: dict, rounds: int, seconds: float, readers: int, latency_ms: int) -> dict:
+    def median(api: str, key: str) -> float:
+        xs = sorted(s[key] for s in samples[api])
+        return xs[len(xs) // 2]
+
+    med = {api: {k: median(api, k) for k in ("reads_per_sec", "threads", "peak_rss_kib")} for api in APIS}
+    return {"rounds": rounds, "seconds": seconds, "readers": readers, "latency_ms": latency_ms,
+            "bound_reads_per_sec": readers * 1000 / latency_ms, "samples": samples, "medians": med,
+            "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+
+
+def markdown(result: dict) -> list:
+    samples, med = result["samples"], result["medians"]
+    rounds, seconds = result["rounds"], result["seconds"]
+    readers, latency_ms, bound = result["readers"], result["latency_ms"], result["bound_reads_per_sec"]
+
+    def spread(api: str, key: str) -> str:
+        xs = [s[key] for s in samples[api]]
+        return f"{min(xs):.0f}–{max(xs):.0f}"
+
+    s, y = med["sync"], med["async"]
+    rows = [
+        ("reads per second", f"{s['reads_per_sec']:.0f} ({spread('sync', 'reads_per_sec')})",
+         f"{y['reads_per_sec']:.0f} ({spread('async', 'reads_per_sec')})",
+         f"{y['reads_per_sec'] / s['reads_per_sec']:.2f}"),
+        ("share of the latency bound", f"{s['reads_per_sec'] / bound:.2f}", f"{y['reads_per_sec'] / bound:.2f}",
+         ""),
+        ("daemon threads, most at once", f"{s['threads']:.0f}", f"{y['threads']:.0f}",
+         f"{y['threads'] / s['threads']:.2f}"),
+        ("daemon peak memory (VmHWM), MiB", f"{s['peak_rss_kib'] / 1024:.1f}", f"{y['peak_rss_kib'] / 1024:.1f}",
+         f"{y['peak_rss_kib'] / s['peak_rss_kib']:.2f}"),
+    ]
+    md = [
+        f"`bench/asyncfs` ({rounds} rounds of {seconds:g} s, APIs alternating, {result['cpus']} CPUs, "
+        f"{result['date']}): `examples/slowfs` with `-o api=sync` and `-o api=async` (Tokio), every "
+        f"operation waiting {latency_ms} ms for a simulated remote, everything else at its default (the "
+        f"pool's threads, the bound on futures in flight). {readers} threads each read 4 KiB blocks of their "
+        "own file (opened `DIRECT_IO`: every read is a READ) for the whole round. Medians of the rounds, "
+        "their range in brackets; the ratio is async over sync. The latency bound is readers / latency = "
+        f"{bound:.0f} reads per second.", "",
+        f"| {readers} readers, {latency_ms} ms per operation | sync trait | async trait | async / sync |",
+        "|---|---:|---:|---:|",
+    ]
+    md += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows]
+    if latency_ms < 20:
+        md += ["", "With the sync trait each READ holds a worker for the whole round trip, and the pool "
+               "does not grow past its floor: it starts a thread only when every worker has been busy for "
+               "`grow_after` (20 ms), and a worker whose handler waits less than that is back reading "
+               "before. The async trait's threads only read requests and run the runtime."]
+    return md
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 rounds of 3 s")
@@ -114,7 +166,13 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=64)
     ap.add_argument("--latency-ms", type=int, default=10)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--from", dest="saved", type=Path, help="only rewrite bench/asyncfs.md from a saved result")
     a = ap.parse_args()
+    if a.saved:
+        md = markdown(json.loads(a.saved.read_text()))
+        print("\n".join(md))
+        (ROOT / "bench" / "asyncfs.md").write_text("\n".join(md) + "\n")
+        return
     if os.geteuid() != 0:
         sys.exit("asyncfs: needs root (mounts)")
     rounds = a.rounds or (2 if a.quick else 4)
@@ -134,48 +192,11 @@ def main() -> None:
                 log(f"round {r + 1}/{rounds}: api={api}")
                 samples[api].append(one_round(api, mnt, a.readers, a.latency_ms, seconds))
 
-    def median(api: str, key: str) -> float:
-        xs = sorted(s[key] for s in samples[api])
-        return xs[len(xs) // 2]
-
-    def spread(api: str, key: str) -> str:
-        xs = [s[key] for s in samples[api]]
-        return f"{min(xs):.0f}–{max(xs):.0f}"
-
-    bound = a.readers * 1000 / a.latency_ms
-    med = {api: {k: median(api, k) for k in ("reads_per_sec", "threads", "peak_rss_kib")} for api in APIS}
-    result = {"rounds": rounds, "seconds": seconds, "readers": a.readers, "latency_ms": a.latency_ms,
-              "bound_reads_per_sec": bound, "samples": samples, "medians": med}
+    result = summarize(samples, rounds, seconds, a.readers, a.latency_ms)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     (out / "asyncfs.json").write_text(json.dumps(result, indent=2) + "\n")
-    s, y = med["sync"], med["async"]
-    rows = [
-        ("reads per second", f"{s['reads_per_sec']:.0f} ({spread('sync', 'reads_per_sec')})",
-         f"{y['reads_per_sec']:.0f} ({spread('async', 'reads_per_sec')})",
-         f"{y['reads_per_sec'] / s['reads_per_sec']:.2f}"),
-        ("share of the latency bound", f"{s['reads_per_sec'] / bound:.2f}", f"{y['reads_per_sec'] / bound:.2f}",
-         ""),
-        ("daemon threads, most at once", f"{s['threads']:.0f}", f"{y['threads']:.0f}",
-         f"{y['threads'] / s['threads']:.2f}"),
-        ("daemon peak memory (VmHWM), MiB", f"{s['peak_rss_kib'] / 1024:.1f}", f"{y['peak_rss_kib'] / 1024:.1f}",
-         f"{y['peak_rss_kib'] / s['peak_rss_kib']:.2f}"),
-    ]
-    md = [
-        f"`bench/asyncfs` ({rounds} rounds of {seconds:g} s, APIs alternating, {os.cpu_count()} CPUs, "
-        f"{time.strftime('%Y-%m-%d')}): `examples/slowfs` with `-o api=sync` and `-o api=async` (Tokio), "
-        f"every operation waiting {a.latency_ms} ms for a simulated remote, everything else at its default "
-        f"(the pool's threads, the bound on futures in flight). {a.readers} threads each read 4 KiB blocks of "
-        f"their own file (opened `DIRECT_IO`: every read is a READ) for the whole round. Medians of the "
-        f"rounds, their range in brackets; the ratio is async over sync. The latency bound is readers / "
-        f"latency = {bound:.0f} reads per second.", "",
-        "| 64 readers, 10 ms per operation | sync trait | async trait | async / sync |",
-        "|---|---:|---:|---:|",
-    ] if a.readers == 64 and a.latency_ms == 10 else [
-        f"`bench/asyncfs` ({rounds} rounds of {seconds:g} s), {a.readers} readers, {a.latency_ms} ms.", "",
-        "| | sync trait | async trait | async / sync |", "|---|---:|---:|---:|",
-    ]
-    md += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows]
+    md = markdown(result)
     print("\n".join(md))
     (ROOT / "bench" / "asyncfs.md").write_text("\n".join(md) + "\n")
     log(f"\nwritten: {out / 'asyncfs.json'} and bench/asyncfs.md")
