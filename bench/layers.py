@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The node and path layers against the raw Filesystem trait: metadata rates
-and memory per live inode.
+"""The node, path and async layers against the raw Filesystem trait:
+metadata rates and memory per live inode.
 
 Pairs, one on a layer, one on the raw trait:
 
   twinfs --api node  vs  twinfs --api raw   the same in-memory filesystem,
                          the same storage code (bench/twinfs), on the node
                          layer and on the raw trait: what the layer costs
+  twinfs --api async vs  twinfs --api raw   the same, on the async trait
+                         (Tokio, default settings) with futures that
+                         complete at once: what the async path costs
   pathfs (path layer) vs passthrough_ll     two mirrors of the same tmpfs
                          source (different code: an indication only)
   nodefs (node layer) vs memfs              with --all: two in-memory
@@ -45,7 +48,7 @@ import bench  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 PHASES = ["create_private", "stat_private", "unlink_private", "create_shared", "stat_shared", "unlink_shared"]
-PAIRS = [("twinfs-node", "twinfs-raw"), ("pathfs", "passthrough_ll")]
+PAIRS = [("twinfs-node", "twinfs-raw"), ("twinfs-async", "twinfs-raw"), ("pathfs", "passthrough_ll")]
 MORE_PAIRS = [("nodefs", "memfs")]
 
 
@@ -77,6 +80,7 @@ class Daemon:
         opts = {
             "twinfs-node": ["--api", "node"],
             "twinfs-raw": ["--api", "raw"],
+            "twinfs-async": ["--api", "async"],
             "nodefs": ["-o", "default_permissions"],
             "memfs": ["-o", "default_permissions"],
             "pathfs": ["-o", f"source={src}"],
@@ -174,7 +178,7 @@ def main() -> None:
     if not a.no_build:
         log("building the examples and mdtest (release)")
         build()
-    targets = [t for pair in pairs for t in pair]
+    targets = list(dict.fromkeys(t for pair in pairs for t in pair))
     rates = {t: {} for t in targets}
     memory = {t: [] for t in targets}
     cpu = {t: {} for t in targets}
@@ -201,6 +205,11 @@ def main() -> None:
                                 rates[t].setdefault(k, []).append(v)
                             for k, v in spent.items():
                                 cpu[t].setdefault(k, []).append(v)
+                    except Exception:
+                        d.log.flush()
+                        log(f"layers: {t} failed; its log ends with:\n"
+                            + Path(d.log.name).read_text()[-3000:])
+                        raise
                     finally:
                         d.stop()
                     subprocess.run(["find", str(src), "-mindepth", "1", "-delete"], check=False)

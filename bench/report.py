@@ -633,11 +633,16 @@ def method(result: dict) -> list[str]:
     if splice_write.exists():
         lines += ["## Spliced WRITE payloads (`splice_write`)", ""] + \
             splice_write.read_text().rstrip("\n").split("\n") + [""]
-    # The node and path layers against the raw trait: written by bench/layers.
+    # The node, path and async layers against the raw trait: written by bench/layers.
     layers = Path(__file__).with_name("layers.md")
     if layers.exists():
-        lines += ["## Node and path layers against the raw trait", ""] + \
+        lines += ["## Node, path and async layers against the raw trait", ""] + \
             layers.read_text().rstrip("\n").split("\n") + [""]
+    # The async trait against the sync trait on a slow backend: written by bench/asyncfs.
+    asyncfs = Path(__file__).with_name("asyncfs.md")
+    if asyncfs.exists():
+        lines += ["## Async trait against the sync trait, on a slow backend", ""] + \
+            asyncfs.read_text().rstrip("\n").split("\n") + [""]
     lines += [
         "## Reproduce", "",
         "```sh",
@@ -645,7 +650,8 @@ def method(result: dict) -> list[str]:
         "bench/run --quick   # under 3 minutes, noisy",
         "bench/syscalls.py   # counts per request (after a bench/run built both daemons)",
         "bench/splice_write.sh   # CPU per WRITE with and without splice_write",
-        "bench/layers        # the node and path layers against the raw trait",
+        "bench/layers        # the node, path and async layers against the raw trait",
+        "bench/asyncfs       # the async trait against the sync trait on a slow backend",
         "```", "",
     ]
     return lines

@@ -143,6 +143,7 @@ pub mod session {
     //!   [`Session`] and [`SessionConfig`]; [`transport`]: `/dev/fuse` and
     //!   FUSE-over-io_uring;
     //! - [`node`] and [`path`]: the layers that keep node ids for you;
+    //! - [`asyncfs`]: async filesystems, whose futures INTERRUPT cancels;
     //! - [`notify`], [`stats`], [`credentials`], [`backing`]: notifications,
     //!   statistics, acting as the caller, kernel passthrough.
     pub use crate::proto;
@@ -158,7 +159,7 @@ pub use fuse_session::{
     SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, Statfs, StatxRequest,
     TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
 };
-pub use fuse_session::{inodes, node, path};
+pub use fuse_session::{asyncfs, inodes, node, path};
 
 /// The test kit (the `testing` feature): a filesystem served on an
 /// in-process fake kernel, typed requests as any caller, and the protocol

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The examples that use the shared command line.
-const EXAMPLES: [&str; 4] = ["hello", "hello_path", "notes", "nodefs"];
+const EXAMPLES: [&str; 5] = ["hello", "hello_path", "notes", "nodefs", "slowfs"];
 
 /// Runs example `name` with `args` (no mount is reached, so it ends by itself).
 fn run(name: &str, args: &[&str]) -> Output {
@@ -131,6 +131,10 @@ fn a_bad_command_line_exits_2_saying_why() {
     let out = run("nodefs", &["-o", "threads=0", "/mnt"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).starts_with("nodefs: unknown or invalid option `threads=0`"));
+    // So does slowfs.
+    let out = run("slowfs", &["-o", "api=fast", "/mnt"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with("slowfs: unknown or invalid option `api=fast`"));
 }
 
 /// hello, mounted with `-f -d -o fsname=...`: the options reach the mount,

@@ -111,6 +111,22 @@ impl WorkerCore {
     pub(crate) fn on_interrupt(&self, slot: &Slot, cb: InterruptCallback) {
         self.table().on_interrupt(slot, cb)
     }
+
+    /// Registers `file` as a passthrough backing file on this worker's
+    /// channel, if INIT granted passthrough.
+    pub(crate) fn open_backing(
+        &self,
+        file: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<crate::backing::BackingFile, crate::backing::BackingError> {
+        if !self
+            .negotiated()
+            .flags
+            .contains(fuse_proto::flags::InitFlags::PASSTHROUGH)
+        {
+            return Err(crate::backing::BackingError::NotNegotiated);
+        }
+        crate::backing::BackingFile::open(self.channel(), file)
+    }
 }
 
 /// A request read while the pool was at its cap, waiting for a worker.

@@ -11,7 +11,7 @@ use crate::interrupt::Slot;
 use crate::journal::Replay;
 use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
-use fuse_proto::flags::{InitFlags, OpenInFlags};
+use fuse_proto::flags::OpenInFlags;
 use fuse_proto::request::{Extensions, SecurityContext};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -86,6 +86,26 @@ impl<'a> RequestContext<'a> {
     pub(crate) fn with_open_in(mut self, flags: OpenInFlags) -> Self {
         self.open_in = flags;
         self
+    }
+
+    /// What an owned copy of the context needs (the async adapter's
+    /// [`crate::layers::asyncfs::AsyncContext`]): the header, umask, open flags,
+    /// worker and in-flight slot.
+    pub(crate) fn parts(&self) -> (InHeader, Option<u32>, OpenInFlags, Arc<WorkerCore>, Slot) {
+        (
+            self.header,
+            self.umask,
+            self.open_in,
+            self.worker.clone(),
+            self.slot,
+        )
+    }
+
+    /// Whether the session is stopping, or its connection is gone (a
+    /// worker saw the unmount).
+    pub(crate) fn session_stopping(&self) -> bool {
+        let shared = &self.worker.shared;
+        shared.shutdown.load(std::sync::atomic::Ordering::Acquire) || shared.pool.is_ended()
     }
 
     /// The `open_flags` of OPEN, CREATE and TMPFILE (empty for other
@@ -242,9 +262,6 @@ impl<'a> RequestContext<'a> {
 
     /// Registers `file` as a kernel passthrough backing file.
     pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
-        if !self.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
-            return Err(BackingError::NotNegotiated);
-        }
-        BackingFile::open(self.worker.channel(), file)
+        self.worker.open_backing(file)
     }
 }

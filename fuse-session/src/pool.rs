@@ -350,6 +350,11 @@ impl<J: Queued> Pool<J> {
         self.backlog_len.store(0, SeqCst);
     }
 
+    /// Whether the connection is gone ([`Pool::end`]).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(SeqCst)
+    }
+
     /// The connection is gone: the manager starts no more threads.
     pub(crate) fn end(&self) {
         self.ended.store(true, SeqCst);

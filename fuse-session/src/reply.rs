@@ -220,6 +220,16 @@ impl Drop for ReplyCore {
     }
 }
 
+/// Any reply handle, answered with an error by code that knows no more of
+/// it (the async adapter, when a request is interrupted or its future
+/// panics).
+pub(crate) trait Fail: Send + 'static {
+    /// Answers with `errno`.
+    fn fail(self, errno: Errno);
+    /// The request's opcode and unique id, for log lines.
+    fn request(&self) -> (Opcode, u64);
+}
+
 macro_rules! handle {
     ($(#[$m:meta])* $name:ident) => {
         $(#[$m])*
@@ -252,6 +262,15 @@ macro_rules! handle {
             /// Whether the kernel asked to interrupt this request.
             pub fn is_interrupted(&self) -> bool {
                 self.core.is_interrupted()
+            }
+        }
+
+        impl Fail for $name {
+            fn fail(self, errno: Errno) {
+                self.core.error(errno)
+            }
+            fn request(&self) -> (Opcode, u64) {
+                (self.core.opcode, self.core.unique)
             }
         }
 
@@ -1073,6 +1092,15 @@ macro_rules! dir_handle {
             /// Whether the kernel asked to interrupt this request.
             pub fn is_interrupted(&self) -> bool {
                 self.0.core.is_interrupted()
+            }
+        }
+
+        impl Fail for $t {
+            fn fail(self, errno: Errno) {
+                self.0.core.error(errno)
+            }
+            fn request(&self) -> (Opcode, u64) {
+                (self.0.core.opcode, self.0.core.unique)
             }
         }
     };

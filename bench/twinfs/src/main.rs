@@ -1,26 +1,29 @@
 //! twinfs: one in-memory filesystem (directories and regular files) served
-//! either on the node layer (`--api node`) or on the raw `Filesystem` trait
-//! (`--api raw`), over the same storage code, so that bench/layers measures
-//! what the layer itself costs. A benchmark instrument, not an example: no
+//! on the node layer (`--api node`), on the raw `Filesystem` trait
+//! (`--api raw`) or on the async trait on a Tokio runtime (`--api async`),
+//! over the same storage code, so that bench/layers measures what the layer
+//! itself costs. A benchmark instrument, not an example: no
 //! links, renames, symlinks or extended attributes.
 //!
 //! ```sh
-//! twinfs --api node|raw [--threads N] [--uring] MOUNTPOINT
+//! twinfs --api node|raw|async [--threads N] [--uring] MOUNTPOINT
 //! ```
 //!
 //! The kernel checks permissions (`default_permissions`); names and
 //! attributes are cached for 1 s either way, listings are plain READDIR.
 
+mod async_api;
 mod node_api;
 mod raw_api;
 mod store;
 
+use fuse_wire::asyncfs::{AsyncFs, TokioSpawner};
 use fuse_wire::node::{NodeFs, NodeOptions};
 use fuse_wire::session::{SessionConfig, Transport};
 use fuse_wire::{MountOptions, serve_with};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: twinfs --api node|raw [--threads N] [--uring] MOUNTPOINT";
+const USAGE: &str = "usage: twinfs --api node|raw|async [--threads N] [--uring] MOUNTPOINT";
 
 fn main() -> ExitCode {
     let (mut api, mut mountpoint, mut session) = (None, None, SessionConfig::default());
@@ -57,6 +60,18 @@ fn main() -> ExitCode {
                 &mount,
                 session,
             )
+        }
+        Some("async") => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("twinfs: starting the Tokio runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let twin = async_api::AsyncTwin(raw_api::RawFs::new(store::Inode::root()));
+            let fs = AsyncFs::new(twin, TokioSpawner::new(runtime.handle().clone()));
+            serve_with(fs, &mountpoint, &mount, session)
         }
         Some("raw") => serve_with(
             raw_api::RawFs::new(store::Inode::root()),

@@ -44,13 +44,18 @@ impl Node for Inode {
         name: &CStr,
         req: CreateRequest,
     ) -> Result<(NodeRef, Opened), Errno> {
-        let node = self.add(ctx, name.to_bytes(), FileKind::RegularFile, req.mode)?;
+        let node = self.add(
+            (ctx.uid(), ctx.gid()),
+            name.to_bytes(),
+            FileKind::RegularFile,
+            req.mode,
+        )?;
         let open = Opened::new(Open(node.open(req.flags)?));
         Ok((node, open))
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, name: &CStr, mode: u32) -> Result<NodeRef, Errno> {
-        Ok(self.add(ctx, name.to_bytes(), FileKind::Directory, mode)?)
+        Ok(self.add((ctx.uid(), ctx.gid()), name.to_bytes(), FileKind::Directory, mode)?)
     }
 
     fn unlink(&self, _: &RequestContext<'_>, name: &CStr) -> Result<(), Errno> {

@@ -46,7 +46,7 @@ impl RawFs {
         }
     }
 
-    fn node(&self, ino: Ino) -> Result<Arc<Inode>, Errno> {
+    pub(crate) fn node(&self, ino: Ino) -> Result<Arc<Inode>, Errno> {
         if ino == Ino::ROOT {
             return Ok(self.root.clone());
         }
@@ -57,7 +57,7 @@ impl RawFs {
     }
 
     /// The entry of `node`, counting the lookup the reply gives the kernel.
-    fn enter(&self, node: Arc<Inode>) -> Entry {
+    pub(crate) fn enter(&self, node: Arc<Inode>) -> Entry {
         let attr = node.attr();
         let ino = node.ino;
         lock(&self.nodes[shard(ino)])
@@ -73,13 +73,29 @@ impl RawFs {
         }
     }
 
-    fn keep_open(&self, st: OpenState) -> FileHandle {
+    pub(crate) fn keep_open(&self, st: OpenState) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.files[shard(fh)]).insert(fh, Arc::new(st));
         FileHandle(fh)
     }
 
-    fn file(&self, fh: FileHandle) -> Result<Arc<OpenState>, Errno> {
+    /// FORGET: drops `nlookup` lookups of `ino`, and the node at 0.
+    pub(crate) fn forget_node(&self, ino: Ino, nlookup: u64) {
+        let mut shard = lock(&self.nodes[shard(ino.0)]);
+        if let Some(slot) = shard.get_mut(&ino.0) {
+            slot.lookups = slot.lookups.saturating_sub(nlookup);
+            if slot.lookups == 0 {
+                shard.remove(&ino.0);
+            }
+        }
+    }
+
+    /// RELEASE: whether `fh` was open.
+    pub(crate) fn close(&self, fh: FileHandle) -> bool {
+        lock(&self.files[shard(fh.0)]).remove(&fh.0).is_some()
+    }
+
+    pub(crate) fn file(&self, fh: FileHandle) -> Result<Arc<OpenState>, Errno> {
         lock(&self.files[shard(fh.0)])
             .get(&fh.0)
             .cloned()
@@ -97,13 +113,7 @@ impl Filesystem for RawFs {
     }
 
     fn forget(&self, _: &RequestContext<'_>, ino: Ino, nlookup: u64) {
-        let mut shard = lock(&self.nodes[shard(ino.0)]);
-        if let Some(slot) = shard.get_mut(&ino.0) {
-            slot.lookups = slot.lookups.saturating_sub(nlookup);
-            if slot.lookups == 0 {
-                shard.remove(&ino.0);
-            }
-        }
+        self.forget_node(ino, nlookup)
     }
 
     fn getattr(&self, _: &RequestContext<'_>, ino: Ino, _: Option<FileHandle>, reply: ReplyAttr) {
@@ -117,7 +127,7 @@ impl Filesystem for RawFs {
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Ino, name: &CStr, mode: u32, reply: ReplyEntry) {
         reply.result(
             self.node(parent)
-                .and_then(|p| p.add(ctx, name.to_bytes(), FileKind::Directory, mode))
+                .and_then(|p| p.add((ctx.uid(), ctx.gid()), name.to_bytes(), FileKind::Directory, mode))
                 .map(|n| self.enter(n)),
         )
     }
@@ -157,10 +167,7 @@ impl Filesystem for RawFs {
     }
 
     fn release(&self, _: &RequestContext<'_>, _: Ino, fh: FileHandle, _: ReleaseRequest, reply: ReplyEmpty) {
-        match lock(&self.files[shard(fh.0)]).remove(&fh.0) {
-            Some(_) => reply.ok(),
-            None => reply.error(Errno::EBADF),
-        }
+        reply.result(if self.close(fh) { Ok(()) } else { Err(Errno::EBADF) })
     }
 
     fn readdir(
@@ -197,7 +204,12 @@ impl Filesystem for RawFs {
         reply: ReplyCreate,
     ) {
         let r = self.node(parent).and_then(|p| {
-            let node = p.add(ctx, name.to_bytes(), FileKind::RegularFile, req.mode)?;
+            let node = p.add(
+                (ctx.uid(), ctx.gid()),
+                name.to_bytes(),
+                FileKind::RegularFile,
+                req.mode,
+            )?;
             let st = node.open(req.flags)?;
             Ok((self.enter(node), self.keep_open(st)))
         });

@@ -6,7 +6,7 @@
 
 use fuse_wire::node::Children;
 use fuse_wire::reply::ReplyData;
-use fuse_wire::{Errno, FileAttr, FileKind, OpenFlags, RequestContext, SetattrRequest};
+use fuse_wire::{Errno, FileAttr, FileKind, OpenFlags, SetattrRequest};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::SystemTime;
@@ -75,7 +75,7 @@ impl Inode {
     /// Adds a new child `name`: a directory or an empty regular file.
     pub fn add(
         &self,
-        ctx: &RequestContext<'_>,
+        (uid, gid): (u32, u32),
         name: &[u8],
         kind: FileKind,
         mode: u32,
@@ -90,7 +90,7 @@ impl Inode {
         let ino = NEXT_INO.fetch_add(1, Ordering::Relaxed);
         let now = SystemTime::now();
         let mut attr = FileAttr::new(ino, kind, (mode & 0o7777) as u16);
-        (attr.uid, attr.gid) = (ctx.uid(), ctx.gid());
+        (attr.uid, attr.gid) = (uid, gid);
         (attr.atime, attr.mtime, attr.ctime) = (now, now, now);
         let body = match kind {
             FileKind::Directory => Body::Dir(Mutex::default()),
@@ -192,9 +192,14 @@ pub struct OpenState {
 
 impl OpenState {
     pub fn read(&self, offset: u64, size: u32, reply: ReplyData) {
+        self.with_range(offset, size, |bytes| reply.data(bytes))
+    }
+
+    /// `size` bytes from `offset` (fewer at the end), given to `f`.
+    pub fn with_range<R>(&self, offset: u64, size: u32, f: impl FnOnce(&[u8]) -> R) -> R {
         let data = self.data.read().unwrap_or_else(|e| e.into_inner());
         let start = (offset as usize).min(data.len());
-        reply.data(&data[start..start.saturating_add(size as usize).min(data.len())]);
+        f(&data[start..start.saturating_add(size as usize).min(data.len())])
     }
 
     pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<u32, Errno> {

@@ -91,7 +91,8 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
-use crate::layer::{NotifierSlot, Stored, check_name, lock};
+use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::values::{Created, Open};
 use crate::notify::NotifyError;
 use crate::ops::*;
 use crate::reply::*;
@@ -396,25 +397,7 @@ impl<F> PathOpened<F> {
         }
     }
 
-    /// Have the kernel send FLUSH at every `close(2)` of this file, for a
-    /// [`PathFilesystem::flush`] that reports errors at close or drops the
-    /// closing owner's locks. Without it, a close costs no round trip.
-    pub fn with_flush(mut self) -> Self {
-        self.flags.remove(FopenFlags::NOFLUSH);
-        self
-    }
-
-    /// With `flags` added.
-    pub fn with_flags(mut self, flags: FopenFlags) -> Self {
-        self.flags |= flags;
-        self
-    }
-
-    /// In passthrough mode on `backing`.
-    pub fn passthrough(mut self, backing: BackingFile) -> Self {
-        self.backing = Some(backing);
-        self
-    }
+    open_builders!();
 }
 
 /// A directory's children the kernel knows: name → (node id, generation).
@@ -600,7 +583,7 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn node(&self, ino: Inode) -> Result<Arc<PNode>, Errno> {
-        crate::layer::held(&self.shared.table, ino)
+        crate::layers::core::held(&self.shared.table, ino)
     }
 
     /// The path of `ino` (call with a tree lock held). `ENOENT` for a node
@@ -738,11 +721,11 @@ impl<F: PathFilesystem> PathFs<F> {
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry<F::File>>, Errno> {
-        crate::layer::open_file(&self.shared.files, fh)
+        crate::layers::core::open_file(&self.shared.files, fh)
     }
 
-    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Stored {
-        let (flags, backing) = crate::layer::attach_open(&node.io, opened.flags, opened.backing);
+    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Open {
+        let (flags, backing) = crate::layers::core::attach_open(&node.io, opened.flags, opened.backing);
         let n = node.clone();
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             node,
@@ -750,7 +733,7 @@ impl<F: PathFilesystem> PathFs<F> {
             passthrough: backing.is_some(),
         }));
         lock(&n.open).push(fh);
-        Stored {
+        Open {
             fh: FileHandle(fh),
             flags,
             backing,
@@ -1001,7 +984,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let opened = self.shared.fs.open(ctx, &self.path(ino)?, flags)?;
             Ok::<_, Errno>(self.store(node, opened))
         })();
-        crate::layer::reply_open(reply, r)
+        reply.answer(r)
     }
 
     fn create(
@@ -1020,7 +1003,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let node = self.node(entry.ino)?;
             Ok::<_, Errno>((entry, self.store(node, opened)))
         })();
-        crate::layer::reply_create(reply, r)
+        reply.answer(r.map(|(entry, open)| Created::new(entry, open)))
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
@@ -1038,24 +1021,21 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
-        reply.result(
-            self.file(fh)
-                .and_then(|f| self.shared.fs.write(ctx, &f.file, req)),
-        )
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            self.shared.fs.write(ctx, &f.file, req)
+        })
     }
 
     fn flush(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
-        reply.result(
-            self.file(fh)
-                .and_then(|f| self.shared.fs.flush(ctx, &f.file, owner)),
-        )
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            self.shared.fs.flush(ctx, &f.file, owner)
+        })
     }
 
     fn fsync(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        reply.result(
-            self.file(fh)
-                .and_then(|f| self.shared.fs.fsync(ctx, &f.file, datasync)),
-        )
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            self.shared.fs.fsync(ctx, &f.file, datasync)
+        })
     }
 
     fn fallocate(
@@ -1066,10 +1046,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        reply.result(
-            self.file(fh)
-                .and_then(|f| self.shared.fs.fallocate(ctx, &f.file, req)),
-        )
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            self.shared.fs.fallocate(ctx, &f.file, req)
+        })
     }
 
     fn lseek(
@@ -1080,10 +1059,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: LseekRequest,
         reply: ReplyLseek,
     ) {
-        reply.result(
-            self.file(fh)
-                .and_then(|f| self.shared.fs.lseek(ctx, &f.file, req)),
-        )
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            self.shared.fs.lseek(ctx, &f.file, req)
+        })
     }
 
     fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
@@ -1128,7 +1106,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let path = self.path(ino)?;
-            if crate::layer::add_dots(&mut reply, ino, offset).is_full() {
+            if crate::layers::core::add_dots(&mut reply, ino, offset).is_full() {
                 return Ok(());
             }
             let mut fill = PathDirFill {
@@ -1147,13 +1125,13 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let v = self
             .path(ino)
             .and_then(|p| self.shared.fs.getxattr(ctx, &p, name));
-        crate::layer::reply_xattr(reply, size, v)
+        SizedXattr(reply, size).answer(v)
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let _tree = self.shared.tree.read();
         let v = self.path(ino).and_then(|p| self.shared.fs.listxattr(ctx, &p));
-        crate::layer::reply_xattr(reply, size, v)
+        SizedXattr(reply, size).answer(v)
     }
 
     fn setxattr(

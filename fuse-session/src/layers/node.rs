@@ -97,7 +97,8 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
-use crate::layer::{NotifierSlot, Stored, check_name, lock};
+use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::values::{Created, Open};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
@@ -364,27 +365,7 @@ impl Opened {
         }
     }
 
-    /// Have the kernel send FLUSH at every `close(2)` of this file, for an
-    /// [`OpenFile::flush`] that reports errors at close (data written back
-    /// to a server) or drops the closing owner's locks. Without it, a close
-    /// costs no round trip.
-    pub fn with_flush(mut self) -> Opened {
-        self.flags.remove(FopenFlags::NOFLUSH);
-        self
-    }
-
-    /// With `flags` added.
-    pub fn with_flags(mut self, flags: FopenFlags) -> Opened {
-        self.flags |= flags;
-        self
-    }
-
-    /// In passthrough mode on `backing` (the file's READ and WRITE then
-    /// never reach it; needs [`NodeOptions::passthrough`]).
-    pub fn passthrough(mut self, backing: BackingFile) -> Opened {
-        self.backing = Some(backing);
-        self
-    }
+    open_builders!();
 }
 
 /// How [`NodeFs`] serves.
@@ -531,7 +512,7 @@ impl NodeFs {
     }
 
     fn held(&self, ino: Inode) -> Result<Arc<Held>, Errno> {
-        crate::layer::held(&self.shared.table, ino)
+        crate::layers::core::held(&self.shared.table, ino)
     }
 
     /// The attributes of `node`, with the library's `st_ino` if it
@@ -570,17 +551,17 @@ impl NodeFs {
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry>, Errno> {
-        crate::layer::open_file(&self.shared.files, fh)
+        crate::layers::core::open_file(&self.shared.files, fh)
     }
 
-    fn store_open(&self, held: Arc<Held>, opened: Opened) -> Stored {
-        let (flags, backing) = crate::layer::attach_open(&held.io, opened.flags, opened.backing);
+    fn store_open(&self, held: Arc<Held>, opened: Opened) -> Open {
+        let (flags, backing) = crate::layers::core::attach_open(&held.io, opened.flags, opened.backing);
         let fh = self.shared.files.insert(Arc::new(OpenEntry {
             held,
             file: opened.file,
             passthrough: backing.is_some(),
         }));
-        Stored {
+        Open {
             fh: FileHandle(fh),
             flags,
             backing,
@@ -743,7 +724,7 @@ impl Filesystem for NodeFs {
             let opened = held.node.open(ctx, flags)?;
             Ok(self.store_open(held, opened))
         });
-        crate::layer::reply_open(reply, r)
+        reply.answer(r)
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
@@ -761,11 +742,11 @@ impl Filesystem for NodeFs {
         req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
-        reply.result(self.file(fh).and_then(|f| f.file.write(ctx, req)))
+        on_open_file(&self.shared.files, fh, reply, |f| f.file.write(ctx, req))
     }
 
     fn flush(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
-        reply.result(self.file(fh).and_then(|f| f.file.flush(ctx, owner)))
+        on_open_file(&self.shared.files, fh, reply, |f| f.file.flush(ctx, owner))
     }
 
     fn release(
@@ -787,7 +768,7 @@ impl Filesystem for NodeFs {
     }
 
     fn fsync(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        reply.result(self.file(fh).and_then(|f| f.file.fsync(ctx, datasync)))
+        on_open_file(&self.shared.files, fh, reply, |f| f.file.fsync(ctx, datasync))
     }
 
     fn fallocate(
@@ -798,7 +779,7 @@ impl Filesystem for NodeFs {
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        reply.result(self.file(fh).and_then(|f| f.file.fallocate(ctx, req)))
+        on_open_file(&self.shared.files, fh, reply, |f| f.file.fallocate(ctx, req))
     }
 
     fn lseek(
@@ -809,7 +790,7 @@ impl Filesystem for NodeFs {
         req: LseekRequest,
         reply: ReplyLseek,
     ) {
-        reply.result(self.file(fh).and_then(|f| f.file.lseek(ctx, req)))
+        on_open_file(&self.shared.files, fh, reply, |f| f.file.lseek(ctx, req))
     }
 
     fn opendir(&self, ctx: &RequestContext<'_>, ino: Inode, _: OpenFlags, reply: ReplyOpen) {
@@ -831,7 +812,7 @@ impl Filesystem for NodeFs {
         let r = (|| {
             let dir = self.node(ino)?;
             let me = self.attr_of(&dir, ctx)?.ino;
-            if crate::layer::add_dots(&mut reply, Inode(me), offset).is_full() {
+            if crate::layers::core::add_dots(&mut reply, Inode(me), offset).is_full() {
                 return Ok(());
             }
             let mut fill = DirFill {
@@ -885,11 +866,11 @@ impl Filesystem for NodeFs {
     }
 
     fn getxattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, size: u32, reply: ReplyXattr) {
-        crate::layer::reply_xattr(reply, size, self.node(ino).and_then(|n| n.getxattr(ctx, name)))
+        SizedXattr(reply, size).answer(self.node(ino).and_then(|n| n.getxattr(ctx, name)))
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        crate::layer::reply_xattr(reply, size, self.node(ino).and_then(|n| n.listxattr(ctx)))
+        SizedXattr(reply, size).answer(self.node(ino).and_then(|n| n.listxattr(ctx)))
     }
 
     fn setxattr(
@@ -926,7 +907,7 @@ impl Filesystem for NodeFs {
             let held = self.held(entry.ino)?;
             Ok::<_, Errno>((entry, self.store_open(held, opened)))
         })();
-        crate::layer::reply_create(reply, r)
+        reply.answer(r.map(|(entry, open)| Created::new(entry, open)))
     }
 }
 

@@ -1,0 +1,128 @@
+//! [`AsyncContext`]: the caller of a request and the session's services,
+//! owned, so that a future can keep it across `.await`s (the sync trait's
+//! [`RequestContext`](crate::RequestContext) borrows the worker's buffer
+//! and lives only as long as the handler call).
+
+use crate::backing::{BackingError, BackingFile};
+use crate::conn::WorkerCore;
+use crate::context::RequestContext;
+use crate::credentials::Caller;
+use crate::init::Negotiated;
+use crate::interrupt::Slot;
+use crate::notify::Notifier;
+use fuse_proto::abi::InHeader;
+use fuse_proto::flags::OpenInFlags;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+/// Who sent a request, and what its future can reach while serving it.
+pub struct AsyncContext {
+    header: InHeader,
+    umask: Option<u32>,
+    open_in: OpenInFlags,
+    supp_groups: Vec<u32>,
+    worker: Arc<WorkerCore>,
+    slot: Slot,
+}
+
+impl AsyncContext {
+    pub(crate) fn new(ctx: &RequestContext<'_>) -> AsyncContext {
+        let (header, umask, open_in, worker, slot) = ctx.parts();
+        AsyncContext {
+            header,
+            umask,
+            open_in,
+            // Empty (no allocation) unless the kernel sent the group.
+            supp_groups: ctx.supp_groups().collect(),
+            worker,
+            slot,
+        }
+    }
+
+    /// The request's unique id.
+    pub fn unique(&self) -> u64 {
+        self.header.unique
+    }
+
+    /// The caller's effective uid.
+    pub fn uid(&self) -> u32 {
+        self.header.uid
+    }
+
+    /// The caller's effective gid.
+    pub fn gid(&self) -> u32 {
+        self.header.gid
+    }
+
+    /// The caller's thread id (0 for the kernel's own requests).
+    pub fn pid(&self) -> u32 {
+        self.header.pid
+    }
+
+    /// The caller's umask, for MKNOD, MKDIR, CREATE and TMPFILE.
+    pub fn umask(&self) -> Option<u32> {
+        self.umask
+    }
+
+    /// The `open_flags` of OPEN, CREATE and TMPFILE (see
+    /// [`RequestContext::open_in_flags`]).
+    pub fn open_in_flags(&self) -> OpenInFlags {
+        self.open_in
+    }
+
+    /// Whether the kernel sent this request again after a takeover.
+    pub fn is_resent(&self) -> bool {
+        self.header.unique & fuse_proto::consts::UNIQUE_RESEND != 0
+    }
+
+    /// Supplementary groups the kernel sent (CREATE_SUPP_GROUP).
+    pub fn supp_groups(&self) -> &[u32] {
+        &self.supp_groups
+    }
+
+    /// The caller's credentials, as [`RequestContext::caller`] gives them.
+    pub fn caller(&self) -> Caller {
+        Caller::resolve(
+            self.header.uid,
+            self.header.gid,
+            self.header.pid,
+            self.supp_groups.iter().copied(),
+            &self.worker.shared.callers,
+        )
+    }
+
+    /// Whether the kernel asked to interrupt this request. The adapter
+    /// drops the future when it is (see the
+    /// [module documentation](crate::asyncfs#interrupts)), so a future sees
+    /// this only between the INTERRUPT and its next poll.
+    pub fn is_interrupted(&self) -> bool {
+        self.worker.is_interrupted(&self.slot)
+    }
+
+    /// The session's notifier.
+    pub fn notifier(&self) -> &Notifier {
+        self.worker.notifier()
+    }
+
+    /// What INIT negotiated.
+    pub fn negotiated(&self) -> &Negotiated {
+        self.worker.negotiated()
+    }
+
+    /// Registers `file` as a kernel passthrough backing file (see
+    /// [`RequestContext::open_backing`]).
+    pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
+        self.worker.open_backing(file)
+    }
+}
+
+impl std::fmt::Debug for AsyncContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncContext")
+            .field("unique", &self.header.unique)
+            .field("uid", &self.header.uid)
+            .field("gid", &self.header.gid)
+            .field("pid", &self.header.pid)
+            .finish()
+    }
+}

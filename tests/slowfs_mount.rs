@@ -1,0 +1,280 @@
+//! Real mounts of examples/slowfs served through the async trait
+//! (`fuse_wire::asyncfs` on Tokio), on `/dev/fuse` or, with
+//! `FUSE_WIRE_TEST_TRANSPORT=uring`, over io_uring:
+//!
+//! - SIGINT to a reader blocked in a 5 s READ: the kernel sends INTERRUPT,
+//!   the daemon drops the READ's future and answers `EINTR`, and `read(2)`
+//!   returns `EINTR` within a second; the daemon's `.stats` shows the
+//!   operation cancelled and none running.
+//! - 1,000 READs of 1 s each at once are all served, at once, by a handful
+//!   of daemon threads.
+
+mod common;
+#[allow(dead_code)]
+#[path = "../examples/slowfs/tree.rs"]
+mod tree;
+
+use common::TempMountpoint;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The longest any step may take before the test fails.
+const STEP: Duration = Duration::from_secs(30);
+
+/// A slowfs daemon, stopped (and its mount freed) when dropped.
+struct Slowfs {
+    child: Option<Child>,
+    mp: TempMountpoint,
+}
+
+impl Slowfs {
+    fn start(tag: &str, opts: &str) -> Slowfs {
+        let mut opts = format!("api=async,{opts}");
+        if common::over_uring() {
+            // Room on each queue for every request of the tests at once.
+            opts.push_str(",uring,queue_depth=1024");
+        }
+        let mp = TempMountpoint::new(tag);
+        let mut child = Command::new(common::example_binary("slowfs"))
+            .args(["-o", &opts])
+            .arg(mp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start slowfs");
+        common::wait_for_mount(&mut child, mp.path(), "slowfs");
+        if common::over_uring() {
+            // The io_uring pass must really serve over the rings.
+            let err = child.stderr.take().expect("stderr");
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                for l in BufReader::new(err).lines().map_while(Result::ok) {
+                    let _ = tx.send(l);
+                }
+            });
+            let deadline = Instant::now() + STEP;
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(l) if l.contains("transport: io_uring") => break,
+                    Ok(l) if l.contains("serving over /dev/fuse") => {
+                        panic!("slowfs did not use io_uring: {l}")
+                    }
+                    _ if Instant::now() > deadline => {
+                        panic!("slowfs never said which transport it serves on")
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Slowfs {
+            child: Some(child),
+            mp,
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.mp.path().join(rel)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The counters of `.stats`.
+    fn stats(&self) -> Vec<(String, u64)> {
+        std::fs::read_to_string(self.path(".stats"))
+            .expect("read .stats")
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), v.parse().expect("a number")))
+            .collect()
+    }
+
+    fn stat(&self, key: &str) -> u64 {
+        self.stats()
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .unwrap_or_else(|| panic!("no {key} in .stats"))
+            .1
+    }
+
+    /// Threads of the daemon now.
+    fn threads(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("daemon status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("Threads: in /proc/PID/status")
+    }
+
+    /// Waits (bounded) until `cond` holds of the daemon's counters.
+    fn wait_for(&self, what: &str, cond: impl Fn(&Slowfs) -> bool) {
+        let deadline = Instant::now() + STEP;
+        while !cond(self) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                self.stats()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Slowfs {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            let status = common::terminate_daemon(child, self.mp.path());
+            if !std::thread::panicking() {
+                assert!(
+                    status.is_some_and(|s| s.success()),
+                    "slowfs ended with {status:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A SIGINT handler that does nothing: `read(2)` in the thread it is sent to
+/// then returns `EINTR` (no `SA_RESTART`) instead of the process ending.
+fn catch_sigint() {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: an all-zero sigaction is a valid value to fill in.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = nothing as *const () as usize;
+    sa.sa_flags = 0;
+    // SAFETY: installs a handler that touches nothing, with a valid sigaction.
+    let r = unsafe { libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut()) };
+    assert_eq!(r, 0, "sigaction: {}", std::io::Error::last_os_error());
+}
+
+/// Runs `f` on a thread and waits at most `limit` for it; the mount is
+/// aborted if it does not end (so that the thread is freed), and the test fails.
+fn bounded<T: Send + 'static>(
+    mnt: &Path,
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(_) => {
+            let _ = common::abort_fuse_connection(mnt);
+            panic!("{what} did not end within {limit:?}");
+        }
+    }
+}
+
+#[test]
+fn sigint_to_a_reader_blocked_in_an_async_read_returns_eintr_and_drops_the_future() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = Slowfs::start("slowfs-sigint", "latency_ms=0,read_latency_ms=5000");
+    let file = File::open(fs.path("file-007")).expect("open file-007");
+    catch_sigint();
+
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: pthread_self has no preconditions.
+        tid_tx
+            .send(unsafe { libc::pthread_self() })
+            .expect("send the thread id");
+        let mut buf = [0u8; 4096];
+        let r = file.read_at(&mut buf, 0);
+        (r.map_err(|e| e.raw_os_error()), Instant::now())
+    });
+    let tid = tid_rx.recv_timeout(STEP).expect("the reader's thread id");
+    fs.wait_for("the READ to reach the daemon", |f| f.stat("running") == 1);
+
+    let sent = Instant::now();
+    // SAFETY: `tid` is the reader thread, which is alive until it has read.
+    let r = unsafe { libc::pthread_kill(tid, libc::SIGINT) };
+    assert_eq!(r, 0, "pthread_kill");
+    let mnt = fs.mp.path().to_path_buf();
+    let (result, returned) = bounded(&mnt, STEP, "the interrupted read", move || {
+        reader.join().expect("the reader thread")
+    });
+    assert_eq!(result, Err(Some(libc::EINTR)), "read(2) after SIGINT");
+    let took = returned - sent;
+    assert!(
+        took < Duration::from_secs(1),
+        "read(2) returned EINTR only after {took:?}"
+    );
+    // Dropped before the answer went out.
+    assert_eq!(
+        fs.stat("running"),
+        0,
+        "the daemon still runs the READ: {:?}",
+        fs.stats()
+    );
+    assert_eq!(fs.stat("cancelled"), 1, "{:?}", fs.stats());
+}
+
+#[test]
+fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    const N: usize = 1000;
+    let fs = Slowfs::start(
+        "slowfs-thousand",
+        "latency_ms=0,read_latency_ms=1000,files=1000,size=4096",
+    );
+    let files: Vec<File> = (0..N)
+        .map(|n| File::open(fs.path(&format!("file-{n:03}"))).expect("open"))
+        .collect();
+    let before = fs.stat("completed");
+    let readers: Vec<_> = files
+        .into_iter()
+        .enumerate()
+        .map(|(n, f)| {
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut buf = vec![0u8; 4096];
+                    let got = f.read_at(&mut buf, 0).map(|k| buf[..k].to_vec());
+                    (n, got)
+                })
+                .expect("spawn a reader")
+        })
+        .collect();
+    fs.wait_for("every READ to reach the daemon at once", |f| {
+        f.stat("running") as usize == N
+    });
+    let threads = fs.threads();
+    let mnt = fs.mp.path().to_path_buf();
+    let results = bounded(&mnt, STEP, "the reads", move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader"))
+            .collect::<Vec<_>>()
+    });
+    for (n, got) in results {
+        let got = got.unwrap_or_else(|e| panic!("read of file-{n:03}: {e}"));
+        assert!(
+            got == tree::generated(n as u64, 0, 4096),
+            "file-{n:03}: wrong content"
+        );
+    }
+    assert_eq!(fs.stat("completed") - before, N as u64);
+    assert!(fs.stat("peak") as usize >= N);
+    // Session workers, io_uring queue threads, the runtime's two workers,
+    // the main and signal threads: nothing per request.
+    assert!(
+        threads <= 24,
+        "{threads} daemon threads served {N} requests at once"
+    );
+    eprintln!("{N} READs at once served by {threads} daemon threads");
+}
