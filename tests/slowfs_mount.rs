@@ -230,7 +230,9 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
     const N: usize = 1000;
     let fs = Slowfs::start(
         "slowfs-thousand",
-        "latency_ms=0,read_latency_ms=1000,files=1000,size=4096",
+        // Long enough that every reader is started before the first read
+        // ends, even on a loaded machine.
+        "latency_ms=0,read_latency_ms=5000,files=1000,size=4096",
     );
     let files: Vec<File> = (0..N)
         .map(|n| File::open(fs.path(&format!("file-{n:03}"))).expect("open"))
