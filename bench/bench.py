@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import resource
 import select
 import shutil
@@ -422,9 +423,10 @@ def alive(pid: int) -> bool:
 
 
 def supports_keeper(binary: str) -> bool:
-    """Whether a passthrough_ll build takes -o keeper (its --help says so)."""
+    """Whether an example's build takes -o keeper: its --help lists the
+    option (a line `keeper ...` or `-o keeper ...`)."""
     r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
-    return "keeper" in r.stdout + r.stderr
+    return re.search(r"^\s+(-o\s+)?keeper\s", r.stdout + r.stderr, re.MULTILINE) is not None
 
 
 def run_stepped(cmd: list[str], on_step, timeout: float) -> str:

@@ -53,6 +53,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import alive, child_pids as children, cpu_seconds, supports_keeper  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
@@ -231,48 +234,6 @@ def detach(mnt: Path) -> None:
     if _libc.umount2(str(mnt).encode(), MNT_DETACH) != 0:
         e = ctypes.get_errno()
         raise RuntimeError(f"umount2({mnt}, MNT_DETACH): {os.strerror(e)}")
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        try:
-            out += [int(p) for p in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie its parent has yet to reap."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    clk = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        total += (int(fields[11]) + int(fields[12])) / clk
-    return total
-
-
-def supports_keeper(binary: Path) -> bool:
-    """Whether the example takes -o keeper (its --help says so)."""
-    r = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=10)
-    return "keeper" in (r.stdout + r.stderr)
 
 
 class Daemon:
@@ -541,6 +502,8 @@ class Bench:
                             ok, errs = probe.finish()
                         if errs:
                             raise RuntimeError(f"{len(errs)} client errors, first errno {errs[0][1]}")
+                        if c0 is None or c1 is None:
+                            raise RuntimeError(f"a process of the daemon ended during the slice ({pids})")
                         per[kind].append((n1 - n0) / ((t1 - t0) / 1e9))
                         cpu[kind].append((c1 - c0) / max(n1 - n0, 1) * 1e6)
                 out[op] = dict(reads_per_s=per, cpu_us_per_read=cpu)
@@ -720,7 +683,7 @@ def measure(mode: str, work: Path, names: list[str], bins: dict[str, Path]) -> d
         if binary is None or not binary.exists():
             daemons[name] = dict(skipped="not built")
             continue
-        if not supports_keeper(binary):
+        if not supports_keeper(str(binary)):
             daemons[name] = dict(skipped=f"this build's {name} has no `-o keeper`")
             log(f"{name}: no -o keeper in this build; skipped")
             continue
