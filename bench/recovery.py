@@ -54,7 +54,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import alive, child_pids as children, cpu_seconds, supports_keeper  # noqa: E402
+from bench import (alive, child_pids as children, context_switches, cpu_seconds,  # noqa: E402
+                   supports_keeper, switches_between)
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
@@ -69,8 +70,8 @@ DAEMONS = {
 
 MODES = {
     # kills and upgrades as the issue asks; rate windows shorter when quick.
-    "quick": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=6, rate_seconds=0.3),
-    "full": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=10, rate_seconds=1.0),
+    "quick": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=6, rate_seconds=0.3, idle_seconds=1.0),
+    "full": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=10, rate_seconds=1.0, idle_seconds=3.0),
 }
 
 # After an error the probe sleeps this long before it tries again, so that a
@@ -507,6 +508,14 @@ class Bench:
                         per[kind].append((n1 - n0) / ((t1 - t0) / 1e9))
                         cpu[kind].append((c1 - c0) / max(n1 - n0, 1) * 1e6)
                 out[op] = dict(reads_per_s=per, cpu_us_per_read=cpu)
+            # With nothing to do: wake-ups per second of all the daemon's
+            # threads (under a keeper, the keeper's too), both measured at once.
+            time.sleep(0.5)
+            before = {k: context_switches(d.pids()) for k, (d, _) in sides.items()}
+            time.sleep(self.cfg["idle_seconds"])
+            out["idle_wakeups_per_s"] = {
+                k: switches_between(before[k], context_switches(d.pids())) / self.cfg["idle_seconds"]
+                for k, (d, _) in sides.items()}
         finally:
             for d in (plain, keeper):
                 if d:
@@ -619,6 +628,8 @@ def render(result: dict) -> str:
         rows = []
         for n, r in rate:
             for op, v in r["rates"].items():
+                if op == "idle_wakeups_per_s":
+                    continue
                 pk, pp = v["reads_per_s"]["keeper"], v["reads_per_s"]["plain"]
                 ck, cp = v["cpu_us_per_read"]["keeper"], v["cpu_us_per_read"]["plain"]
                 mk, mp = (statistics.median(x) if x else None for x in (pk, pp))
@@ -629,6 +640,12 @@ def render(result: dict) -> str:
                              fmt_ratio(paired(ck, cp))])
         out += [table(["daemon", "client op", "no keeper, kreads/s", "keeper, kreads/s", "keeper ÷ none",
                        "CPU µs/read, none", "CPU µs/read, keeper", "keeper ÷ none"], rows), ""]
+        idle = [(n, r["rates"]["idle_wakeups_per_s"]) for n, r in rate if "idle_wakeups_per_s" in r["rates"]]
+        if idle:
+            out += [f"With the mounts idle (after the slices, {m['config']['idle_seconds']:g} s, both at once), the "
+                    "daemons' threads woke (context switches per second, `/proc/PID/task/*/status`; under a keeper "
+                    "the keeper's and its child's): " + "; ".join(
+                        f"{n} {v['plain']:.0f} without a keeper, {v['keeper']:.0f} with" for n, v in idle) + ".", ""]
     if skipped:
         out += ["Not measured: " + "; ".join(skipped) + ".", ""]
     errors = result.get("errors", [])
