@@ -70,8 +70,8 @@ DAEMONS = {
 
 MODES = {
     # kills and upgrades as the issue asks; rate windows shorter when quick.
-    "quick": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=6, rate_seconds=0.3, idle_seconds=1.0),
-    "full": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=10, rate_seconds=1.0, idle_seconds=3.0),
+    "quick": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=16, rate_seconds=0.2, idle_seconds=1.0),
+    "full": dict(kills=20, upgrades=5, quiet_windows=5, rate_slices=40, rate_seconds=0.25, idle_seconds=3.0),
 }
 
 # After an error the probe sleeps this long before it tries again, so that a
@@ -79,8 +79,10 @@ MODES = {
 # resolution of "first answer" when the client saw errors.
 ERROR_PAUSE_S = 100e-6
 # Control block the probe and the driver share (a file both map): byte 0 is
-# "stop", bytes 8..16 the probe's count of answered reads.
+# "stop", byte 1 "pause", bytes 8..16 the probe's count of answered reads.
 CTL_BYTES = 64
+# How often a paused probe looks whether it may go on.
+PAUSED_POLL_S = 0.001
 MNT_DETACH = 2
 # The shortest gap between two answered reads taken for the outage after a
 # kill: starting a daemon (fork, exec, taking over or mounting) takes longer.
@@ -119,6 +121,9 @@ def probe_main(path: str, op: str, ctl: str, out: str) -> int:
     clock, mono = time.clock_gettime_ns, time.CLOCK_MONOTONIC
     flags = os.O_RDONLY | os.O_DIRECT
     while not mm[0]:
+        if mm[1]:  # paused: the other side's slice
+            time.sleep(PAUSED_POLL_S)
+            continue
         try:
             if fd < 0:
                 fd = os.open(path, flags)
@@ -156,11 +161,11 @@ class Probe:
     """A probe process reading `path` (op "pread": one open file; "open":
     open, read, close each time)."""
 
-    def __init__(self, path: Path, op: str, work: Path, name: str, mnt: Path):
+    def __init__(self, path: Path, op: str, work: Path, name: str, mnt: Path, paused: bool = False):
         self.out = str(work / f"probe-{name}")
         self.mnt = mnt
         ctl = work / f"probe-{name}.ctl"
-        ctl.write_bytes(b"\0" * CTL_BYTES)
+        ctl.write_bytes(b"\0" + (b"\1" if paused else b"\0") + b"\0" * (CTL_BYTES - 2))
         self.cfd = os.open(ctl, os.O_RDWR)
         self.mm = mmap.mmap(self.cfd, CTL_BYTES)
         self.proc = subprocess.Popen([sys.executable, __file__, "--probe", str(path), op, str(ctl), self.out],
@@ -169,6 +174,9 @@ class Probe:
 
     def count(self) -> int:
         return struct.unpack_from("<q", self.mm, 8)[0]
+
+    def pause(self, paused: bool) -> None:
+        self.mm[1] = 1 if paused else 0
 
     def wait_answers(self, more: int, after: int | None = None, timeout: float = 10.0) -> None:
         """Waits until `more` reads were answered after count `after` (now if None)."""
@@ -476,8 +484,8 @@ class Bench:
 
     def rates(self) -> dict:
         """Reads per second and daemon CPU per read, keeper against none: both
-        mounted at once (two mountpoints), the client alternating between
-        them slice by slice, for each probe op."""
+        mounted at once (two mountpoints), a client on each, only one of them
+        reading at a time, taking turns slice by slice, for each probe op."""
         other = self.work / f"mnt-{self.name}-keeper"
         other.mkdir(exist_ok=True)
         out = {}
@@ -487,27 +495,39 @@ class Bench:
             keeper = self.daemon(keeper=True, mnt=other)
             sides = {"plain": (plain, self.file), "keeper": (keeper, other / self.spec["file"])}
             for op in ("pread", "open"):
-                per = {"plain": [], "keeper": []}
-                cpu = {"plain": [], "keeper": []}
-                for r in range(self.cfg["rate_slices"]):
-                    for kind in ("plain", "keeper") if r % 2 == 0 else ("keeper", "plain"):
-                        d, path = sides[kind]
-                        probe = Probe(path, op, self.work, f"{self.name}-rate", d.mnt)
-                        try:
-                            probe.wait_answers(100)
+                probes = {}
+                try:
+                    for kind, (d, path) in sides.items():
+                        probes[kind] = Probe(path, op, self.work, f"{self.name}-rate-{kind}", d.mnt, paused=True)
+                    for kind, p in probes.items():
+                        p.pause(False)
+                        p.wait_answers(100)
+                        p.pause(True)
+                    per = {"plain": [], "keeper": []}
+                    reads = {"plain": 0, "keeper": 0}
+                    cpu = {"plain": 0.0, "keeper": 0.0}
+                    for r in range(self.cfg["rate_slices"]):
+                        for kind in ("plain", "keeper") if r % 2 == 0 else ("keeper", "plain"):
+                            d, p = sides[kind][0], probes[kind]
                             pids = d.pids()
-                            c0, n0, t0 = cpu_seconds(pids), probe.count(), now_ns()
+                            p.pause(False)
+                            c0, n0, t0 = cpu_seconds(pids), p.count(), now_ns()
                             time.sleep(self.cfg["rate_seconds"])
-                            c1, n1, t1 = cpu_seconds(pids), probe.count(), now_ns()
-                        finally:
-                            ok, errs = probe.finish()
-                        if errs:
-                            raise RuntimeError(f"{len(errs)} client errors, first errno {errs[0][1]}")
-                        if c0 is None or c1 is None:
-                            raise RuntimeError(f"a process of the daemon ended during the slice ({pids})")
-                        per[kind].append((n1 - n0) / ((t1 - t0) / 1e9))
-                        cpu[kind].append((c1 - c0) / max(n1 - n0, 1) * 1e6)
-                out[op] = dict(reads_per_s=per, cpu_us_per_read=cpu)
+                            c1, n1, t1 = cpu_seconds(pids), p.count(), now_ns()
+                            p.pause(True)
+                            if c0 is None or c1 is None:
+                                raise RuntimeError(f"a process of the daemon ended during the slice ({pids})")
+                            per[kind].append((n1 - n0) / ((t1 - t0) / 1e9))
+                            reads[kind] += n1 - n0
+                            cpu[kind] += c1 - c0
+                finally:
+                    errs = []
+                    for p in probes.values():
+                        errs += p.finish()[1]
+                if errs:
+                    raise RuntimeError(f"{len(errs)} client errors, first errno {errs[0][1]}")
+                out[op] = dict(reads_per_s=per,
+                               cpu_us_per_read={k: cpu[k] / max(reads[k], 1) * 1e6 for k in cpu})
             # With nothing to do: wake-ups per second of all the daemon's
             # threads (under a keeper, the keeper's too), both measured at once.
             time.sleep(0.5)
@@ -616,10 +636,11 @@ def render(result: dict) -> str:
     if rate:
         out += ["**Steady state, keeper against none.** Reads per second of the same client (one thread), and the "
                 "daemons' CPU time per read (`utime` + `stime`; under a keeper the keeper's and its child's), "
-                f"median of {m['config']['rate_slices']} slices of {m['config']['rate_seconds']:g} s each, both "
-                "mounted side by side and the client alternating between them; ± is the spread (max − min) / "
-                "median of the slices, and a ratio is the median of the ratios of slices run back to back "
-                "(which share the load of the moment). *pread*: `pread` of a file kept open (READ, which the journal does not record: "
+                f"both mounted side by side, a client process on each, taking turns: {m['config']['rate_slices']} "
+                f"slices of {m['config']['rate_seconds']:g} s each, the other client paused. Reads per second are "
+                "the median of the slices, ± their spread (max − min) / median, and the ratio is the median of "
+                "the ratios of slices run back to back (which share the load of the moment); CPU per read is "
+                "over all slices (the clock ticks 100 times a second). *pread*: `pread` of a file kept open (READ, which the journal does not record: "
                 "idempotent); *open*: open, read, close each time (OPEN, whose file handle the journal records, "
                 "READ, FLUSH, RELEASE). Under a keeper the daemon also reads every request from the keeper's one "
                 "`/dev/fuse` file instead of a clone per worker. The journal's cost on every row of the benchmark "
@@ -631,13 +652,11 @@ def render(result: dict) -> str:
                 if op == "idle_wakeups_per_s":
                     continue
                 pk, pp = v["reads_per_s"]["keeper"], v["reads_per_s"]["plain"]
-                ck, cp = v["cpu_us_per_read"]["keeper"], v["cpu_us_per_read"]["plain"]
+                ek, ep = v["cpu_us_per_read"]["keeper"], v["cpu_us_per_read"]["plain"]
                 mk, mp = (statistics.median(x) if x else None for x in (pk, pp))
-                ek, ep = (statistics.median(x) if x else None for x in (ck, cp))
                 rows.append([n, op, f"{mp / 1e3:.1f} ±{spread(pp)}" if mp else "–",
                              f"{mk / 1e3:.1f} ±{spread(pk)}" if mk else "–", fmt_ratio(paired(pk, pp)),
-                             f"{ep:.1f} ±{spread(cp)}" if ep else "–", f"{ek:.1f} ±{spread(ck)}" if ek else "–",
-                             fmt_ratio(paired(ck, cp))])
+                             f"{ep:.1f}" if ep else "–", f"{ek:.1f}" if ek else "–", fmt_ratio(ratio(ek, ep))])
         out += [table(["daemon", "client op", "no keeper, kreads/s", "keeper, kreads/s", "keeper ÷ none",
                        "CPU µs/read, none", "CPU µs/read, keeper", "keeper ÷ none"], rows), ""]
         idle = [(n, r["rates"]["idle_wakeups_per_s"]) for n, r in rate if "idle_wakeups_per_s" in r["rates"]]
