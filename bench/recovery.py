@@ -328,6 +328,17 @@ def outage_after(ok: array.array, kill: int) -> tuple[int, int] | None:
     return None
 
 
+def process_start_ns(binary: Path, runs: int = 20) -> float:
+    """Median time to fork, exec and end `binary --help`: the part of a new
+    daemon's start that no takeover avoids."""
+    times = []
+    for _ in range(runs):
+        t = now_ns()
+        subprocess.run([str(binary), "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        times.append(now_ns() - t)
+    return statistics.median(times)
+
+
 def errors_between(errs: list, start: int, end: int) -> int:
     return sum(1 for t, _ in errs if start <= t < end)
 
@@ -601,11 +612,13 @@ def render(result: dict) -> str:
                 "answers nothing more, and starting one takes longer); *gap*: that gap, from the last read "
                 "answered before it, the outage as the client saw it. *Without keeper*: the same daemon, no keeper, "
                 "killed and brought back as quickly as a supervisor can (reap it, detach the dead mount with "
-                "`umount2(MNT_DETACH)`, start it again, wait for INIT): the outage a keeper is there to avoid. "
-                f"Median and worst of {m['config']['kills']} kills each; ratio of the medians.", ""]
+                "`umount2(MNT_DETACH)`, start it again: it mounts and answers INIT): the outage a keeper is there "
+                f"to avoid. Median and worst of {m['config']['kills']} kills each; ratio of the medians. *Process "
+                "start*: the same binary run with `--help` (fork, exec, exit), median of 20, for what a new "
+                "daemon's start alone takes here.", ""]
         header = ["daemon", "keeper: kill → answer (median / worst)", "keeper: gap (median / worst)",
                   "keeper: client errors", "no keeper: kill → answer (median / worst)", "no keeper: client errors",
-                  "keeper ÷ no keeper (median)", "a read, steady (median)"]
+                  "keeper ÷ no keeper (median)", "a read, steady (median)", "process start (median)"]
         rows = []
         for n, r in crash:
             k, p = r["crash"]["keeper"], r["crash"]["remount"]
@@ -615,7 +628,7 @@ def render(result: dict) -> str:
                          f"{fmt_ms(gk['median'])} / {fmt_ms(gk['worst'])}", str(k["total_errors"]),
                          f"{fmt_ms(rp['median'])} / {fmt_ms(rp['worst'])}", str(p["total_errors"]),
                          fmt_ratio(ratio(rk["median"], rp["median"])),
-                         f"{fmt_ms(ms(k['median_read_ns']))}"])
+                         f"{fmt_ms(ms(k['median_read_ns']))}", fmt_ms(ms(r["crash"].get("start_ns")))])
         out += [table(header, rows), ""]
     upg = [(n, r) for n, r in result["daemons"].items() if r.get("upgrade")]
     if upg:
@@ -644,8 +657,8 @@ def render(result: dict) -> str:
                 "idempotent); *open*: open, read, close each time (OPEN, whose file handle the journal records, "
                 "READ, FLUSH, RELEASE). Under a keeper the daemon also reads every request from the keeper's one "
                 "`/dev/fuse` file instead of a clone per worker. The journal's cost on every row of the benchmark "
-                "is in \"The keeper's cost\" (passthrough_ll with `-o keeper` against without), once "
-                "passthrough_ll takes `-o keeper`.", ""]
+                "is in \"The keeper's cost\" (a full `bench/run`: passthrough_ll with `-o keeper` against "
+                "without).", ""]
         rows = []
         for n, r in rate:
             for op, v in r["rates"].items():
@@ -674,8 +687,8 @@ def render(result: dict) -> str:
     out += ["What these rest on: the kill and the answers are timed on one clock by two processes; the client "
             "learns of an answer when its `preadv` returns, so a time is late by at most one read (*a read, "
             f"steady*), and after an error the client waits {ERROR_PAUSE_S * 1e6:.0f} µs before it tries again. The "
-            "client spins on one CPU of two, so the keeper, the new daemon's start (fork, exec, handover, "
-            "`FUSE_NOTIFY_RESEND`) and the no-keeper remount all share the other with whatever else runs: on a "
+            f"client spins on one CPU of {m['cpus']}, so the keeper, the new daemon's start (fork, exec, handover, "
+            "`FUSE_NOTIFY_RESEND`) and the no-keeper remount all share the rest with whatever else runs: on a "
             "shared machine the worst cases carry its scheduling. Kill → answer counts a request the dead daemon "
             "held as answered when the new one answers it (sent again), which is what the client waits for."]
     return "\n".join(out).rstrip("\n") + "\n"
@@ -725,7 +738,8 @@ def measure(mode: str, work: Path, names: list[str], bins: dict[str, Path]) -> d
             continue
         b = Bench(cfg, work, name, binary)
         r = daemons[name] = {}
-        for row, fn in (("crash", lambda: dict(keeper=b.crash_with_keeper(), remount=b.crash_without_keeper())),
+        for row, fn in (("crash", lambda: dict(keeper=b.crash_with_keeper(), remount=b.crash_without_keeper(),
+                                               start_ns=process_start_ns(binary))),
                         ("upgrade", b.upgrades), ("rates", b.rates)):
             log(f"{name}: {row}")
             try:
