@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import resource
 import select
 import shutil
@@ -100,6 +101,13 @@ TARGETS = [
     dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes"], cache="auto", base="libfuse"),
     dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse"),
     dict(id="ours_uring", label="ours io_uring", kind="ours", opts=["uring"], cache="auto", base="libfuse"),
+    # Under a keeper (`-o keeper`): the process started keeps the mount and its
+    # child serves, journaling every request whose effect is not idempotent
+    # (docs/recovery.md). `cost_of`: the target whose rows it is divided by to
+    # give the keeper's cost (report.py's keeper section). Measured are the
+    # keeper and its child together.
+    dict(id="ours_keeper", label="ours keeper", kind="ours", opts=["keeper"], cache="auto", base="libfuse",
+         cost_of="ours", keeper=True),
     dict(id="libfuse_again", label="libfuse again", kind="libfuse", opts=[], cache="auto", base="libfuse",
          fd_per_inode=True, control=True),
 ]
@@ -326,10 +334,11 @@ def raise_nofile() -> int:
 
 
 class Daemon:
-    """One FUSE daemon mounted in the foreground (-f), on its own session."""
+    """One FUSE daemon mounted in the foreground (-f), on its own session.
+    With keeper=True the process started is a keeper and its child serves."""
 
-    def __init__(self, cmd: list[str], mnt: Path, logfile: Path):
-        self.cmd, self.mnt, self.logfile = cmd, mnt, logfile
+    def __init__(self, cmd: list[str], mnt: Path, logfile: Path, keeper: bool = False):
+        self.cmd, self.mnt, self.logfile, self.keeper = cmd, mnt, logfile, keeper
         self.log = open(logfile, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -353,7 +362,22 @@ class Daemon:
             return ""
 
     def pid(self) -> int:
-        return self.proc.pid
+        """The serving process: under a keeper its child (waiting up to 10 s
+        for it), else the one started."""
+        if not self.keeper:
+            return self.proc.pid
+        deadline = time.monotonic() + 10
+        while True:
+            live = [p for p in child_pids(self.proc.pid) if alive(p)]
+            if len(live) == 1:
+                return live[0]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no daemon serving under keeper {self.proc.pid} after 10 s")
+            time.sleep(0.01)
+
+    def pids(self) -> list[int]:
+        """Every process of the daemon: a keeper and its child, or the one."""
+        return [self.proc.pid, self.pid()] if self.keeper else [self.proc.pid]
 
     def stop(self) -> None:
         if any(mp == str(self.mnt) for mp, _, _ in mounts_under(self.mnt)):
@@ -372,6 +396,37 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The children of pid (of all its threads)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            out += [int(p) for p in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie its parent has yet to reap."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def supports_keeper(binary: str) -> bool:
+    """Whether an example's build takes -o keeper: its --help lists the
+    option (a line `keeper ...` or `-o keeper ...`)."""
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    return re.search(r"^\s+(-o\s+)?keeper\s", r.stdout + r.stderr, re.MULTILINE) is not None
 
 
 def run_stepped(cmd: list[str], on_step, timeout: float) -> str:
@@ -438,16 +493,20 @@ TRACEFS = Path("/sys/kernel/tracing")
 REQUEST_EVENT = "fuse:fuse_request_send"
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU time of a whole process: /proc/PID/stat's utime
-    and stime, which cover all its threads, those that ended included."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields after the command name (which may hold spaces) start at state (3).
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def cpu_seconds(pid: int | list[int]) -> float | None:
+    """User plus system CPU time of a whole process (or the sum over a list
+    of them): /proc/PID/stat's utime and stime, which cover all its threads,
+    those that ended included."""
+    total = 0.0
+    for p in pid if isinstance(pid, list) else [pid]:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            return None
+        # Fields after the command name (which may hold spaces) start at state (3).
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
 
 
 def steal_seconds() -> float | None:
@@ -461,23 +520,25 @@ def steal_seconds() -> float | None:
         return None
 
 
-def context_switches(pid: int) -> dict[int, int]:
-    """{thread id: voluntary + involuntary context switches so far}."""
+def context_switches(pid: int | list[int]) -> dict[int, int]:
+    """{thread id: voluntary + involuntary context switches so far}, of one
+    process or of every process of a list."""
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for p in pid if isinstance(pid, list) else [pid]:
         try:
-            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            tids = os.listdir(f"/proc/{p}/task")
         except OSError:
-            continue  # ended meanwhile
-        n = 0
-        for line in text.splitlines():
-            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                n += int(line.split()[1])
-        out[int(tid)] = n
+            continue
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{p}/task/{tid}/status").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            n = 0
+            for line in text.splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    n += int(line.split()[1])
+            out[int(tid)] = n
     return out
 
 
@@ -589,7 +650,8 @@ class Meter:
     of all its threads and, when they can be counted, the requests it got."""
 
     def __init__(self, daemon: "Daemon", tmp: Path, count_requests: bool):
-        self.pid = daemon.pid()
+        # A keeper and its child together: what running under a keeper costs.
+        self.pid = daemon.pids()
         self.counter = RequestCounter(daemon.devnum.split(":")[1], tmp) if count_requests else None
 
     def start(self) -> None:
@@ -617,7 +679,7 @@ class Meter:
                     steal_s=None if steal is None or self.steal0 is None else steal - self.steal0)
 
 
-def idle_wakeups(pid: int, settle: float, seconds: float) -> float:
+def idle_wakeups(pid: int | list[int], settle: float, seconds: float) -> float:
     """Context switches per second of all the daemon's threads while nothing
     uses the mount, after `settle` seconds of quiet."""
     time.sleep(settle)
@@ -774,7 +836,7 @@ class Suite:
         self.mdtest_run(root, 1, vals, errs, costs, meter, timeout)
         if tid in BONNIE_TARGETS:
             self.bonnie_run(root, vals, errs, costs, meter)
-        idle = idle_wakeups(daemon.pid(), c["idle_settle"], c["idle_seconds"]) if daemon else None
+        idle = idle_wakeups(daemon.pids(), c["idle_settle"], c["idle_seconds"]) if daemon else None
         return dict(vals=vals, errs=errs, hwm=(max(hwm) if hwm else None), costs=costs, idle=idle)
 
     def stepped(self, cmd: list[str], threads: int, costs: dict, meter: Meter | None, timeout: float) -> str:
@@ -862,7 +924,7 @@ class Suite:
                 else:
                     opts = ",".join([f"source={self.src}", *t["opts"]])
                     daemon = Daemon([*t["cmd"], "-o", opts, str(self.mnt)], self.mnt,
-                                    self.work / f"{t['id']}-{wid}.log")
+                                    self.work / f"{t['id']}-{wid}.log", keeper=t.get("keeper", False))
                     root = self.mnt / src_dir.relative_to(self.src)
                 cmd = [self.mdtest, "--inode-phase", wid, "--target", str(root), "--count", str(entries)]
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -932,6 +994,8 @@ def main() -> int:
     ap.add_argument("--ours-bin", help="use this passthrough_ll binary instead of building ours")
     ap.add_argument("--ours-opts", default="",
                     help="extra -o options for our daemon's targets (e.g. splice_write)")
+    ap.add_argument("--no-recovery", action="store_true",
+                    help="leave out the crash-recovery and upgrade rows (bench/recovery.py)")
     ap.add_argument("--list-targets", action="store_true")
     a = ap.parse_args()
 
@@ -966,6 +1030,9 @@ def main() -> int:
     mdtest = build_mdtest()
     if ours["error"]:
         log(f"our passthrough_ll is not available: {ours['error']}")
+    ours_keeper = bool(ours["binary"]) and supports_keeper(ours["binary"])
+    if ours["binary"] and not ours_keeper and "ours_keeper" in wanted:
+        log("our passthrough_ll has no -o keeper: the ours_keeper rows are left out")
 
     targets = []
     for t in TARGETS:
@@ -975,10 +1042,12 @@ def main() -> int:
         if t["kind"] == "libfuse":
             t["cmd"] = [libfuse["binary"], "-f"]
         elif t["kind"] == "ours":
-            if ours["binary"]:
-                t["cmd"] = [ours["binary"], "-f"]
-            else:
+            if not ours["binary"]:
                 t["status"] = "not built"
+            elif t.get("keeper") and not ours_keeper:
+                t["status"] = "no -o keeper in this build"
+            else:
+                t["cmd"] = [ours["binary"], "-f"]
         targets.append(t)
     runnable = [t for t in targets if t["kind"] == "native" or "cmd" in t]
     # The io_uring target needs the kernel's knob on for the run; it is put
@@ -1008,6 +1077,7 @@ def main() -> int:
     skipped: list[dict] = []
     loads = [os.getloadavg()[0]]
     daemon: Daemon | None = None
+    recovery_result = None
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -1037,7 +1107,7 @@ def main() -> int:
                             stats_file = work / f"{t['id']}-r{rnd + 1}.stats.json"
                             extra = ["--stats", str(stats_file)]
                         daemon = Daemon([*t["cmd"], *extra, "-o", opts, str(suite.mnt)], suite.mnt,
-                                        work / f"{t['id']}.log")
+                                        work / f"{t['id']}.log", keeper=t.get("keeper", False))
                         root = suite.mnt
                     got = suite.run_target(root, daemon, t["id"])
                     vals, errs, hwm = got["vals"], got["errs"], got["hwm"]
@@ -1064,6 +1134,10 @@ def main() -> int:
                 if hwm is not None:
                     rss[t["id"]].append(hwm / 1024)
             loads.append(os.getloadavg()[0])
+        if not a.no_recovery:
+            recovery_result = run_recovery(mode, work / "recovery", ours["binary"])
+            errors += [dict(target=e["daemon"], round=0, workload=f"recovery {e['row']}", error=e["error"])
+                       for e in recovery_result["errors"]]
     finally:
         if daemon:
             daemon.stop()
@@ -1093,12 +1167,31 @@ def main() -> int:
 
     sys.path.insert(0, str(BENCH))
     import report
+    if recovery_result is not None:
+        import recovery
+        recovery.write(recovery_result, docs=not a.no_docs, regenerate=False)
+        print(recovery.render(recovery_result))
     print(report.console_tables(result))
     if not a.no_docs:
         report.write_docs(result, REPO / "docs")
         log("regenerated docs/performance.md and docs/img/*.svg")
     log(f"done in {time.time() - started:.0f} s, {len(errors)} errors")
     return 1 if errors else 0
+
+
+def run_recovery(mode: str, work: Path, ours_bin: str | None) -> dict:
+    """The crash-recovery and upgrade rows (bench/recovery.py) on hello and on
+    our passthrough_ll, which is left out there while it has no -o keeper."""
+    sys.path.insert(0, str(BENCH))
+    import recovery
+    log("crash recovery and upgrades (bench/recovery.py)")
+    err = recovery.build(["hello"])
+    if err:
+        log(f"  hello: {err}")
+    bins = {"hello": TARGET_DIR / "release" / "examples" / "hello",
+            "passthrough_ll": Path(ours_bin) if ours_bin else None}
+    work.mkdir(parents=True, exist_ok=True)
+    return recovery.measure(mode, work, list(recovery.DAEMONS), bins)
 
 
 def cleanup(work: Path, created: bool) -> None:

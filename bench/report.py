@@ -260,6 +260,52 @@ def cost_table(result: dict, key: str, scale: float, idle_row: bool, unit: str =
     return md_table(header, rows)
 
 
+def keeper_cost(result: dict, s: dict) -> str | None:
+    """The journal's cost: every row of a target run under a keeper (one with
+    `cost_of`) divided by the same daemon without, throughput and CPU per
+    request; None when no such target was in the run."""
+    t = next((t for t in result["targets"] if t.get("cost_of")), None)
+    if t is None:
+        return None
+    base = next((b for b in result["targets"] if b["id"] == t["cost_of"]), None)
+    if unavailable(t) or not s.get(t["id"]) or base is None or not s.get(base["id"]):
+        why = unavailable(t) or (f"{t['cost_of']} was not measured" if not base or not s.get(t["cost_of"])
+                                 else "no numbers")
+        return f"Not measured in this run: {why}."
+    cpu_k = per_request(result, t["id"], "cpu_s", 1e6)
+    cpu_b = per_request(result, base["id"], "cpu_s", 1e6)
+    # The control (libfuse's example against itself) row by row: how far a
+    # ratio moved by chance in this run.
+    control = next((c for c in measured(result, s) if c.get("control")), None)
+    rows, rs, cs = [], [], []
+    for w in result["workloads"]:
+        r = ratio(s, t["id"], base["id"], w["id"])
+        c = cpu_k[w["id"]] / cpu_b[w["id"]] if cpu_k.get(w["id"]) and cpu_b.get(w["id"]) else None
+        if r is None and c is None:
+            continue
+        if r is not None:
+            rs.append((r, w["label"]))
+        if c is not None:
+            cs.append(c)
+        flag = "" if r is None or r >= 0.95 else " ⚠"
+        row = [w["label"], fmt(s[base["id"]].get(w["id"], {}).get("median")),
+               fmt(s[t["id"]].get(w["id"], {}).get("median")), fmt_ratio(r) + flag, fmt_ratio(c)]
+        if control:
+            row.append(fmt_ratio(ratio(s, control["id"], control["base"], w["id"])))
+        rows.append(row)
+    rows.append(["**geometric mean**", "", "", f"**{fmt_ratio(geomean([r for r, _ in rs]))}**",
+                 f"**{fmt_ratio(geomean(cs))}**"] + ([""] if control else []))
+    within = sum(1 for r, _ in rs if r >= 0.95)
+    low = min(rs) if rs else None
+    text = (f"{within} of {len(rs)} rows within 5% of {base['label']} or faster (⚠: more than 5% slower)"
+            + (f"; lowest {fmt_ratio(low[0])} ({low[1]})." if low else "."))
+    header = ["workload", f"{base['label']}", f"{t['label']}", "throughput, keeper ÷ none",
+              "CPU per request, keeper ÷ none"]
+    if control:
+        header.append(f"control: {control['label']} ÷ {control['base'].replace('_', ' ')}")
+    return "\n".join([md_table(header, rows), "", text])
+
+
 def console_tables(result: dict) -> str:
     s = summary(result)
     parts = ["", "Targets (geometric means of the per-workload ratios):", overview_table(result, s), "",
@@ -268,6 +314,9 @@ def console_tables(result: dict) -> str:
                           ratio_table(result, s, False)),
                          ("Ratio to native tmpfs:", ratio_table(result, s, True))):
         parts += [title, table or "(no pair measured in this run)", ""]
+    keeper = keeper_cost(result, s)
+    if keeper:
+        parts += ["The keeper's cost (ours keeper ÷ ours, > 1: the keeper is faster):", keeper, ""]
     parts += ["FUSE daemon memory:", rss_table(result), ""]
     for title, table in (("Daemon CPU per request, µs (< 1 in the ÷ columns: ours spends less):",
                           cost_table(result, "cpu_s", 1e6, True)),
@@ -439,6 +488,17 @@ def doc(result: dict, images: list[str]) -> str:
     control = control_summary(result, s)
     if control:
         out += [control, ""]
+    keeper = keeper_cost(result, s)
+    if keeper:
+        out += ["## The keeper's cost: `-o keeper` against without", "",
+                "Our passthrough_ll run under a keeper (`-o keeper`, docs/recovery.md): the process started "
+                "keeps the mount and its child serves, reading every request from the keeper's one `/dev/fuse` "
+                "file and recording each request whose effect is not idempotent in the journal the keeper "
+                "holds. Each row divides its median by that of the same daemon without a keeper in the same "
+                "run (> 1: the keeper is faster); the CPU time is the keeper's and its child's together. The "
+                "target is within 5% on every row; the last column, the control (libfuse's example against "
+                "itself, when it ran), shows how far the same row moved by chance in this run.", "",
+                keeper, ""]
     out += ["## Ratio to native tmpfs", "", t_nat or "Native was not measured in this run.", "",
             "## Medians", "",
             "Median over rounds; ± is the spread (max − min) / median of the rounds.", "",
@@ -633,6 +693,12 @@ def method(result: dict) -> list[str]:
     if splice_write.exists():
         lines += ["## Spliced WRITE payloads (`splice_write`)", ""] + \
             splice_write.read_text().rstrip("\n").split("\n") + [""]
+    # Crash recovery and upgrades under a keeper: written by bench/recovery.py
+    # (bench/run recovery, or at the end of a full bench/run).
+    recovery = Path(__file__).with_name("recovery.md")
+    if recovery.exists():
+        lines += ["## Crash recovery and live upgrade", ""] + \
+            recovery.read_text().rstrip("\n").split("\n") + [""]
     # The node, path and async layers against the raw trait: written by bench/layers.
     layers = Path(__file__).with_name("layers.md")
     if layers.exists():
@@ -652,6 +718,7 @@ def method(result: dict) -> list[str]:
         "bench/splice_write.sh   # CPU per WRITE with and without splice_write",
         "bench/layers        # the node, path and async layers against the raw trait",
         "bench/asyncfs       # the async trait against the sync trait on a slow backend",
+        "bench/run recovery  # crash recovery and upgrades under a keeper only",
         "```", "",
     ]
     return lines
