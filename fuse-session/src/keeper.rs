@@ -145,10 +145,10 @@ pub(crate) fn install_signals() -> io::Result<OwnedFd> {
     Ok(rd)
 }
 
-/// Sleeps until the child sends something, a signal comes (the wake-up
-/// pipe), or a second passes; then empties the pipe. Deposits are read at
-/// most every [`DEPOSIT_BATCH`], so that a daemon opening many files wakes
-/// the keeper once per batch, not once per file.
+/// Sleeps until the child sends something or a signal comes (the wake-up
+/// pipe: a child's death is SIGCHLD), with no timer; then empties the pipe.
+/// Deposits are read at most every [`DEPOSIT_BATCH`], so that a daemon
+/// opening many files wakes the keeper once per batch, not once per file.
 fn wait_for_event(run: &Running, wake: &OwnedFd) {
     let since = run.drained.get().elapsed();
     let mut fds = [
@@ -169,7 +169,7 @@ fn wait_for_event(run: &Running, wake: &OwnedFd) {
         },
     ];
     let (n, timeout) = if since >= DEPOSIT_BATCH {
-        (3, 1000)
+        (3, -1)
     } else {
         (2, (DEPOSIT_BATCH - since).as_millis() as i32 + 1)
     };
@@ -216,10 +216,15 @@ impl Running {
         }
     }
 
-    /// Takes the deposits waiting.
+    /// Takes the deposits waiting. Only a drain that read something starts
+    /// a batch period ([`DEPOSIT_BATCH`]): an idle daemon's keeper sleeps
+    /// on the socket, it does not wake on a timer.
     fn drain(&self, store: &mut VaultStore) {
+        let before = store.messages();
         store.drain(&self.vault);
-        self.drained.set(Instant::now());
+        if store.messages() != before {
+            self.drained.set(Instant::now());
+        }
     }
 
     /// Takes every deposit of a child that has exited (all it sent is in

@@ -225,12 +225,19 @@ pub(crate) fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 #[derive(Debug, Default)]
 pub(crate) struct VaultStore {
     held: HashMap<u64, OwnedFd>,
+    /// Messages read so far.
+    messages: u64,
 }
 
 impl VaultStore {
     /// How many descriptors it holds.
     pub(crate) fn len(&self) -> usize {
         self.held.len()
+    }
+
+    /// How many messages it has read.
+    pub(crate) fn messages(&self) -> u64 {
+        self.messages
     }
 
     /// Sends everything held to a new daemon, then `E`. The socket is the
@@ -260,6 +267,7 @@ impl VaultStore {
             match recv_dontwait(sock, &mut m) {
                 Ok(None) => return true,
                 Ok(Some((9, fd))) => {
+                    self.messages += 1;
                     let key = u64::from_le_bytes(m[1..9].try_into().unwrap_or_default());
                     match (m[0], fd) {
                         (b'D', Some(fd)) => {
