@@ -5,10 +5,10 @@
 //! The kernel keeps a FUSE connection alive while any process holds one of
 //! its `/dev/fuse` files; it ends the requests read through a file only
 //! when that file's last reference closes (`fuse_dev_release`). The keeper
-//! holds the one file every daemon reads from (daemons under a keeper do
-//! not clone it per worker), so a request a daemon read before it died
-//! stays with the kernel, and the successor has it sent again
-//! ([`crate::Session::resume`]).
+//! holds every file a daemon reads from: the connection's, and the clones
+//! it makes for the workers (a daemon under a keeper makes none of its
+//! own), so a request a daemon read before it died stays with the kernel,
+//! and the successor has it sent again ([`crate::Session::resume`]).
 //!
 //! - A child that dies (signal, or exit other than "unmounted") is
 //!   replaced at once by a new one from the same program path, which takes
@@ -259,6 +259,7 @@ pub fn run_keeper(
     let mut negotiated: Option<Negotiated> = None;
     let mut state: Vec<u8> = Vec::new();
     let mut store = VaultStore::default();
+    hold_worker_clones(&dev, &mut store);
     // Daemons in a row that died before serving.
     let mut failed_starts = 0u32;
     let spawn = |from: Source,
@@ -370,6 +371,28 @@ pub fn run_keeper(
                     std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
                 }
                 run = spawn(from, &negotiated, &state, &store, &mut report)?;
+            }
+        }
+    }
+}
+
+/// Vault keys of the `/dev/fuse` clones the keeper makes for the workers.
+const CLONE_KEYS: std::ops::Range<u64> = (RESERVED_KEYS | 0x1000)..(RESERVED_KEYS | 0x2000);
+
+/// Clones of the connection's file for the daemons' workers, made and held
+/// by the keeper and handed to every daemon: requests a worker read stay in
+/// a file the keeper holds, so they are sent again after a crash, and the
+/// workers do not all read through one file. As many as a pool of this
+/// machine's default size grows to.
+fn hold_worker_clones(dev: &DevFuse, store: &mut VaultStore) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = (cpus * crate::session::DEFAULT_WORKERS_PER_CPU * 4).clamp(16, 256);
+    for i in 0..n as u64 {
+        match dev.clone_fd().and_then(|c| c.as_fd().try_clone_to_owned()) {
+            Ok(fd) => store.hold(CLONE_KEYS.start + i, fd),
+            Err(e) => {
+                log::warn!("keeper: cloning /dev/fuse for the workers ({i} made): {e}; the others share one");
+                return;
             }
         }
     }
@@ -685,9 +708,10 @@ impl KeeperLink {
     /// the successor. Requests are journaled ([`crate::journal`]) so that
     /// one a dead predecessor answered is answered again from the journal,
     /// and one it started reaches the filesystem as
-    /// [`crate::journal::Replay::MaybeDone`]. Under a keeper every worker
-    /// reads the keeper's `/dev/fuse` file (`clone_fd` is off, see the
-    /// module docs), and io_uring is not used: a [`SessionConfig::transport`]
+    /// [`crate::journal::Replay::MaybeDone`]. Under a keeper the workers read
+    /// the files the keeper holds (its clones, then the connection's; they
+    /// clone none of their own, see the module docs), and io_uring is not
+    /// used: a [`SessionConfig::transport`]
     /// asking for it is overridden, and the log says why ([`URING_REFUSED`]).
     ///
     /// Returns `Ok(true)` when the daemon retired (exit with
@@ -703,6 +727,13 @@ impl KeeperLink {
         let conn = self.connection().map_err(link_err)?;
         let vault = self.vault().map_err(link_err)?;
         let fresh = matches!(conn, Connection::Fresh(..));
+        config.worker_channels = crate::session::WorkerChannels(
+            vault
+                .take_keys(CLONE_KEYS)
+                .into_iter()
+                .map(|(_, fd)| Arc::new(DevFuse::from_fd(fd)) as Arc<dyn crate::transport::Channel>)
+                .collect(),
+        );
         dev_fuse_only(&mut config, fresh);
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
         config.journal = Some(Arc::new(Journal::open(region, fresh)?));

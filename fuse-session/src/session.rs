@@ -111,6 +111,22 @@ pub struct SessionConfig {
     /// written, so that whoever keeps the connection knows it even if this
     /// process dies a moment later (a keeper: [`crate::keeper`]).
     pub on_negotiated: Option<NegotiatedHook>,
+    /// Channels for the workers after the first, by worker index (worker
+    /// `i` reads `worker_channels[i - 1]`): clones of the session fd that
+    /// someone else made and holds too (a keeper, so that the requests a
+    /// worker read outlive this process). Workers beyond them clone their
+    /// own when `clone_fd` is set, else share the session fd.
+    pub worker_channels: WorkerChannels,
+}
+
+/// [`SessionConfig::worker_channels`].
+#[derive(Clone, Default)]
+pub struct WorkerChannels(pub Vec<Arc<dyn Channel>>);
+
+impl std::fmt::Debug for WorkerChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WorkerChannels({})", self.0.len())
+    }
 }
 
 /// A callback for [`SessionConfig::on_negotiated`].
@@ -163,6 +179,7 @@ impl Default for SessionConfig {
             splice_write_min: 0,
             journal: None,
             on_negotiated: None,
+            worker_channels: WorkerChannels::default(),
         }
     }
 }
@@ -767,6 +784,7 @@ impl<F: Filesystem> Session<F> {
             fs: self.fs.clone(),
             chan: self.chan.clone(),
             clone_fd: self.config.clone_fd,
+            given: self.config.worker_channels.0.clone(),
             shared: shared.clone(),
             handle: self.handle.0.clone(),
             cloned: Arc::new(AtomicUsize::new(0)),
@@ -1027,6 +1045,8 @@ struct Spawner<F: Filesystem> {
     fs: Arc<F>,
     chan: Arc<dyn Channel>,
     clone_fd: bool,
+    /// [`SessionConfig::worker_channels`].
+    given: Vec<Arc<dyn Channel>>,
     shared: Arc<Shared>,
     handle: Arc<HandleInner>,
     cloned: Arc<AtomicUsize>,
@@ -1042,8 +1062,9 @@ impl<F: Filesystem> Spawner<F> {
         let shared = self.shared.clone();
         let handle = self.handle.clone();
         let cloned = self.cloned.clone();
-        let chan = self.chan.clone();
-        let clone_fd = self.clone_fd && index != 0;
+        let given = index.checked_sub(1).and_then(|i| self.given.get(i)).cloned();
+        let chan = given.clone().unwrap_or_else(|| self.chan.clone());
+        let clone_fd = self.clone_fd && index != 0 && given.is_none();
         let r = std::thread::Builder::new()
             .name(format!("fuse-worker-{index}"))
             .spawn(move || {

@@ -165,6 +165,18 @@ impl Vault {
         theirs
     }
 
+    /// What the keeper handed this daemon under library keys in `keys`
+    /// (sorted by key), once.
+    pub(crate) fn take_keys(&self, keys: std::ops::Range<u64>) -> Vec<(u64, OwnedFd)> {
+        let mut left = self.inner.left.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *left)
+            .into_iter()
+            .partition(|(k, _)| keys.contains(k));
+        *left = rest;
+        mine.sort_by_key(|(k, _)| *k);
+        mine
+    }
+
     /// The shared region deposited under `key`, or a new zeroed one of
     /// `len` bytes, deposited under `key`. A region found smaller than
     /// `len` is an error (the layout changed between versions).
@@ -233,6 +245,11 @@ impl VaultStore {
     /// How many descriptors it holds.
     pub(crate) fn len(&self) -> usize {
         self.held.len()
+    }
+
+    /// Holds `fd` under `key` (the keeper's own deposits).
+    pub(crate) fn hold(&mut self, key: u64, fd: OwnedFd) {
+        self.held.insert(key, fd);
     }
 
     /// How many messages it has read.
