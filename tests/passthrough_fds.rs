@@ -374,8 +374,10 @@ fn an_fd_cache_beyond_the_open_file_limit_is_refused_at_start() {
         "{err}"
     );
 
-    // A cache that fits is taken.
+    // A cache that fits is taken, and the daemon serves (answered INIT:
+    // stopped before, it would end "before INIT", not cleanly).
     let d = Daemon::start_with_limit(&tm, &src, "fd_cache=100", LOW_NOFILE);
+    common::statfs_round_trip(tm.path());
     d.stop();
 }
 
