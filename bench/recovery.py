@@ -655,8 +655,9 @@ def render(result: dict) -> str:
                 "the ratios of slices run back to back (which share the load of the moment); CPU per read is "
                 "over all slices (the clock ticks 100 times a second). *pread*: `pread` of a file kept open (READ, which the journal does not record: "
                 "idempotent); *open*: open, read, close each time (OPEN, whose file handle the journal records, "
-                "READ, FLUSH, RELEASE). Under a keeper the daemon also reads every request from the keeper's one "
-                "`/dev/fuse` file instead of a clone per worker. The journal's cost on every row of the benchmark "
+                "READ, FLUSH, RELEASE; under a keeper the open file's descriptor is also deposited with the "
+                "keeper and withdrawn). Under a keeper the workers read clones of `/dev/fuse` that the keeper "
+                "made and holds. The journal's cost on every row of the benchmark "
                 "is in \"The keeper's cost\" (a full `bench/run`: passthrough_ll with `-o keeper` against "
                 "without).", ""]
         rows = []
