@@ -6,7 +6,10 @@
 //! and answering it (`FUSE_WIRE_FAULT`), or is upgraded (`SIGUSR2`). No client may see an error (no
 //! EEXIST or ENOENT from a request carried out twice), and files opened
 //! before the first kill, an unlinked one among them, must still read and
-//! write.
+//! write, and a `flock` lock taken before must still hold. An fsx-style
+//! exerciser (random writes, truncations, reads and fsyncs on one file
+//! kept open throughout, every read checked against a model) runs beside
+//! the clients.
 //!
 //! Every step is bounded: clients still blocked 30 s after the end have the
 //! connection aborted under them (and that fails the test), and the keeper
@@ -33,7 +36,7 @@ fn keeper(tm: &TempMountpoint, src: &Path, fault: &str) -> Keeper {
     let mut cmd = Command::new(example_binary("passthrough_ll"));
     cmd.arg(src)
         .arg(tm.path())
-        .args(["-o", "keeper"])
+        .args(["-o", "keeper,flock"])
         // A line per daemon (counted below), no more: the log goes into a
         // pipe nobody reads until the end.
         .env("RUST_LOG", "error,passthrough_ll=info");
@@ -147,14 +150,18 @@ fn iteration(dir: &Path, id: usize, k: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Files opened before the first kill: one kept, one unlinked at once.
+/// Files opened before the first kill: one kept, one unlinked at once, one
+/// holding a `flock` lock, and one whose name is removed in the source
+/// directory itself, not through the mount.
 struct Early {
     kept: fs::File,
     unlinked: fs::File,
+    locked: fs::File,
+    outside: fs::File,
 }
 
 impl Early {
-    fn open(mnt: &Path) -> Early {
+    fn open(mnt: &Path, src: &Path) -> Early {
         let kept = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -174,15 +181,56 @@ impl Early {
             .write_all_at(b"no name any more", 0)
             .expect("write unlinked");
         fs::remove_file(mnt.join("unlinked")).expect("unlink unlinked");
-        Early { kept, unlinked }
+        let locked = fs::File::create(mnt.join("locked")).expect("create locked");
+        // SAFETY: flock on a descriptor the File owns.
+        let r = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&locked), libc::LOCK_EX) };
+        assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+        let outside = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(mnt.join("outside"))
+            .expect("create outside");
+        outside
+            .write_all_at(b"removed at the source", 0)
+            .expect("write outside");
+        fs::remove_file(src.join("outside")).expect("unlink outside, in the source");
+        Early {
+            kept,
+            unlinked,
+            locked,
+            outside,
+        }
     }
 
-    /// Both still read what was written and take new writes.
-    fn check(&self) {
-        for (f, what, text) in [
+    /// The files still read what was written and take new writes, and the
+    /// lock still holds against another open file. `outside`: whether the
+    /// file removed in the source is checked too (it survives upgrades; a
+    /// crash loses it, see docs/recovery.md).
+    fn check(&self, mnt: &Path, outside: bool) {
+        let other = fs::File::open(mnt.join("locked")).expect("open locked again");
+        // SAFETY: flock on a descriptor the File owns.
+        let r = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&other),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        assert!(
+            r == -1 && e.raw_os_error() == Some(libc::EWOULDBLOCK),
+            "the flock lock taken before the kills no longer holds ({r}, {e})"
+        );
+        let _ = &self.locked;
+        let mut files = vec![
             (&self.kept, "kept", &b"before the kills"[..]),
             (&self.unlinked, "unlinked", &b"no name any more"[..]),
-        ] {
+        ];
+        if outside {
+            files.push((&self.outside, "outside", &b"removed at the source"[..]));
+        }
+        for (f, what, text) in files {
             let mut buf = vec![0u8; text.len()];
             f.read_exact_at(&mut buf, 0)
                 .unwrap_or_else(|e| panic!("reading the {what} file opened before the kills: {e}"));
@@ -194,6 +242,114 @@ impl Early {
             assert_eq!(&tail, b"after");
         }
     }
+}
+
+/// The fsx-style exerciser: a thread doing random operations on
+/// `fsx.dat`, opened once before the kills and kept open throughout.
+struct Fsx {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<u64, String>>,
+}
+
+/// Offsets and sizes stay below this.
+const FSX_SPAN: u64 = 256 * 1024;
+
+impl Fsx {
+    fn start(mnt: &Path) -> Fsx {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(mnt.join("fsx.dat"))
+            .expect("create fsx.dat");
+        let stop = Arc::new(AtomicBool::new(false));
+        let seed = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || fsx(&file, seed, &s));
+        Fsx { stop, thread }
+    }
+
+    /// Stops it: it must have done some work and seen nothing wrong.
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.join().expect("the fsx thread") {
+            Ok(ops) => assert!(ops >= 100, "fsx did only {ops} operations"),
+            Err(e) => panic!("fsx: {e}"),
+        }
+    }
+}
+
+/// Random writes, truncations, fsyncs and reads on `file` until `stop`,
+/// each read compared with `model`, what the file must hold; every 64
+/// operations the whole file is. The operations done, or what went wrong.
+fn fsx(file: &fs::File, seed: u64, stop: &AtomicBool) -> Result<u64, String> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut model: Vec<u8> = Vec::new();
+    let mut ops = 0u64;
+    let compare = |model: &[u8], off: usize, len: usize, what: &str| -> Result<(), String> {
+        let mut buf = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match file.read_at(&mut buf[got..], (off + got) as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => return Err(format!("{what}: read of {len} at {off}: {e}")),
+            }
+        }
+        let want = &model[off.min(model.len())..(off + len).min(model.len())];
+        if &buf[..got] != want {
+            let at = buf[..got].iter().zip(want).position(|(a, b)| a != b);
+            return Err(format!(
+                "{what}: read {got} bytes at {off}, expected {} (first difference at {at:?})",
+                want.len()
+            ));
+        }
+        Ok(())
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let r = next();
+        let off = (next() % FSX_SPAN) as usize;
+        match r % 8 {
+            0..=2 => {
+                let len = 1 + (next() % 16384) as usize;
+                let data: Vec<u8> = (0..len).map(|i| (i as u64 ^ r >> 8 ^ ops) as u8).collect();
+                file.write_all_at(&data, off as u64)
+                    .map_err(|e| format!("write of {len} at {off}: {e}"))?;
+                if model.len() < off + len {
+                    model.resize(off + len, 0);
+                }
+                model[off..off + len].copy_from_slice(&data);
+            }
+            3 => {
+                file.set_len(off as u64)
+                    .map_err(|e| format!("truncate to {off}: {e}"))?;
+                model.resize(off, 0);
+            }
+            4 => file.sync_data().map_err(|e| format!("fsync: {e}"))?,
+            _ => compare(&model, off, 1 + (next() % 32768) as usize, "read")
+                .map_err(|e| format!("{e} after {ops} operations"))?,
+        }
+        ops += 1;
+        if ops.is_multiple_of(64) {
+            let len = file.metadata().map_err(|e| format!("fstat: {e}"))?.len();
+            if len != model.len() as u64 {
+                return Err(format!(
+                    "size {len}, expected {} after {ops} operations",
+                    model.len()
+                ));
+            }
+            compare(&model, 0, model.len(), "whole file")
+                .map_err(|e| format!("{e} after {ops} operations"))?;
+        }
+    }
+    Ok(ops)
 }
 
 /// Runs `clients` clients of `iterations` each on `mnt` while `kill` runs
@@ -300,7 +456,8 @@ fn repeated_kills_under_a_workload_lose_nothing() {
         return;
     };
     let k = keeper(&tm, &src, "");
-    let early = Early::open(tm.path());
+    let early = Early::open(tm.path(), &src);
+    let fsx = Fsx::start(tm.path());
     let fio = start_fio(tm.path(), 4);
     let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ u64::from(std::process::id());
     let mut gone = Vec::new();
@@ -326,7 +483,8 @@ fn repeated_kills_under_a_workload_lose_nothing() {
     if let Some(fio) = fio {
         finish_fio(fio);
     }
-    early.check();
+    fsx.finish();
+    early.check(tm.path(), false);
     drop(early);
     let log = k.stop();
     assert_eq!(crashes(&log), Some(20), "{log}");
@@ -380,10 +538,10 @@ fn kills_between_effect_and_answer_lose_nothing() {
     .join(",");
     let k = keeper(&tm, &src, &fault);
     // The early files' own requests already go through killed daemons.
-    let early = Early::open(tm.path());
+    let early = Early::open(tm.path(), &src);
     let done = workload(tm.path(), 2, 3, |_| {});
     assert_eq!(done, 6);
-    early.check();
+    early.check(tm.path(), false);
     drop(early);
     let log = k.stop();
     // A kill at each fault point the workload reaches, at least.
@@ -397,7 +555,8 @@ fn upgrades_under_a_workload_lose_nothing() {
         return;
     };
     let k = keeper(&tm, &src, "");
-    let early = Early::open(tm.path());
+    let early = Early::open(tm.path(), &src);
+    let fsx = Fsx::start(tm.path());
     let mut gone = Vec::new();
     workload(tm.path(), 2, 1000, |done| {
         for _ in 0..5 {
@@ -413,7 +572,8 @@ fn upgrades_under_a_workload_lose_nothing() {
         }
         serving_daemon(k.pid(), &gone);
     });
-    early.check();
+    fsx.finish();
+    early.check(tm.path(), true);
     drop(early);
     let log = k.stop();
     assert!(log.contains("5 upgrades"), "{log}");

@@ -12,6 +12,15 @@
 //! filesystem mounted below the source) has its `O_PATH` descriptor
 //! deposited with the vault instead, under [`anchor_key`].
 //!
+//! Open files have records here too ([`OpenRecords`]): which node, with
+//! which flags. A successor opens them again through the node's file
+//! handle, so opening and releasing a file costs two stores, not a message
+//! to the keeper. What a new open cannot reach is deposited instead: the
+//! descriptor of a node whose last name went while files of it were open
+//! (under its [`anchor_key`], see `InodeTable::keep_unlinked`), and a file
+//! holding a `flock` lock, which belongs to its open file description
+//! (under its file handle number).
+//!
 //! A record is rewritten so that a crash halfway leaves a safe state: a
 //! slot being given to a new inode is marked vacant first and live last,
 //! so a successor never finds an old `(node id, generation)` with a new
@@ -19,6 +28,7 @@
 //! the store and before the reply only leaves a count too high (a node kept
 //! longer), never too low.
 
+use crate::handles::SHARDS as HANDLE_SHARDS;
 use crate::sys::{MAX_HANDLE_SZ, RawFileHandle};
 use fuse_wire::session::region::SharedRegion;
 use fuse_wire::session::vault::Vault;
@@ -55,7 +65,8 @@ impl Words for SharedRegion {
     }
 }
 
-/// Open files are deposited under their file handle number, below this.
+/// Open files deposited (flock holders, and any open file without a free
+/// record) are kept under their file handle number, below this.
 pub const FH_KEYS_END: u64 = 1 << 61;
 /// In an open file's key: it was opened with `O_APPEND` (the source
 /// descriptor is not, so its flags do not say).
@@ -77,8 +88,15 @@ pub fn anchor_of(key: u64) -> Option<u64> {
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ptllnode");
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 const HEADER_WORDS: usize = 8;
+/// Open file records a handle table shard has (its file handle numbers
+/// are those equal to the shard's index modulo [`HANDLE_SHARDS`]). More
+/// than the descriptors a daemon may hold, so only a very uneven spread
+/// leaves a shard without a record, and then its descriptor is deposited.
+pub const OPEN_PER_SHARD: usize = 512;
+/// Words of one open file record: file handle number, node id, flags.
+const OPEN_WORDS: usize = 4;
 /// Words of one record: state and generation, lookup count, device, inode
 /// number, handle type/length and kind, free stamp, handle bytes, spare.
 pub const RECORD_WORDS: usize = 24;
@@ -109,6 +127,7 @@ pub struct Record {
 /// `per_shard` records after a header.
 pub struct Mirror {
     region: Arc<dyn Words>,
+    shards: usize,
     per_shard: usize,
 }
 
@@ -137,9 +156,80 @@ impl FhCounter {
 /// The header word counting file handle numbers.
 const FH_WORD: usize = 5;
 
-/// The bytes a region for `shards` × `per_shard` records needs.
+/// The header word counting open file records a handle table shard has.
+const OPEN_PER_SHARD_WORD: usize = 6;
+/// The header word counting the handle table's shards.
+const HANDLE_SHARDS_WORD: usize = 7;
+
+fn node_words(shards: usize, per_shard: usize) -> usize {
+    HEADER_WORDS + shards * per_shard * RECORD_WORDS
+}
+
+/// The bytes a region for `shards` × `per_shard` node records and the open
+/// file records needs.
 pub fn region_len(shards: usize, per_shard: usize) -> usize {
-    (HEADER_WORDS + shards * per_shard * RECORD_WORDS) * 8
+    (node_words(shards, per_shard) + HANDLE_SHARDS * OPEN_PER_SHARD * OPEN_WORDS) * 8
+}
+
+/// One open file's record, as a successor reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenRecord {
+    /// The slot in its shard.
+    pub slot: usize,
+    pub fh: u64,
+    pub node: u64,
+    /// The flags of the open as the kernel gave them.
+    pub flags: i32,
+    /// Writes pick the end of the file (see `Handle::append`).
+    pub append: bool,
+}
+
+/// The open files' records: [`HANDLE_SHARDS`] arrays of
+/// [`OPEN_PER_SHARD`] after the node records. A record is written before
+/// the open is answered and cleared before the release is; its file
+/// handle number is stored last, so a record is whole once it has one.
+#[derive(Clone)]
+pub struct OpenRecords {
+    region: Arc<dyn Words>,
+    base: usize,
+}
+
+impl OpenRecords {
+    fn rec(&self, shard: usize, slot: usize) -> &[AtomicU64] {
+        let at = self.base + (shard * OPEN_PER_SHARD + slot) * OPEN_WORDS;
+        &self.region.words()[at..at + OPEN_WORDS]
+    }
+
+    /// Records open file `fh` (which is in `shard`) in `slot`.
+    pub fn set(&self, shard: usize, slot: usize, fh: u64, node: u64, flags: i32, append: bool) {
+        let r = self.rec(shard, slot);
+        r[1].store(node, Ordering::Relaxed);
+        r[2].store(flags as u32 as u64 | u64::from(append) << 32, Ordering::Relaxed);
+        r[0].store(fh, Ordering::Release);
+    }
+
+    /// Frees `slot` of `shard`.
+    pub fn clear(&self, shard: usize, slot: usize) {
+        self.rec(shard, slot)[0].store(0, Ordering::Release);
+    }
+
+    /// The records of `shard` in use.
+    pub fn load(&self, shard: usize) -> Vec<OpenRecord> {
+        (0..OPEN_PER_SHARD)
+            .filter_map(|slot| {
+                let r = self.rec(shard, slot);
+                let fh = r[0].load(Ordering::Acquire);
+                let w2 = r[2].load(Ordering::Relaxed);
+                (fh != 0).then(|| OpenRecord {
+                    slot,
+                    fh,
+                    node: r[1].load(Ordering::Relaxed),
+                    flags: w2 as u32 as i32,
+                    append: w2 >> 32 & 1 == 1,
+                })
+            })
+            .collect()
+    }
 }
 
 impl Mirror {
@@ -153,22 +243,32 @@ impl Mirror {
                 "the kept node table region is smaller than this daemon's",
             ));
         }
-        let want = [VERSION, shards as u64, per_shard as u64, RECORD_WORDS as u64];
+        // Word index and value of each layout fact.
+        let want = [
+            (1, VERSION),
+            (2, shards as u64),
+            (3, per_shard as u64),
+            (4, RECORD_WORDS as u64),
+            (OPEN_PER_SHARD_WORD, OPEN_PER_SHARD as u64),
+            (HANDLE_SHARDS_WORD, HANDLE_SHARDS as u64),
+        ];
         match w[0].load(Ordering::Acquire) {
             0 => {
-                for (x, v) in w[1..5].iter().zip(want) {
-                    x.store(v, Ordering::Relaxed);
+                for (i, v) in want {
+                    w[i].store(v, Ordering::Relaxed);
                 }
                 w[0].store(MAGIC, Ordering::Release);
             }
             MAGIC => {
-                let have: Vec<u64> = w[1..5].iter().map(|x| x.load(Ordering::Relaxed)).collect();
+                let have: Vec<u64> = want.iter().map(|&(i, _)| w[i].load(Ordering::Relaxed)).collect();
+                let want: Vec<u64> = want.iter().map(|&(_, v)| v).collect();
                 if have != want {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
                             "the kept node table has another layout (version, shards, records a shard, \
-                             record words: {have:?}, this daemon: {want:?}): restart the mount"
+                             record words, open file records a shard, handle shards: {have:?}, this \
+                             daemon: {want:?}): restart the mount"
                         ),
                     ));
                 }
@@ -180,7 +280,19 @@ impl Mirror {
                 ));
             }
         }
-        Ok(Mirror { region, per_shard })
+        Ok(Mirror {
+            region,
+            shards,
+            per_shard,
+        })
+    }
+
+    /// The open files' records, after the node records.
+    pub fn open_records(&self) -> OpenRecords {
+        OpenRecords {
+            region: self.region.clone(),
+            base: node_words(self.shards, self.per_shard),
+        }
     }
 
     /// The file handle numbers' counter.

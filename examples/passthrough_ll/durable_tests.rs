@@ -1,13 +1,14 @@
 //! The node table and the open files under a keeper, without a mount: a
-//! table mirrored in shared words and a handle table depositing with a
-//! vault are dropped as a crash would drop them (nothing forgotten, nothing
+//! table mirrored in shared words and a handle table recording its files
+//! there (depositing with a vault what a new open cannot replace) are
+//! dropped as a crash would drop them (nothing forgotten, nothing
 //! withdrawn), and a successor built from the words and the deposits holds
 //! the same node ids, generations and lookup counts, remembers forgotten
 //! inodes, and serves the open files, an unlinked one included.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{Handle, HandleTable};
-use crate::inodes::{HandleMode, InodeTable, SHARDS};
+use crate::handles::{Handle, HandleTable, Kept};
+use crate::inodes::{HandleMode, InodeData, InodeTable, SHARDS};
 use crate::sys;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -84,27 +85,36 @@ fn daemon(dir: &Path, words: &SharedWords, vault: &Arc<FakeVault>) -> Option<(In
         return None;
     }
     let mirror = Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD).unwrap();
-    let counter = mirror.fh_counter();
     let deposits = vault.deposits();
     let anchors = deposits
         .iter()
         .filter_map(|(k, fd)| Some((durable::anchor_of(*k)?, fd.try_clone().unwrap())))
         .collect();
     let keep: Arc<dyn Keep> = vault.clone();
+    let kept = Kept::new(keep.clone(), &mirror);
     let t = t.keep_in(mirror, keep.clone(), anchors).unwrap();
     let files = deposits
         .into_iter()
         .filter(|(k, _)| *k < durable::FH_KEYS_END)
         .collect();
     let mut h = HandleTable::new();
-    h.restore(keep, counter, files, &t, |f| f);
+    let reopen = |inode: &Arc<InodeData>, flags: i32| {
+        let fd = t.fd(inode)?;
+        sys::openat(
+            sys::Dir::Cwd,
+            &sys::proc_path(fd.as_fd()),
+            flags & !libc::O_TRUNC,
+            0,
+        )
+    };
+    h.restore(kept, files, &t, &reopen, |f| f);
     Some((t, h))
 }
 
 #[test]
 fn a_successor_takes_up_the_node_table_and_the_open_files() {
     let dir = scratch("takeover");
-    for f in ["f", "g", "d/h"] {
+    for f in ["f", "g", "d/h", "k", "u", "l"] {
         std::fs::write(dir.join(f), f).unwrap();
     }
     let words = SharedWords(
@@ -128,7 +138,9 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     t1.forget(g.id, 1);
     // f open for reading and writing, then unlinked; d open as a directory.
     let ffd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f")), libc::O_RDWR, 0).unwrap();
-    let fh = h1.insert(Handle::new(ffd, f.data.clone(), false)).unwrap();
+    let fh = h1
+        .insert(Handle::new(ffd, f.data.clone(), false), f.id, libc::O_RDWR)
+        .unwrap();
     let dfd = sys::openat(
         sys::Dir::Cwd,
         &cpath(&dir.join("d")),
@@ -136,11 +148,49 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
         0,
     )
     .unwrap();
-    let dh = h1.insert(Handle::new(dfd, d.data.clone(), false)).unwrap();
+    let dh = h1
+        .insert(
+            Handle::new(dfd, d.data.clone(), false),
+            d.id,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )
+        .unwrap();
     let closed = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("g")), libc::O_RDONLY, 0).unwrap();
-    let gone_fh = h1.insert(Handle::new(closed, g.data.clone(), false)).unwrap();
+    let gone_fh = h1
+        .insert(Handle::new(closed, g.data.clone(), false), g.id, libc::O_RDONLY)
+        .unwrap();
     assert!(h1.remove(gone_fh).is_some());
+    // k open for writing only: recorded, nothing deposited.
+    let k = look(&t1, "k");
+    let kfd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("k")), libc::O_WRONLY, 0).unwrap();
+    let kh = h1
+        .insert(Handle::new(kfd, k.data.clone(), false), k.id, libc::O_WRONLY)
+        .unwrap();
+    assert!(vault.deposits().is_empty(), "opens are recorded, not deposited");
+    // f keeps its descriptor with the vault before its last name goes, as
+    // an UNLINK does; u loses its name without.
+    let ffd = t1.fd(&f.data).unwrap();
+    t1.keep_removed(f.id, &f.data, ffd.as_fd()).unwrap();
+    drop(ffd);
     std::fs::remove_file(dir.join("f")).unwrap();
+    let u = look(&t1, "u");
+    let ufd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("u")), libc::O_RDONLY, 0).unwrap();
+    let uh = h1
+        .insert(Handle::new(ufd, u.data.clone(), false), u.id, libc::O_RDONLY)
+        .unwrap();
+    std::fs::remove_file(dir.join("u")).unwrap();
+    // l holds a flock lock: its very open file description is deposited.
+    let l = look(&t1, "l");
+    let lfd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("l")), libc::O_RDONLY, 0).unwrap();
+    let lh = h1
+        .insert(Handle::new(lfd, l.data.clone(), false), l.id, libc::O_RDONLY)
+        .unwrap();
+    let held = h1.get(lh).unwrap();
+    h1.deposit(lh, &held).unwrap();
+    sys::flock(held.fd(), libc::LOCK_EX).unwrap();
+    drop(held);
+    let (k_id, u_id) = (k.id, u.id);
+    drop((k, u, l));
     let (f_id, f_gen, d_id, h_id) = (f.id, f.generation, d.id, h.id);
     let (g_id, g_gen, h_gen) = (g.id, g.generation, h.generation);
     drop((f, g, d, h));
@@ -148,7 +198,7 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     drop((t1, h1));
 
     let (t2, h2) = daemon(&dir, &words, &vault).expect("file handles as before");
-    assert_eq!(t2.live(), 3, "f, d and d/h are held by the kernel");
+    assert_eq!(t2.live(), 6, "f, d, d/h, k, u and l are held by the kernel");
     assert_eq!(t2.nlookup(f_id), Some(2));
     assert_eq!(t2.nlookup(d_id), Some(1));
     assert_eq!(t2.nlookup(h_id), Some(1));
@@ -172,10 +222,30 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     assert_eq!(fnode.generation, f_gen);
     assert!(h2.get(dh).is_some(), "the open directory is taken up");
     assert!(h2.get(gone_fh).is_none(), "a released file stays released");
+    // k is open again, for writing.
+    let hk = h2.get(kh).expect("the write-only file is taken up");
+    assert!(Arc::ptr_eq(&hk.inode, &t2.get(k_id).unwrap()));
+    assert_eq!(hk.write_at(b"K", 0).unwrap(), 1);
+    assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"K");
+    assert!(
+        hk.read_at(&mut buf, 0).is_err(),
+        "opened for writing only, as before"
+    );
+    // u lost its last name without a deposit: its handle no longer opens it.
+    assert!(h2.get(uh).is_none(), "{u_id}: a removed file nothing kept");
+    // l is the same open file description: its lock still holds, until
+    // it is released and withdrawn.
+    let other = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("l")), libc::O_RDONLY, 0).unwrap();
+    let busy = sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::EWOULDBLOCK));
+    drop(h2.remove(lh).expect("the locked file is taken up"));
+    sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).expect("the lock went with the release");
     // New handles take no number given before, not even a released one
     // (a RELEASE sent again would close the new file).
     let again = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("g")), libc::O_RDONLY, 0).unwrap();
-    let new_fh = h2.insert(Handle::new(again, g2.data.clone(), false)).unwrap();
+    let new_fh = h2
+        .insert(Handle::new(again, g2.data.clone(), false), g2.id, libc::O_RDONLY)
+        .unwrap();
     assert!(
         new_fh > gone_fh && gone_fh > fh.max(dh),
         "{new_fh} after {gone_fh}"
@@ -226,7 +296,9 @@ fn of_two_live_nodes_of_one_key_the_successor_keeps_the_one_there() {
     let old = t1.insert_with_handle(fd, &st, Some(gone)).unwrap();
     assert_ne!(now.id, old.id);
     let file = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f")), libc::O_RDWR, 0).unwrap();
-    let fh = h1.insert(Handle::new(file, now.data.clone(), false)).unwrap();
+    let fh = h1
+        .insert(Handle::new(file, now.data.clone(), false), now.id, libc::O_RDWR)
+        .unwrap();
     drop((now.data, old.data));
     drop((t1, h1));
 

@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{DirStream, Direct, Handle, HandleTable};
+use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept};
 use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, SHARDS};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
@@ -276,6 +276,7 @@ impl PassthroughFs {
         check_keeper_options(&opts).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS))?;
         let (mut anchors, mut files) = (HashMap::new(), Vec::new());
+        let kept = Kept::new(keep.clone(), &mirror);
         for (key, fd) in deposits {
             match durable::anchor_of(key) {
                 Some(id) => {
@@ -292,10 +293,15 @@ impl PassthroughFs {
         }
         let mut fs = Self::new(root, opts)?;
         fs.kept = true;
-        let counter = mirror.fh_counter();
         fs.inodes = fs.inodes.keep_in(mirror, keep.clone(), anchors)?;
         let mut handles = HandleTable::new();
-        handles.restore(keep, counter, files, &fs.inodes, |f| fs.source_flags(f));
+        let reopen = |inode: &Arc<InodeData>, flags: i32| {
+            let fd = fs.inodes.fd(inode)?;
+            // Opened already: nothing to create or truncate.
+            let flags = fs.source_flags(flags) & !(libc::O_TRUNC | libc::O_TMPFILE);
+            sys::openat(Dir::Cwd, &proc_path(fd.as_fd()), flags, 0)
+        };
+        handles.restore(kept, files, &fs.inodes, &reopen, |f| fs.source_flags(f));
         fs.handles = handles;
         Ok(fs)
     }
@@ -649,6 +655,7 @@ impl PassthroughFs {
     fn new_handle(
         &self,
         ctx: &RequestContext<'_>,
+        node: u64,
         inode: Arc<InodeData>,
         fd: OwnedFd,
         flags: i32,
@@ -675,7 +682,7 @@ impl PassthroughFs {
         handle.direct = direct;
         handle.served = served;
         handle.append = self.kept && !self.opts.writeback && flags & libc::O_APPEND != 0;
-        let fh = self.handles.insert(handle)?;
+        let fh = self.handles.insert(handle, node, flags)?;
         Ok((FileHandle(fh), open_flags, backing))
     }
 
@@ -821,10 +828,22 @@ impl PassthroughFs {
                 }
             }
         }
+        if self.kept
+            && st.st_nlink == 0
+            && let Err(e) = self.keep_node(found.id, &found.data)
+        {
+            // A file without a name (O_TMPFILE) is reached only through a
+            // deposited descriptor after a crash.
+            self.inodes.forget(found.id, 1);
+            return reply.io_error(&e);
+        }
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
-            return match self.handles.insert(Handle::new(fd, found.data.clone(), false)) {
+            return match self
+                .handles
+                .insert(Handle::new(fd, found.data.clone(), false), found.id, flags)
+            {
                 Ok(fh) => reply.opened(&entry, FileHandle(fh), FopenFlags::empty()),
                 Err(e) => {
                     self.inodes.forget(found.id, 1);
@@ -832,7 +851,7 @@ impl PassthroughFs {
                 }
             };
         }
-        match self.new_handle(ctx, found.data.clone(), fd, flags) {
+        match self.new_handle(ctx, found.id, found.data.clone(), fd, flags) {
             Ok((fh, fl, None)) if created => reply.created(&entry, fh, fl),
             Ok((fh, fl, None)) => reply.opened(&entry, fh, fl),
             Ok((fh, fl, Some(b))) => reply.passthrough(&entry, fh, fl, &b, created),
@@ -1498,7 +1517,50 @@ impl PassthroughFs {
         let parent = self.inode(parent)?;
         check_name(name)?;
         let parent_fd = self.fd(&parent)?;
+        self.keep_if_open(parent_fd.as_fd(), name)?;
         gone_before(ctx, sys::unlinkat(parent_fd.as_fd(), name, flags), name)
+    }
+
+    /// Under a keeper, before `name` in `dir` goes (UNLINK, RMDIR, a
+    /// RENAME over it): if files of its inode are open, the inode's
+    /// descriptor is deposited with the vault, for it may be the last name
+    /// (see `InodeTable::keep_removed`). Fails, and the name stays, if
+    /// the keeper cannot take it.
+    fn keep_if_open(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<()> {
+        if !self.kept {
+            return Ok(());
+        }
+        let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW) else {
+            // Nothing there: the removal itself says so.
+            return Ok(());
+        };
+        let Some((id, data)) = self.inodes.open_node_of((st.st_dev, st.st_ino)) else {
+            return Ok(());
+        };
+        self.keep_node(id, &data)
+    }
+
+    /// Deposits node `id`'s descriptor with the vault (see `keep_if_open`).
+    fn keep_node(&self, id: u64, data: &InodeData) -> Res<()> {
+        let fd = self.inodes.fd(data)?;
+        self.inodes.keep_removed(id, data, fd.as_fd()).map_err(|e| {
+            log::error!("node {id}: keeping its descriptor with the keeper before a removal: {e}");
+            err(libc::EIO)
+        })
+    }
+
+    /// A daemon retiring under a keeper: deposits the descriptor of every
+    /// open file's inode that lost its last name some other way than
+    /// through this mount, so that the successor still reaches it.
+    pub fn keep_removed_open_files(&self) {
+        for h in self.handles.all() {
+            if h.node == 0 || HandleTable::is_deposited(&h) {
+                continue;
+            }
+            if sys::stat_fd(h.fd()).is_ok_and(|st| st.st_nlink == 0) {
+                let _ = self.keep_node(h.node, &h.inode);
+            }
+        }
     }
 
     fn rename_as_caller(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>) -> Res<()> {
@@ -1535,6 +1597,9 @@ impl PassthroughFs {
             if self.kept {
                 let st = sys::fstatat(Dir::Fd(old_fd.as_fd()), name, libc::AT_SYMLINK_NOFOLLOW)?;
                 ctx.set_journal_note(st.st_ino);
+                if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 {
+                    self.keep_if_open(new_fd.as_fd(), newname)?;
+                }
             }
             sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)?;
         }
@@ -1608,7 +1673,7 @@ impl PassthroughFs {
             // The session drops the kernel's cached mode before answering.
             self.kill_suidgid(ctx, &inode, Kill::Written, None)?;
         }
-        self.new_handle(ctx, inode, fd, flags)
+        self.new_handle(ctx, ino.0, inode, fd, flags)
     }
 
     /// Acts as the caller (for as long as the guard lives), runs `log`
@@ -1707,7 +1772,11 @@ impl PassthroughFs {
             0,
         )?;
         drop(inode_fd);
-        let fh = self.handles.insert(Handle::new(fd, inode, false))?;
+        let fh = self.handles.insert(
+            Handle::new(fd, inode, false),
+            ino.0,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )?;
         let flags = if self.opts.cache == Cache::Always {
             FopenFlags::CACHE_DIR | FopenFlags::KEEP_CACHE
         } else {
@@ -1907,7 +1976,13 @@ impl PassthroughFs {
     }
 
     /// A SETLK or SETLKW on handle `h`, up to the wait if it must block.
-    fn setlk_step(&self, ctx: &RequestContext<'_>, h: Arc<Handle>, req: LockRequest) -> Res<SetLk> {
+    fn setlk_step(
+        &self,
+        ctx: &RequestContext<'_>,
+        fh: FileHandle,
+        h: Arc<Handle>,
+        req: LockRequest,
+    ) -> Res<SetLk> {
         let LockRequest {
             owner,
             lock,
@@ -1923,6 +1998,11 @@ impl PassthroughFs {
             };
             if !sleep {
                 op |= libc::LOCK_NB;
+            }
+            if op & libc::LOCK_UN == 0 {
+                // The lock belongs to this open file description: under a
+                // keeper a successor must get this very one, not a new open.
+                self.handles.deposit(fh.0, &h)?;
             }
             if sleep && op != libc::LOCK_UN {
                 return Ok(SetLk::WaitFlock(h, op));
@@ -2455,7 +2535,7 @@ impl Filesystem for PassthroughFs {
             Ok(found) => found,
             Err(e) => return reply.io_error(&e),
         };
-        match logged(self.setlk_step(ctx, h, req)) {
+        match logged(self.setlk_step(ctx, fh, h, req)) {
             Ok(SetLk::Done(r)) => reply.result(logged(r)),
             Ok(SetLk::Invalid) => reply.error(Errno::EINVAL),
             Ok(SetLk::WaitFlock(h, op)) => wait_for_lock(ctx, reply, move || sys::flock(h.fd(), op)),

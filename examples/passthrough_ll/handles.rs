@@ -6,12 +6,15 @@
 //! writes on the same file share nothing but the shard's brief lookup (the
 //! I/O itself is positional: `pread`/`pwrite`, no per-file lock).
 //!
-//! Under a keeper each handle's descriptor is deposited with the keeper's
-//! vault under its file handle number before the open is answered, and
-//! withdrawn at release, so a successor finds every file still open
-//! ([`HandleTable::restore`]), unlinked ones included.
+//! Under a keeper each handle has a record in the memory the keeper holds
+//! (its node and open flags; see `durable::OpenRecords`), written before
+//! the open is answered and cleared at release, so a successor opens every
+//! file still open again ([`HandleTable::restore`]). A handle whose open
+//! file description itself matters (it holds a `flock` lock), or that
+//! finds no free record, has its descriptor deposited with the keeper's
+//! vault instead, and the successor serves that very description.
 
-use crate::durable::{APPEND_KEY, FhCounter, Keep};
+use crate::durable::{APPEND_KEY, FhCounter, Keep, Mirror, OPEN_PER_SHARD, OpenRecords};
 use crate::inodes::{InodeData, InodeTable};
 use crate::sys;
 use std::cell::RefCell;
@@ -19,12 +22,26 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-const SHARDS: usize = 64;
+/// Shards of the handle table (a file handle number's shard is the number
+/// modulo this).
+pub const SHARDS: usize = 64;
 
-type Shard = HashMap<u64, Arc<Handle>>;
+/// One shard: its handles, and under a keeper its free open file records.
+#[derive(Default)]
+struct Shard {
+    map: HashMap<u64, Entry>,
+    /// Free record slots, the lowest last.
+    free: Vec<u32>,
+}
+
+struct Entry {
+    handle: Arc<Handle>,
+    /// Its open file record, if it has one.
+    record: Option<u32>,
+}
 
 /// One open file or directory.
 pub struct Handle {
@@ -43,6 +60,11 @@ pub struct Handle {
     /// and each write picks the end of the file itself (see
     /// `PassthroughFs::write_as_caller`).
     pub append: bool,
+    /// Under a keeper: its descriptor is deposited with the vault.
+    deposited: AtomicBool,
+    /// The node id it is an open file of (0: not known, a deposited file
+    /// taken up from a predecessor without a record).
+    pub node: u64,
 }
 
 /// What an `O_DIRECT` handle needs besides its descriptor. The kernel copies
@@ -136,6 +158,8 @@ impl Handle {
             direct: None,
             dir: Mutex::new(None),
             append: false,
+            deposited: AtomicBool::new(false),
+            node: 0,
         }
     }
 
@@ -211,83 +235,135 @@ fn deposit_key(fh: u64, h: &Handle) -> u64 {
 pub struct HandleTable {
     shards: Box<[Mutex<Shard>]>,
     next: AtomicU64,
-    /// Under a keeper: its vault, which holds every handle's descriptor.
-    keep: Option<Arc<dyn Keep>>,
-    /// Under a keeper: the numbers, counted where the keeper keeps them.
-    kept_next: Option<FhCounter>,
+    /// Under a keeper: what it holds for the handles.
+    kept: Option<Kept>,
 }
+
+/// What a keeper holds for the handle table.
+pub struct Kept {
+    /// Its vault, for descriptors that a new open cannot replace.
+    keep: Arc<dyn Keep>,
+    /// The open file records.
+    records: OpenRecords,
+    /// The file handle numbers, counted where the keeper keeps them.
+    next: FhCounter,
+}
+
+impl Kept {
+    /// The vault `keep`, and the records and counter in `mirror`'s region.
+    pub fn new(keep: Arc<dyn Keep>, mirror: &Mirror) -> Self {
+        Self {
+            keep,
+            records: mirror.open_records(),
+            next: mirror.fh_counter(),
+        }
+    }
+}
+
+/// How a successor opens a file of a predecessor again: the node, the
+/// flags the kernel gave, and what that open returns.
+pub type Reopen<'a> = dyn Fn(&Arc<InodeData>, i32) -> io::Result<OwnedFd> + 'a;
 
 impl HandleTable {
     pub fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             next: AtomicU64::new(1),
-            keep: None,
-            kept_next: None,
+            kept: None,
         }
     }
 
-    /// Deposits every handle's descriptor with `keep` from now on, after
-    /// taking up the files a predecessor left open: `deposits` are its
-    /// descriptors by file handle number, each reattached to its inode in
-    /// `inodes` (found by its source key and file handle) with the flags
-    /// it was opened with. A descriptor whose inode the table does not
-    /// hold is withdrawn (the kernel cannot refer to it either).
+    /// Records every handle in `records` (and deposits with `keep` what a
+    /// new open cannot replace) from now on, after taking up the files a
+    /// predecessor left open: each record's node (in `inodes`) is opened
+    /// again with `reopen`, unless its descriptor was deposited; `deposits`
+    /// are those descriptors by file handle number, each of a record or
+    /// reattached to its inode found by source key and file handle. A file
+    /// whose inode the table does not hold, or that does not open again, is
+    /// dropped with an error logged (the kernel then gets `EBADF` for it).
     pub fn restore(
         &mut self,
-        keep: Arc<dyn Keep>,
-        counter: FhCounter,
+        kept: Kept,
         deposits: Vec<(u64, OwnedFd)>,
         inodes: &InodeTable,
+        reopen: &Reopen<'_>,
         source_flags: impl Fn(i32) -> i32,
     ) {
+        let Kept { keep, records, next } = &kept;
         let mut max = 0;
-        for (key, fd) in deposits {
-            let fh = key & !APPEND_KEY;
-            let inode = sys::stat_fd(fd.as_fd()).and_then(|st| inodes.find_open(fd.as_fd(), &st));
-            let inode = match inode {
-                Ok(i) => i,
+        let mut deposits: HashMap<u64, (u64, OwnedFd)> = deposits
+            .into_iter()
+            .map(|(key, fd)| (key & !APPEND_KEY, (key, fd)))
+            .collect();
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut used = vec![false; OPEN_PER_SHARD];
+            for r in records.load(i) {
+                max = max.max(r.fh);
+                let taken = match deposits.remove(&r.fh) {
+                    Some((_, fd)) => attach(r.fh, fd, inodes, &source_flags).map(|h| (h, true)),
+                    None => inodes
+                        .get(r.node)
+                        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))
+                        .and_then(|inode| {
+                            let fd = reopen(&inode, r.flags)?;
+                            with_direct(Handle::new(fd, inode, false), r.flags, &source_flags)
+                        })
+                        .map(|h| (h, false)),
+                };
+                match taken {
+                    Ok((mut h, deposited)) => {
+                        h.append = r.append;
+                        h.deposited = AtomicBool::new(deposited);
+                        h.node = r.node;
+                        used[r.slot] = true;
+                        let e = Entry {
+                            handle: Arc::new(h),
+                            record: Some(r.slot as u32),
+                        };
+                        s.map.insert(r.fh, e);
+                    }
+                    Err(e) => {
+                        log::error!(
+                            "open file {} (node {}) of the predecessor: not taken up ({e}); \
+                             requests on it fail",
+                            r.fh,
+                            r.node
+                        );
+                        records.clear(i, r.slot);
+                    }
+                }
+            }
+            s.free = (0..OPEN_PER_SHARD as u32)
+                .rev()
+                .filter(|&j| !used[j as usize])
+                .collect();
+        }
+        // Descriptors deposited without a record.
+        for (fh, (key, fd)) in deposits {
+            match attach(fh, fd, inodes, &source_flags) {
+                Ok(mut h) => {
+                    h.append = key & APPEND_KEY != 0;
+                    h.deposited = AtomicBool::new(true);
+                    let e = Entry {
+                        handle: Arc::new(h),
+                        record: None,
+                    };
+                    self.shard(fh).map.insert(fh, e);
+                    max = max.max(fh);
+                }
                 Err(e) => {
-                    log::error!(
-                        "open file {fh} of the predecessor: its inode is not in the table ({e}); closed"
-                    );
+                    log::error!("open file {fh} of the predecessor: not taken up ({e}); closed");
                     if let Err(e) = keep.withdraw(key) {
                         log::warn!("withdrawing it: {e}");
                     }
-                    continue;
                 }
-            };
-            // A directory's position is the predecessor's (the descriptor's
-            // file description is shared): back to where a new stream
-            // starts, so that the stream's idea of it holds.
-            if inode.is_dir()
-                && let Err(e) = sys::lseek(fd.as_fd(), 0, libc::SEEK_SET)
-            {
-                log::error!("open directory {fh} of the predecessor: rewinding it: {e}");
             }
-            let flags = sys::get_fl(fd.as_fd()).unwrap_or(libc::O_RDONLY);
-            let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
-                match Direct::new(fd.as_fd(), source_flags(flags)) {
-                    Ok(d) => Some(d),
-                    Err(e) => {
-                        log::error!("open file {fh} of the predecessor: its O_DIRECT twin: {e}");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let mut h = Handle::new(fd, inode, false);
-            h.direct = direct;
-            h.append = key & APPEND_KEY != 0;
-            self.shard(fh).insert(fh, Arc::new(h));
-            max = max.max(fh);
         }
         // Never below what was taken up (a region written by a daemon
         // that counted elsewhere).
-        counter.above(max);
-        self.kept_next = Some(counter);
-        self.keep = Some(keep);
+        next.above(max);
+        self.kept = Some(kept);
     }
 
     fn shard(&self, fh: u64) -> MutexGuard<'_, Shard> {
@@ -296,45 +372,133 @@ impl HandleTable {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds `h`; under a keeper its descriptor is deposited first.
-    pub fn insert(&self, h: Handle) -> io::Result<u64> {
-        let fh = match &self.kept_next {
-            Some(c) => c.next(),
-            None => self.next.fetch_add(1, Ordering::Relaxed),
+    /// Adds `h`, an open of node `node` with `flags` (as the kernel gave
+    /// them); under a keeper it is recorded (or deposited) first.
+    pub fn insert(&self, mut h: Handle, node: u64, flags: i32) -> io::Result<u64> {
+        h.node = node;
+        let Some(k) = &self.kept else {
+            let fh = self.next.fetch_add(1, Ordering::Relaxed);
+            let e = Entry {
+                handle: Arc::new(h),
+                record: None,
+            };
+            self.shard(fh).map.insert(fh, e);
+            return Ok(fh);
         };
-        if let Some(k) = &self.keep {
-            if fh >= APPEND_KEY {
-                return Err(io::Error::from_raw_os_error(libc::ENFILE));
-            }
-            k.deposit(deposit_key(fh, &h), h.fd()).inspect_err(|e| {
-                log::error!("keeping the descriptor of a new open file with the keeper: {e}");
-            })?;
+        let fh = k.next.next();
+        if fh >= APPEND_KEY {
+            return Err(io::Error::from_raw_os_error(libc::ENFILE));
         }
-        self.shard(fh).insert(fh, Arc::new(h));
+        let shard_i = (fh % SHARDS as u64) as usize;
+        let mut s = self.shard(fh);
+        let record = s.free.pop();
+        match record {
+            Some(slot) => k.records.set(shard_i, slot as usize, fh, node, flags, h.append),
+            None => {
+                k.keep.deposit(deposit_key(fh, &h), h.fd()).inspect_err(|e| {
+                    log::error!("keeping the descriptor of a new open file with the keeper: {e}");
+                })?;
+                h.deposited.store(true, Ordering::Relaxed);
+            }
+        }
+        let e = Entry {
+            handle: Arc::new(h),
+            record,
+        };
+        s.map.insert(fh, e);
         Ok(fh)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
-        self.shard(fh).get(&fh).cloned()
+        self.shard(fh).map.get(&fh).map(|e| e.handle.clone())
     }
 
-    /// Removes handle `fh`; under a keeper its descriptor is withdrawn.
-    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
-        let h = self.shard(fh).remove(&fh)?;
-        if let Some(k) = &self.keep
-            && let Err(e) = k.withdraw(deposit_key(fh, &h))
-        {
-            log::warn!("withdrawing the descriptor of open file {fh} from the keeper: {e}");
+    /// Whether the handle's descriptor is deposited with a keeper's vault.
+    pub fn is_deposited(h: &Handle) -> bool {
+        h.deposited.load(Ordering::Acquire)
+    }
+
+    /// Under a keeper: deposits handle `fh`'s descriptor with the vault
+    /// (once), because its open file description now holds something a new
+    /// open would not have (a `flock` lock).
+    pub fn deposit(&self, fh: u64, h: &Handle) -> io::Result<()> {
+        let Some(k) = &self.kept else { return Ok(()) };
+        if h.deposited.swap(true, Ordering::AcqRel) {
+            return Ok(());
         }
-        Some(h)
+        k.keep.deposit(deposit_key(fh, h), h.fd()).inspect_err(|e| {
+            h.deposited.store(false, Ordering::Release);
+            log::error!("keeping the descriptor of open file {fh} with the keeper: {e}");
+        })
+    }
+
+    /// Removes handle `fh`; under a keeper its record is cleared and its
+    /// descriptor withdrawn if it was deposited.
+    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        let mut s = self.shard(fh);
+        let e = s.map.remove(&fh)?;
+        if let Some(k) = &self.kept {
+            if let Some(slot) = e.record {
+                k.records.clear((fh % SHARDS as u64) as usize, slot as usize);
+                s.free.push(slot);
+            }
+            drop(s);
+            if e.handle.deposited.load(Ordering::Acquire)
+                && let Err(err) = k.keep.withdraw(deposit_key(fh, &e.handle))
+            {
+                log::warn!("withdrawing the descriptor of open file {fh} from the keeper: {err}");
+            }
+        }
+        Some(e.handle)
+    }
+
+    /// Every open handle (a daemon retiring: see
+    /// `PassthroughFs::keep_removed_open_files`).
+    pub fn all(&self) -> Vec<Arc<Handle>> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                s.map.values().map(|e| e.handle.clone()).collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
             .sum()
     }
+}
+
+/// A handle of the deposited descriptor `fd` of open file `fh`, reattached
+/// to its inode in `inodes` (found by source key and file handle).
+fn attach(
+    fh: u64,
+    fd: OwnedFd,
+    inodes: &InodeTable,
+    source_flags: &impl Fn(i32) -> i32,
+) -> io::Result<Handle> {
+    let inode = sys::stat_fd(fd.as_fd()).and_then(|st| inodes.find_open(fd.as_fd(), &st))?;
+    // A directory's position is the predecessor's (the descriptor's file
+    // description is shared): back to where a new stream starts, so that
+    // the stream's idea of it holds.
+    if inode.is_dir()
+        && let Err(e) = sys::lseek(fd.as_fd(), 0, libc::SEEK_SET)
+    {
+        log::error!("open directory {fh} of the predecessor: rewinding it: {e}");
+    }
+    let flags = sys::get_fl(fd.as_fd()).unwrap_or(libc::O_RDONLY);
+    with_direct(Handle::new(fd, inode, false), flags, source_flags)
+}
+
+/// `h`, with its `O_DIRECT` twin if `flags` ask for direct I/O.
+fn with_direct(mut h: Handle, flags: i32, source_flags: &impl Fn(i32) -> i32) -> io::Result<Handle> {
+    if flags & libc::O_DIRECT != 0 && h.inode.kind == libc::S_IFREG {
+        h.direct = Some(Direct::new(h.fd(), source_flags(flags))?);
+    }
+    Ok(h)
 }
 
 /// One record of `getdents64`.

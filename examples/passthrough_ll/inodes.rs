@@ -157,6 +157,9 @@ pub struct InodeData {
     /// Held while an appending write under a keeper picks its offset and
     /// writes there (see `PassthroughFs::write_as_caller`).
     pub appends: Mutex<()>,
+    /// Under a keeper: its descriptor is deposited with the vault (see
+    /// [`InodeTable::keep_unlinked`]).
+    deposited: AtomicBool,
 }
 
 impl InodeData {
@@ -174,6 +177,7 @@ impl InodeData {
             lock_owners: Mutex::new(HashMap::new()),
             search_all: AtomicU8::new(0),
             appends: Mutex::new(()),
+            deposited: AtomicBool::new(false),
         }
     }
 
@@ -523,10 +527,11 @@ impl InodeTable {
                 let id = encode(shard_i, slot);
                 let state = match (r.state, r.handle) {
                     (State::Live, handle) if r.nlookup > 0 => {
-                        let anchor = match handle {
-                            Some(h) => Some(Ok(h)),
-                            None => anchors.remove(&id).map(Err),
-                        };
+                        // A deposited descriptor first: an inode removed
+                        // while open has one, and its handle may not open.
+                        let kept = anchors.remove(&id);
+                        let deposited = kept.is_some();
+                        let anchor = kept.map(Err).or(handle.map(Ok));
                         match anchor {
                             Some(anchor) => {
                                 live += 1;
@@ -542,7 +547,9 @@ impl InodeTable {
                                         }),
                                         Err(fd) => Anchor::Fd(fd),
                                     };
-                                    InodeData::with_anchor(anchor, r.key, r.kind)
+                                    let d = InodeData::with_anchor(anchor, r.key, r.kind);
+                                    d.deposited.store(deposited, Ordering::Relaxed);
+                                    d
                                 });
                                 SlotState::Live(Slot {
                                     data,
@@ -961,6 +968,8 @@ impl InodeTable {
             Anchor::Handle(a) => Some((key, a.handle)),
             Anchor::Fd(_) => None,
         };
+        // A descriptor of it is deposited: withdrawn now.
+        let deposited = remember.is_none() || e.data.deposited.load(Ordering::Acquire);
         if remember.is_none() && s.by_key.get(&key) == Some(&slot) {
             s.by_key.remove(&key);
         }
@@ -971,13 +980,46 @@ impl InodeTable {
         if let Some(d) = &self.durable {
             d.mirror
                 .freed(shard, slot, s.generations[slot], stamp, remembered);
-            if !remembered && let Err(e) = d.keep.withdraw(durable::anchor_key(id)) {
+            if deposited && let Err(e) = d.keep.withdraw(durable::anchor_key(id)) {
                 log::warn!("node {id}: withdrawing its kept descriptor: {e}");
             }
         }
         drop(s);
         drop(gone);
         self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Under a keeper: the live inode of source key `key` if files of it
+    /// are open (a name of it about to go: see [`Self::keep_unlinked`]),
+    /// with its node id.
+    pub fn open_node_of(&self, key: Key) -> Option<(u64, Arc<InodeData>)> {
+        self.durable.as_ref()?;
+        let shard_i = shard_of(key);
+        let s = self.shard(shard_i);
+        let slot = *s.by_key.get(&key)?;
+        let e = s.slots[slot].live()?;
+        let open = match &e.data.anchor {
+            Anchor::Handle(a) => a.slot().pins > 0,
+            Anchor::Fd(_) => true,
+        };
+        open.then(|| (encode(shard_i, slot), e.data.clone()))
+    }
+
+    /// Under a keeper: deposits `fd`, a descriptor of node `id` (`data`),
+    /// with the vault, before a name of the inode goes while files of it
+    /// are open (or for a file created without a name): once it has no name
+    /// left its file handle no longer opens it, and a successor reaches it
+    /// through this descriptor. Done once a node; withdrawn when the kernel
+    /// forgets it.
+    pub fn keep_removed(&self, id: u64, data: &InodeData, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        if matches!(data.anchor, Anchor::Fd(_)) || data.deposited.swap(true, Ordering::AcqRel) {
+            // Held by a deposited descriptor already.
+            return Ok(());
+        }
+        d.keep
+            .deposit(durable::anchor_key(id), fd)
+            .inspect_err(|_| data.deposited.store(false, Ordering::Release))
     }
 
     /// Inodes the kernel holds lookups on, the root not counted.

@@ -317,7 +317,12 @@ fn serve_kept(
         );
         Ok(fs)
     };
-    match link.serve(restore, |_| Vec::new(), config) {
+    // Retiring: what lost its last name outside the mount is kept too.
+    let save = |fs: &PassthroughFs| {
+        fs.keep_removed_open_files();
+        Vec::new()
+    };
+    match link.serve(restore, save, config) {
         Ok(true) => KeeperLink::exit_retired(),
         Ok(false) => 0,
         Err(e) => {
