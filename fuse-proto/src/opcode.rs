@@ -2,8 +2,10 @@
 //!
 //! Each row gives the Rust name, the number, the kernel's name without its
 //! `FUSE_` prefix (as logs and statistics spell it), the minor that introduced
-//! it, and whether the kernel waits for a reply. Everything else that needs to
-//! know about opcodes (parsing, statistics, dispatch) reads this table.
+//! it, whether the kernel waits for a reply, and whether carrying it out
+//! changes state (what a recovering daemon must not do twice). Everything
+//! else that needs to know about opcodes (parsing, statistics, dispatch, the
+//! recovery journal) reads this table.
 //! Numbers that are not in the table decode to [`UnknownOpcode`], never a panic.
 //! The out-of-tree atomic-open opcode is not here: it lives, opt-in only, in
 //! [`crate::ext::atomic_open`].
@@ -19,7 +21,7 @@ impl core::fmt::Display for UnknownOpcode {
 }
 
 macro_rules! opcode_table {
-    ($( $(#[$m:meta])* $name:ident = $num:literal, $kname:literal, since $minor:literal, $reply:ident; )*) => {
+    ($( $(#[$m:meta])* $name:ident = $num:literal, $kname:literal, since $minor:literal, $reply:ident, $effect:ident; )*) => {
         /// A request opcode (`enum fuse_opcode`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u32)]
@@ -59,6 +61,16 @@ macro_rules! opcode_table {
                 match self { $( Opcode::$name => opcode_table!(@reply $reply), )* }
             }
 
+            /// Whether carrying the request out changes what the filesystem
+            /// holds or what the kernel holds of it (a name, data, an
+            /// attribute, a lookup count, a file handle), so that carrying
+            /// it out a second time, for a request sent again, would change
+            /// it again. Reads of data, attributes and directories, and lock
+            /// requests (which the kernel's own waits repeat), do not.
+            pub const fn changes_state(self) -> bool {
+                match self { $( Opcode::$name => opcode_table!(@effect $effect), )* }
+            }
+
             /// A dense index `0..COUNT`, for per-opcode counters in arrays.
             pub const fn index(self) -> usize {
                 let mut i = 0;
@@ -74,113 +86,115 @@ macro_rules! opcode_table {
     };
     (@reply reply) => { true };
     (@reply noreply) => { false };
+    (@effect changes) => { true };
+    (@effect reads) => { false };
 }
 
 opcode_table! {
     /// Look a name up in a directory (`nodeid` is the parent).
-    Lookup = 1, "LOOKUP", since 1, reply;
+    Lookup = 1, "LOOKUP", since 1, reply, changes;
     /// Drop lookup references to an inode.
-    Forget = 2, "FORGET", since 1, noreply;
+    Forget = 2, "FORGET", since 1, noreply, reads;
     /// Read an inode's attributes.
-    Getattr = 3, "GETATTR", since 1, reply;
+    Getattr = 3, "GETATTR", since 1, reply, reads;
     /// Change an inode's attributes.
-    Setattr = 4, "SETATTR", since 1, reply;
+    Setattr = 4, "SETATTR", since 1, reply, changes;
     /// Read a symbolic link's target.
-    Readlink = 5, "READLINK", since 1, reply;
+    Readlink = 5, "READLINK", since 1, reply, reads;
     /// Create a symbolic link.
-    Symlink = 6, "SYMLINK", since 1, reply;
+    Symlink = 6, "SYMLINK", since 1, reply, changes;
     /// Create a file node.
-    Mknod = 8, "MKNOD", since 1, reply;
+    Mknod = 8, "MKNOD", since 1, reply, changes;
     /// Create a directory.
-    Mkdir = 9, "MKDIR", since 1, reply;
+    Mkdir = 9, "MKDIR", since 1, reply, changes;
     /// Remove a name.
-    Unlink = 10, "UNLINK", since 1, reply;
+    Unlink = 10, "UNLINK", since 1, reply, changes;
     /// Remove a directory.
-    Rmdir = 11, "RMDIR", since 1, reply;
+    Rmdir = 11, "RMDIR", since 1, reply, changes;
     /// Rename an entry.
-    Rename = 12, "RENAME", since 1, reply;
+    Rename = 12, "RENAME", since 1, reply, changes;
     /// Create a hard link.
-    Link = 13, "LINK", since 1, reply;
+    Link = 13, "LINK", since 1, reply, changes;
     /// Open a file.
-    Open = 14, "OPEN", since 1, reply;
+    Open = 14, "OPEN", since 1, reply, changes;
     /// Read data.
-    Read = 15, "READ", since 1, reply;
+    Read = 15, "READ", since 1, reply, reads;
     /// Write data.
-    Write = 16, "WRITE", since 1, reply;
+    Write = 16, "WRITE", since 1, reply, changes;
     /// Filesystem statistics.
-    Statfs = 17, "STATFS", since 1, reply;
+    Statfs = 17, "STATFS", since 1, reply, reads;
     /// Release an open file.
-    Release = 18, "RELEASE", since 1, reply;
+    Release = 18, "RELEASE", since 1, reply, changes;
     /// Synchronise file contents.
-    Fsync = 20, "FSYNC", since 1, reply;
+    Fsync = 20, "FSYNC", since 1, reply, reads;
     /// Set an extended attribute.
-    Setxattr = 21, "SETXATTR", since 1, reply;
+    Setxattr = 21, "SETXATTR", since 1, reply, changes;
     /// Get an extended attribute.
-    Getxattr = 22, "GETXATTR", since 1, reply;
+    Getxattr = 22, "GETXATTR", since 1, reply, reads;
     /// List extended attributes.
-    Listxattr = 23, "LISTXATTR", since 1, reply;
+    Listxattr = 23, "LISTXATTR", since 1, reply, reads;
     /// Remove an extended attribute.
-    Removexattr = 24, "REMOVEXATTR", since 1, reply;
+    Removexattr = 24, "REMOVEXATTR", since 1, reply, changes;
     /// A file descriptor of an open file is closed.
-    Flush = 25, "FLUSH", since 1, reply;
+    Flush = 25, "FLUSH", since 1, reply, reads;
     /// The protocol handshake.
-    Init = 26, "INIT", since 1, reply;
+    Init = 26, "INIT", since 1, reply, reads;
     /// Open a directory.
-    Opendir = 27, "OPENDIR", since 1, reply;
+    Opendir = 27, "OPENDIR", since 1, reply, changes;
     /// Read directory entries.
-    Readdir = 28, "READDIR", since 1, reply;
+    Readdir = 28, "READDIR", since 1, reply, reads;
     /// Release an open directory.
-    Releasedir = 29, "RELEASEDIR", since 1, reply;
+    Releasedir = 29, "RELEASEDIR", since 1, reply, changes;
     /// Synchronise directory contents.
-    Fsyncdir = 30, "FSYNCDIR", since 2, reply;
+    Fsyncdir = 30, "FSYNCDIR", since 2, reply, reads;
     /// Test for a POSIX lock.
-    Getlk = 31, "GETLK", since 7, reply;
+    Getlk = 31, "GETLK", since 7, reply, reads;
     /// Take or release a lock without waiting.
-    Setlk = 32, "SETLK", since 7, reply;
+    Setlk = 32, "SETLK", since 7, reply, reads;
     /// Take a lock, waiting for it.
-    Setlkw = 33, "SETLKW", since 7, reply;
+    Setlkw = 33, "SETLKW", since 7, reply, reads;
     /// Check access permissions.
-    Access = 34, "ACCESS", since 3, reply;
+    Access = 34, "ACCESS", since 3, reply, reads;
     /// Create and open a file.
-    Create = 35, "CREATE", since 3, reply;
+    Create = 35, "CREATE", since 3, reply, changes;
     /// Interrupt a request in flight.
-    Interrupt = 36, "INTERRUPT", since 7, noreply;
+    Interrupt = 36, "INTERRUPT", since 7, noreply, reads;
     /// Map a file block to a device block.
-    Bmap = 37, "BMAP", since 8, reply;
+    Bmap = 37, "BMAP", since 8, reply, reads;
     /// The filesystem is being unmounted.
-    Destroy = 38, "DESTROY", since 8, reply;
+    Destroy = 38, "DESTROY", since 8, reply, reads;
     /// An ioctl on an open file.
-    Ioctl = 39, "IOCTL", since 11, reply;
+    Ioctl = 39, "IOCTL", since 11, reply, reads;
     /// Poll an open file for events.
-    Poll = 40, "POLL", since 11, reply;
+    Poll = 40, "POLL", since 11, reply, reads;
     /// The kernel's answer to a RETRIEVE notification.
-    NotifyReply = 41, "NOTIFY_REPLY", since 15, noreply;
+    NotifyReply = 41, "NOTIFY_REPLY", since 15, noreply, reads;
     /// Drop lookup references to several inodes.
-    BatchForget = 42, "BATCH_FORGET", since 16, noreply;
+    BatchForget = 42, "BATCH_FORGET", since 16, noreply, reads;
     /// Allocate or punch file space.
-    Fallocate = 43, "FALLOCATE", since 19, reply;
+    Fallocate = 43, "FALLOCATE", since 19, reply, changes;
     /// Read directory entries with their attributes.
-    Readdirplus = 44, "READDIRPLUS", since 21, reply;
+    Readdirplus = 44, "READDIRPLUS", since 21, reply, reads;
     /// Rename with flags.
-    Rename2 = 45, "RENAME2", since 23, reply;
+    Rename2 = 45, "RENAME2", since 23, reply, changes;
     /// Find data or holes.
-    Lseek = 46, "LSEEK", since 24, reply;
+    Lseek = 46, "LSEEK", since 24, reply, reads;
     /// Copy a range between files (32-bit result).
-    CopyFileRange = 47, "COPY_FILE_RANGE", since 28, reply;
+    CopyFileRange = 47, "COPY_FILE_RANGE", since 28, reply, changes;
     /// Map a file range into the DAX window (virtio-fs).
-    Setupmapping = 48, "SETUPMAPPING", since 31, reply;
+    Setupmapping = 48, "SETUPMAPPING", since 31, reply, reads;
     /// Remove DAX mappings (virtio-fs).
-    Removemapping = 49, "REMOVEMAPPING", since 31, reply;
+    Removemapping = 49, "REMOVEMAPPING", since 31, reply, reads;
     /// Synchronise the whole filesystem.
-    Syncfs = 50, "SYNCFS", since 34, reply;
+    Syncfs = 50, "SYNCFS", since 34, reply, reads;
     /// Create an unnamed temporary file.
-    Tmpfile = 51, "TMPFILE", since 37, reply;
+    Tmpfile = 51, "TMPFILE", since 37, reply, changes;
     /// Extended attributes in statx layout.
-    Statx = 52, "STATX", since 39, reply;
+    Statx = 52, "STATX", since 39, reply, reads;
     /// Copy a range between files (64-bit result).
-    CopyFileRange64 = 53, "COPY_FILE_RANGE_64", since 45, reply;
+    CopyFileRange64 = 53, "COPY_FILE_RANGE_64", since 45, reply, reads;
     /// The CUSE handshake.
-    CuseInit = 4096, "CUSE_INIT", since 11, reply;
+    CuseInit = 4096, "CUSE_INIT", since 11, reply, reads;
 }
 
 impl TryFrom<u32> for Opcode {
@@ -215,5 +229,36 @@ mod tests {
         assert_eq!(Opcode::from_u32(7), Err(UnknownOpcode(7)));
         assert_eq!(Opcode::from_u32(19), Err(UnknownOpcode(19)));
         assert_eq!(Opcode::from_u32(54), Err(UnknownOpcode(54)));
+    }
+
+    #[test]
+    fn what_changes_state() {
+        let changing = Opcode::ALL
+            .iter()
+            .filter(|op| op.changes_state())
+            .map(|op| op.name());
+        assert!(changing.eq([
+            "LOOKUP",
+            "SETATTR",
+            "SYMLINK",
+            "MKNOD",
+            "MKDIR",
+            "UNLINK",
+            "RMDIR",
+            "RENAME",
+            "LINK",
+            "OPEN",
+            "WRITE",
+            "RELEASE",
+            "SETXATTR",
+            "REMOVEXATTR",
+            "OPENDIR",
+            "RELEASEDIR",
+            "CREATE",
+            "FALLOCATE",
+            "RENAME2",
+            "COPY_FILE_RANGE",
+            "TMPFILE",
+        ]));
     }
 }

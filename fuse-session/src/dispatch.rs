@@ -164,8 +164,10 @@ fn serve_with<'a, F: Filesystem>(
 
     let mut replay = Replay::Fresh;
     let mut journal = None;
+    // Under a keeper, a request that changes state gets a journal slot: one
+    // sent again after a crash must not be carried out twice.
     if let Some(j) = worker.shared.journal.as_deref()
-        && crate::journal::journaled(opcode)
+        && opcode.changes_state()
     {
         match j.begin(unique, opcode) {
             Begin::New(i) => journal = Some((i, None)),

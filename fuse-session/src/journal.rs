@@ -79,37 +79,6 @@ fn opcode_of(w: u64) -> u64 {
     (w >> OPCODE_SHIFT) & 0xff
 }
 
-/// Whether requests with this opcode get a journal slot: those whose effect
-/// is not idempotent, that count a lookup, or that make a file handle.
-/// Reads, attribute and directory reads, and lock requests are answered
-/// again as they come.
-pub fn journaled(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Lookup
-            | Opcode::Setattr
-            | Opcode::Symlink
-            | Opcode::Mknod
-            | Opcode::Mkdir
-            | Opcode::Unlink
-            | Opcode::Rmdir
-            | Opcode::Rename
-            | Opcode::Rename2
-            | Opcode::Link
-            | Opcode::Open
-            | Opcode::Write
-            | Opcode::Release
-            | Opcode::Setxattr
-            | Opcode::Removexattr
-            | Opcode::Opendir
-            | Opcode::Releasedir
-            | Opcode::Create
-            | Opcode::Fallocate
-            | Opcode::CopyFileRange
-            | Opcode::Tmpfile
-    )
-}
-
 /// The journal, over a shared region.
 #[derive(Debug)]
 pub struct Journal {
