@@ -317,11 +317,13 @@ const REFUSALS: [Refusal; 7] = [
 ];
 
 /// [`Negotiated`] in the handover's layout (the keeper keeps it so).
-pub(crate) fn encode_negotiated_bytes(n: &Negotiated, v: &mut Vec<u8>) {
-    encode_negotiated(n, v)
+pub(crate) fn negotiated_bytes(n: &Negotiated) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_negotiated(n, &mut v);
+    v
 }
 
-/// The inverse of [`encode_negotiated_bytes`], checked.
+/// The inverse of [`negotiated_bytes`], checked.
 pub(crate) fn decode_negotiated_bytes(b: &[u8]) -> Result<Negotiated, HandoverError> {
     decode_negotiated(&mut Cursor(b))
 }

@@ -184,6 +184,24 @@ fn wait_for_event(run: &Running, wake: &OwnedFd) {
         // SAFETY: one live pollfd entry.
         unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
     }
+    drain_wake(wake);
+}
+
+/// Sleeps until a signal comes (the wake-up pipe of [`install_signals`]),
+/// then empties the pipe.
+pub(crate) fn wait_for_signal(wake: &OwnedFd) {
+    let mut p = libc::pollfd {
+        fd: wake.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd entry; EINTR (a signal) is a wake-up too.
+    unsafe { libc::poll(&mut p, 1, -1) };
+    drain_wake(wake);
+}
+
+/// Empties the wake-up pipe, so that the next wait sleeps.
+fn drain_wake(wake: &OwnedFd) {
     let mut buf = [0u8; 64];
     // SAFETY: reads into a live buffer from our non-blocking pipe.
     while unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
@@ -504,6 +522,11 @@ fn start_child(
     })
 }
 
+/// Tells the keeper what INIT negotiated (`N`): the child serves.
+fn report_serving(sock: &UnixStream, n: &Negotiated) -> io::Result<()> {
+    write_blob(sock, b'N', &crate::handover::negotiated_bytes(n))
+}
+
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
 /// Returns whether an INIT report came.
 fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) -> bool {
@@ -748,9 +771,7 @@ impl KeeperLink {
                 // to send again, never a connection it cannot hand over.
                 let sock = self.sock.try_clone()?;
                 config.on_negotiated = Some(NegotiatedHook(Arc::new(move |n| {
-                    let mut b = Vec::new();
-                    crate::handover::encode_negotiated_bytes(n, &mut b);
-                    if let Err(e) = write_blob(&sock, b'N', &b) {
+                    if let Err(e) = report_serving(&sock, n) {
                         log::warn!("telling the keeper what INIT negotiated: {e}");
                     }
                 })));
@@ -779,12 +800,10 @@ impl KeeperLink {
         // changed anything, the keeper must know that it serves (it then
         // drops the state this daemon started from), even if the daemon
         // dies a moment later. (A fresh daemon says it from INIT.)
-        if let Some(n) = taken_over {
-            let mut b = Vec::new();
-            crate::handover::encode_negotiated_bytes(&n, &mut b);
-            if let Err(e) = write_blob(&self.sock, b'N', &b) {
-                log::warn!("telling the keeper that this daemon serves: {e}");
-            }
+        if let Some(n) = taken_over
+            && let Err(e) = report_serving(&self.sock, &n)
+        {
+            log::warn!("telling the keeper that this daemon serves: {e}");
         }
         let running = session.spawn()?;
         let watcher = self.watch(handle.clone());

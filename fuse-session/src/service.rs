@@ -40,7 +40,7 @@ use crate::region::{SharedRegion, load_bytes, store_bytes};
 use crate::session::{NegotiatedHook, Session, SessionConfig, SessionError};
 use crate::vault::{RESERVED_KEYS, Vault, fdstore_name};
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,9 +109,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
         init.clear();
         let init = init.clone();
         config.on_negotiated = Some(NegotiatedHook(Arc::new(move |n| {
-            let mut b = Vec::new();
-            crate::handover::encode_negotiated_bytes(n, &mut b);
-            if !write_init(&init, &b) {
+            if !write_init(&init, &crate::handover::negotiated_bytes(n)) {
                 log::error!("what INIT negotiated does not fit the fd store's record");
             }
         })));
@@ -180,7 +178,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
             .name("service-signals".into())
             .spawn(move || {
                 loop {
-                    wait_readable(&wake);
+                    crate::keeper::wait_for_signal(&wake);
                     match take_signal() {
                         libc::SIGUSR2 => {
                             log::info!("SIGUSR2: retiring for an upgrade");
@@ -231,19 +229,6 @@ pub fn serve_with_fdstore<F: Filesystem>(
             ServiceEnd::Unmounted
         },
     )
-}
-
-fn wait_readable(fd: &OwnedFd) {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd entry.
-    unsafe { libc::poll(&mut p, 1, -1) };
-    let mut buf = [0u8; 64];
-    // SAFETY: reads into a live buffer from the non-blocking pipe.
-    while unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// Records what INIT negotiated: its length, then its bytes.
