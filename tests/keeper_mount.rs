@@ -95,6 +95,71 @@ fn graceful_upgrades_keep_the_mount_and_lose_no_request() {
     assert_uring_refused(&log);
 }
 
+/// A keeper in a pid namespace of its own (as in a container): its daemons
+/// are killed and upgraded from outside, and readers see no error.
+#[test]
+fn a_keeper_in_its_own_pid_namespace_recovers() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-pidns");
+    let opts = if over_uring() { "keeper,uring" } else { "keeper" };
+    let wrapper = Keeper::start_with(
+        std::process::Command::new("unshare")
+            .args(["--pid", "--fork"])
+            .arg(example_binary("hello"))
+            .arg(tmp.path())
+            .args(["-o", opts]),
+        tmp.path(),
+    );
+    // The keeper is the wrapper's child, pid 1 of the new namespace.
+    let keeper = daemon_of(wrapper.pid(), &[]);
+    let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).expect("a pid namespace");
+    assert_ne!(
+        ns(keeper),
+        ns(std::process::id()),
+        "the keeper shares our pid namespace"
+    );
+    let readers = Readers::start(tmp.path(), 2);
+    let mut gone = Vec::new();
+    for i in 0..6u64 {
+        let daemon = daemon_of(keeper, &gone);
+        std::thread::sleep(Duration::from_millis(30 + (i * 37) % 60));
+        if i % 3 == 2 {
+            signal(keeper, libc::SIGUSR2);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while alive(daemon) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the daemon did not retire 10 s after SIGUSR2"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        } else {
+            signal(daemon, libc::SIGKILL);
+        }
+        gone.push(daemon);
+    }
+    daemon_of(keeper, &gone);
+    let (reads, errors) = readers.finish(tmp.path());
+    assert!(reads > 6, "the readers hardly ran ({reads} reads)");
+    let log = wrapper.stop_via(keeper);
+    assert!(
+        errors.is_empty(),
+        "readers saw errors across kills and upgrades: {errors:?}\nkeeper log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("was killed by signal 9").count(),
+        4,
+        "the keeper's log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("upgrade requested").count(),
+        2,
+        "the keeper's log:\n{log}"
+    );
+}
+
 /// A takeover checks it has the right mount: a descriptor's connection is
 /// compared with the mount's device, read from mountinfo (no request to
 /// the possibly hung mount).

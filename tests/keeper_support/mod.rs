@@ -104,9 +104,16 @@ impl Keeper {
     }
 
     /// SIGTERM; the keeper must exit 0 and unmount within 10 s. Its log.
-    pub fn stop(mut self) -> String {
+    pub fn stop(self) -> String {
+        let pid = self.pid();
+        self.stop_via(pid)
+    }
+
+    /// [`Keeper::stop`] with the SIGTERM sent to `pid` (the keeper itself,
+    /// where the process started is a wrapper that passes its exit on).
+    pub fn stop_via(mut self, pid: u32) -> String {
         let mut child = self.child.take().expect("running");
-        signal(child.id(), libc::SIGTERM);
+        signal(pid, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(10);
         let status = loop {
             match child.try_wait() {
