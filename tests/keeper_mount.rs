@@ -44,11 +44,7 @@ fn killed_daemons_are_replaced_and_no_reader_sees_an_error() {
     );
     // A daemon killed before it reported INIT (or its takeover) is logged
     // as killed "before serving"; it was replaced all the same.
-    assert_eq!(
-        log.matches("was killed by signal 9").count(),
-        20,
-        "the keeper's log:\n{log}"
-    );
+    assert_logged(&log, "was killed by signal 9", 20);
     assert_uring_refused(&log);
 }
 
@@ -83,11 +79,7 @@ fn graceful_upgrades_keep_the_mount_and_lose_no_request() {
         errors.is_empty(),
         "readers saw errors across 5 upgrades: {errors:?}\nkeeper log:\n{log}"
     );
-    assert_eq!(
-        log.matches("upgrade requested").count(),
-        5,
-        "the keeper's log:\n{log}"
-    );
+    assert_logged(&log, "upgrade requested", 5);
     assert!(
         !log.contains("the retiring daemon"),
         "a daemon did not retire cleanly; the keeper's log:\n{log}"
@@ -148,16 +140,8 @@ fn a_keeper_in_its_own_pid_namespace_recovers() {
         errors.is_empty(),
         "readers saw errors across kills and upgrades: {errors:?}\nkeeper log:\n{log}"
     );
-    assert_eq!(
-        log.matches("was killed by signal 9").count(),
-        4,
-        "the keeper's log:\n{log}"
-    );
-    assert_eq!(
-        log.matches("upgrade requested").count(),
-        2,
-        "the keeper's log:\n{log}"
-    );
+    assert_logged(&log, "was killed by signal 9", 4);
+    assert_logged(&log, "upgrade requested", 2);
 }
 
 /// A takeover checks it has the right mount: a descriptor's connection is
@@ -289,16 +273,8 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
         errors.is_empty(),
         "readers saw errors: {errors:?}\nkeeper log:\n{log}"
     );
-    assert_eq!(
-        log.matches("going back to the previous binary").count(),
-        2,
-        "the keeper's log:\n{log}"
-    );
-    assert_eq!(
-        log.matches("a broken build").count(),
-        2,
-        "the keeper's log:\n{log}"
-    );
+    assert_logged(&log, "going back to the previous binary", 2);
+    assert_logged(&log, "a broken build", 2);
 }
 
 /// The first daemon dies while answering INIT: before telling the keeper

@@ -150,6 +150,20 @@ fn iteration(dir: &Path, id: usize, k: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// `mnt/name`, created (or emptied) for reading and writing, holding `text`.
+fn written(mnt: &Path, name: &str, text: &[u8]) -> fs::File {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(mnt.join(name))
+        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    f.write_all_at(text, 0)
+        .unwrap_or_else(|e| panic!("write {name}: {e}"));
+    f
+}
+
 /// Files opened before the first kill: one kept, one unlinked at once, one
 /// holding a `flock` lock, and one whose name is removed in the source
 /// directory itself, not through the mount.
@@ -162,39 +176,14 @@ struct Early {
 
 impl Early {
     fn open(mnt: &Path, src: &Path) -> Early {
-        let kept = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(mnt.join("kept"))
-            .expect("create kept");
-        kept.write_all_at(b"before the kills", 0).expect("write kept");
-        let unlinked = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(mnt.join("unlinked"))
-            .expect("create unlinked");
-        unlinked
-            .write_all_at(b"no name any more", 0)
-            .expect("write unlinked");
+        let kept = written(mnt, "kept", b"before the kills");
+        let unlinked = written(mnt, "unlinked", b"no name any more");
         fs::remove_file(mnt.join("unlinked")).expect("unlink unlinked");
         let locked = fs::File::create(mnt.join("locked")).expect("create locked");
         // SAFETY: flock on a descriptor the File owns.
         let r = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&locked), libc::LOCK_EX) };
         assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
-        let outside = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(mnt.join("outside"))
-            .expect("create outside");
-        outside
-            .write_all_at(b"removed at the source", 0)
-            .expect("write outside");
+        let outside = written(mnt, "outside", b"removed at the source");
         fs::remove_file(src.join("outside")).expect("unlink outside, in the source");
         Early {
             kept,

@@ -67,6 +67,15 @@ pub fn signal(pid: u32, sig: libc::c_int) {
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
 
+/// The keeper's log says `what` exactly `n` times.
+pub fn assert_logged(log: &str, what: &str, n: usize) {
+    assert_eq!(
+        log.matches(what).count(),
+        n,
+        "{what:?} in the keeper's log:\n{log}"
+    );
+}
+
 /// A keeper started on `mnt`, ended (and its mount freed) on drop.
 pub struct Keeper {
     pub child: Option<Child>,
