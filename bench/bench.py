@@ -980,6 +980,18 @@ class Suite:
 # ---------------------------------------------------------------- main
 
 
+def raise_on_signals() -> None:
+    """Makes Ctrl-C (even when started with SIGINT ignored), SIGTERM and
+    SIGHUP raise KeyboardInterrupt, so that a run's clean-up in `finally`
+    (daemons stopped, mounts freed) always runs."""
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run, under 3 minutes")
@@ -1079,13 +1091,7 @@ def main() -> int:
     daemon: Daemon | None = None
     recovery_result = None
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    # Ctrl-C must reach the cleanup below even when started with SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    raise_on_signals()
     try:
         suite.prepare_source()
         n = len(runnable)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import array
 import bisect
+import contextlib
 import ctypes
 import datetime
 import json
@@ -54,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (alive, child_pids as children, context_switches, cpu_seconds,  # noqa: E402
+from bench import (alive, child_pids as children, context_switches, cpu_seconds, raise_on_signals,  # noqa: E402
                    supports_keeper, switches_between)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,6 +172,7 @@ class Probe:
         self.proc = subprocess.Popen([sys.executable, __file__, "--probe", str(path), op, str(ctl), self.out],
                                      stdin=subprocess.DEVNULL)
         self.started = now_ns()
+        self.finished = False
 
     def count(self) -> int:
         return struct.unpack_from("<q", self.mm, 8)[0]
@@ -192,6 +194,7 @@ class Probe:
     def finish(self) -> tuple[array.array, list]:
         """Stops the probe; its answered reads' times and its errors. A probe
         blocked on a request nobody answers has the connection aborted under it."""
+        self.finished = True
         self.mm[0] = 1
         try:
             self.proc.wait(timeout=10)
@@ -213,6 +216,15 @@ class Probe:
             ok.frombytes(f.read())
         errs = json.loads(Path(self.out + ".err").read_text())
         return ok, errs
+
+    def abandon(self) -> None:
+        """Stops the probe if nothing did, its results not wanted (a run that
+        failed on the way)."""
+        if not self.finished:
+            try:
+                self.finish()
+            except RuntimeError:
+                pass
 
 
 # ---------------------------------------------------------------- mounts and daemons
@@ -380,12 +392,24 @@ class Bench:
             out.append((a, now_ns()))
         return out
 
-    def crash_with_keeper(self) -> dict:
-        d = self.daemon(keeper=True)
+    @contextlib.contextmanager
+    def probed(self, keeper: bool, tag: str):
+        """This filesystem's daemon (under a keeper or not) and a probe
+        reading through its mount, 100 reads answered; whatever happens, the
+        probe ends (quietly if the body did not end it) and the daemon stops."""
+        d = self.daemon(keeper=keeper)
         probe = None
         try:
-            probe = Probe(self.file, "pread", self.work, f"{self.name}-kill", self.mnt)
+            probe = Probe(self.file, "pread", self.work, f"{self.name}-{tag}", self.mnt)
             probe.wait_answers(100)
+            yield d, probe
+        finally:
+            if probe:
+                probe.abandon()
+            d.stop()
+
+    def crash_with_keeper(self) -> dict:
+        with self.probed(True, "kill") as (d, probe):
             kills, killed = [], []
             for i in range(self.cfg["kills"]):
                 pid = d.serving(killed)
@@ -401,14 +425,6 @@ class Bench:
             end = now_ns()
             quiet = self.quiet_windows(probe, 0.2)
             ok, errs = probe.finish()
-            probe = None
-        finally:
-            if probe:
-                try:
-                    probe.finish()
-                except RuntimeError:
-                    pass
-            d.stop()
         rec, gaps, nerr = self.outages(ok, errs, kills, end)
         return dict(recovery_ns=rec, gap_ns=gaps, errors=nerr, total_errors=len(errs),
                     quiet_gap_ns=[longest_gap(ok, a, b) for a, b in quiet], answered=len(ok),
@@ -417,11 +433,7 @@ class Bench:
     def crash_without_keeper(self) -> dict:
         """The same daemon, no keeper: killed, then brought back as quickly as
         a supervisor can (reap it, detach the dead mount, start it again)."""
-        d = self.daemon(keeper=False)
-        probe = None
-        try:
-            probe = Probe(self.file, "pread", self.work, f"{self.name}-remount", self.mnt)
-            probe.wait_answers(100)
+        with self.probed(False, "remount") as (d, probe):
             kills = []
             for i in range(self.cfg["kills"]):
                 probe.wait_answers(50)
@@ -436,24 +448,12 @@ class Bench:
             probe.wait_answers(50)
             end = now_ns()
             ok, errs = probe.finish()
-            probe = None
-        finally:
-            if probe:
-                try:
-                    probe.finish()
-                except RuntimeError:
-                    pass
-            d.stop()
         rec, gaps, nerr = self.outages(ok, errs, kills, end)
         return dict(recovery_ns=rec, gap_ns=gaps, errors=nerr, total_errors=len(errs), answered=len(ok),
                     median_read_ns=self.median_interval(ok))
 
     def upgrades(self) -> dict:
-        d = self.daemon(keeper=True)
-        probe = None
-        try:
-            probe = Probe(self.file, "pread", self.work, f"{self.name}-upgrade", self.mnt)
-            probe.wait_answers(100)
+        with self.probed(True, "upgrade") as (d, probe):
             windows, seen = [], []
             old = d.serving()
             for _ in range(self.cfg["upgrades"]):
@@ -479,14 +479,6 @@ class Bench:
                 time.sleep((b - a) / 1e9)
                 quiet.append((q0, now_ns()))
             ok, errs = probe.finish()
-            probe = None
-        finally:
-            if probe:
-                try:
-                    probe.finish()
-                except RuntimeError:
-                    pass
-            d.stop()
         return dict(pause_ns=[longest_gap(ok, a, b) for a, b in windows],
                     window_ns=[b - a for a, b in windows],
                     quiet_gap_ns=[longest_gap(ok, a, b) for a, b in quiet],
@@ -655,8 +647,8 @@ def render(result: dict) -> str:
                 "the ratios of slices run back to back (which share the load of the moment); CPU per read is "
                 "over all slices (the clock ticks 100 times a second). *pread*: `pread` of a file kept open (READ, which the journal does not record: "
                 "idempotent); *open*: open, read, close each time (OPEN, whose file handle the journal records, "
-                "READ, FLUSH, RELEASE; under a keeper the open file's descriptor is also deposited with the "
-                "keeper and withdrawn). Under a keeper the workers read clones of `/dev/fuse` that the keeper "
+                "READ, FLUSH, RELEASE; under passthrough_ll's keeper the open file is also recorded in memory "
+                "the keeper holds, and the record cleared at release). Under a keeper the workers read clones of `/dev/fuse` that the keeper "
                 "made and holds. The journal's cost on every row of the benchmark "
                 "is in \"The keeper's cost\" (a full `bench/run`: passthrough_ll with `-o keeper` against "
                 "without).", ""]
@@ -801,13 +793,7 @@ def main() -> int:
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="fuse-wire-recovery."))
     work.mkdir(parents=True, exist_ok=True)
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    # Ctrl-C and SIGTERM reach the clean-up below (daemons stopped, mounts freed).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    raise_on_signals()
     try:
         result = measure("quick" if a.quick else "full", work, names, bins)
     finally:
