@@ -1,7 +1,7 @@
 //! passthrough_ll under a keeper on real mounts (`-o keeper`): clients run a
 //! metadata and data workload (exclusive creates, writes, fsync, reads that
-//! verify, appends, renames, links, unlinks, mkdir/rmdir, symlinks,
-//! listings) while the serving daemon is killed with SIGKILL at random
+//! verify, exclusive setxattr and removexattr, appends, renames, links,
+//! unlinks, mkdir/rmdir, symlinks, listings) while the serving daemon is killed with SIGKILL at random
 //! moments, kills itself between carrying out a non-idempotent request
 //! and answering it (`FUSE_WIRE_FAULT`), or is upgraded (`SIGUSR2`). No client may see an error (no
 //! EEXIST or ENOENT from a request carried out twice), and files opened
@@ -36,7 +36,7 @@ fn keeper(tm: &TempMountpoint, src: &Path, fault: &str) -> Keeper {
     let mut cmd = Command::new(example_binary("passthrough_ll"));
     cmd.arg(src)
         .arg(tm.path())
-        .args(["-o", "keeper,flock"])
+        .args(["-o", "keeper,flock,xattr"])
         // A line per daemon (counted below), no more: the log goes into a
         // pipe nobody reads until the end.
         .env("RUST_LOG", "error,passthrough_ll=info");
@@ -105,6 +105,10 @@ fn iteration(dir: &Path, id: usize, k: usize) -> Result<(), String> {
         return Err(format!("read back {} bytes, not what was written", back.len()));
     }
     drop(file);
+    // Extended attributes: one made exclusively and removed, one kept.
+    set_xattr(&f, "user.once", b"made once", libc::XATTR_CREATE).map_err(|e| step("setxattr create", e))?;
+    remove_xattr(&f, "user.once").map_err(|e| step("removexattr", e))?;
+    set_xattr(&f, "user.kept", &data[..32], libc::XATTR_CREATE).map_err(|e| step("setxattr create", e))?;
     // Append twice.
     let mut app = fs::OpenOptions::new()
         .append(true)
@@ -135,6 +139,11 @@ fn iteration(dir: &Path, id: usize, k: usize) -> Result<(), String> {
     }
     let mut all = data.clone();
     all.extend_from_slice(b"tail1tail2");
+    let mut value = [0u8; 64];
+    let n = get_xattr(&h, "user.kept", &mut value).map_err(|e| step("getxattr", e))?;
+    if value[..n] != data[..32] {
+        return Err(format!("user.kept holds {n} bytes, not what was set"));
+    }
     let got = fs::read(&s).map_err(|e| step("read through the link", e))?;
     if got != all {
         return Err(format!(
@@ -162,6 +171,51 @@ fn written(mnt: &Path, name: &str, text: &[u8]) -> fs::File {
     f.write_all_at(text, 0)
         .unwrap_or_else(|e| panic!("write {name}: {e}"));
     f
+}
+
+fn c_path(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("a path without NUL")
+}
+
+fn c_name(name: &str) -> std::ffi::CString {
+    std::ffi::CString::new(name).expect("a name without NUL")
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8], flags: libc::c_int) -> std::io::Result<()> {
+    let (p, name) = (c_path(p), c_name(name));
+    // SAFETY: NUL-terminated strings and a live buffer of the length given.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_xattr(p: &Path, name: &str, buf: &mut [u8]) -> std::io::Result<usize> {
+    let (p, name) = (c_path(p), c_name(name));
+    // SAFETY: NUL-terminated strings and a live buffer of the length given.
+    let r = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    usize::try_from(r).map_err(|_| std::io::Error::last_os_error())
+}
+
+fn remove_xattr(p: &Path, name: &str) -> std::io::Result<()> {
+    let (p, name) = (c_path(p), c_name(name));
+    // SAFETY: NUL-terminated strings.
+    let r = unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Files opened before the first kill: one kept, one unlinked at once, one
@@ -519,7 +573,18 @@ fn kills_between_effect_and_answer_lose_nothing() {
         return;
     };
     let fault = [
-        "CREATE", "MKDIR", "SYMLINK", "LINK", "UNLINK", "RMDIR", "RENAME", "RENAME2", "WRITE", "SETATTR",
+        "CREATE",
+        "MKDIR",
+        "SYMLINK",
+        "LINK",
+        "UNLINK",
+        "RMDIR",
+        "RENAME",
+        "RENAME2",
+        "WRITE",
+        "SETATTR",
+        "SETXATTR",
+        "REMOVEXATTR",
     ]
     .iter()
     .map(|op| format!("effect:{op}"))
