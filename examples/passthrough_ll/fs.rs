@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept};
+use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept, Opens};
 use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, SHARDS};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
@@ -1364,6 +1364,14 @@ enum XattrOut {
     Data(Vec<u8>),
 }
 
+/// A removal under a keeper, between [`PassthroughFs::before_removal`] and
+/// [`PassthroughFs::after_removal`]: how many files were open and opened
+/// before it, and the source key of what it removes (if files were open).
+struct Removal {
+    before: Opens,
+    victim: Option<(u64, u64)>,
+}
+
 /// A CREATE-style request's file, opened as the caller, for
 /// `finish_create` to register while the caller's guard still holds.
 struct NewFile {
@@ -1523,30 +1531,59 @@ impl PassthroughFs {
         let parent = self.inode(parent)?;
         check_name(name)?;
         let parent_fd = self.fd(&parent)?;
-        self.keep_if_open(parent_fd.as_fd(), name)?;
-        gone_before(ctx, sys::unlinkat(parent_fd.as_fd(), name, flags), name)
+        let removal = self.before_removal(parent_fd.as_fd(), name)?;
+        gone_before(ctx, sys::unlinkat(parent_fd.as_fd(), name, flags), name)?;
+        self.after_removal(removal);
+        Ok(())
     }
 
     /// Under a keeper, before `name` in `dir` goes (UNLINK, RMDIR, a
     /// RENAME over it): if files of its inode are open, the inode's
     /// descriptor is deposited with the vault, for it may be the last name
-    /// (see `InodeTable::keep_removed`). Fails, and the name stays, if
-    /// the keeper cannot take it.
-    fn keep_if_open(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<()> {
+    /// (see `InodeTable::keep_removed`). Fails, and the name stays, if the
+    /// keeper cannot take it. With no file open at all it costs nothing; the
+    /// result is for [`Self::after_removal`].
+    fn before_removal(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<Option<Removal>> {
         if !self.kept {
-            return Ok(());
+            return Ok(None);
         }
-        let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW) else {
-            // Nothing there: the removal itself says so.
-            return Ok(());
-        };
-        let Some((id, data)) = self.inodes.open_node_of((st.st_dev, st.st_ino)) else {
-            return Ok(());
-        };
-        self.keep_node(id, &data)
+        let before = self.handles.opens();
+        let mut victim = None;
+        if before.any()
+            && let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW)
+        {
+            let key = (st.st_dev, st.st_ino);
+            if let Some((id, data)) = self.inodes.open_node_of(key) {
+                self.keep_node(id, &data)?;
+            }
+            victim = Some(key);
+        }
+        Ok(Some(Removal { before, victim }))
     }
 
-    /// Deposits node `id`'s descriptor with the vault (see `keep_if_open`).
+    /// After a removal that [`Self::before_removal`] prepared: a file opened
+    /// meanwhile (the kernel runs an OPEN of the inode beside the removal)
+    /// is kept too, the removed inode's if it is known, else every open
+    /// file's whose inode has no name left. Between the removal and this, a
+    /// crash would lose such a file: a window of a few system calls.
+    fn after_removal(&self, removal: Option<Removal>) {
+        let Some(Removal { before, victim }) = removal else {
+            return;
+        };
+        if !before.opened_since(self.handles.opens()) {
+            return;
+        }
+        match victim {
+            Some(key) => {
+                if let Some((id, data)) = self.inodes.open_node_of(key) {
+                    let _ = self.keep_node(id, &data);
+                }
+            }
+            None => self.keep_removed_open_files(),
+        }
+    }
+
+    /// Deposits node `id`'s descriptor with the vault (see `before_removal`).
     fn keep_node(&self, id: u64, data: &InodeData) -> Res<()> {
         let fd = self.inodes.fd(data)?;
         self.inodes.keep_removed(id, data, fd.as_fd()).map_err(|e| {
@@ -1555,9 +1592,10 @@ impl PassthroughFs {
         })
     }
 
-    /// A daemon retiring under a keeper: deposits the descriptor of every
-    /// open file's inode that lost its last name some other way than
-    /// through this mount, so that the successor still reaches it.
+    /// Under a keeper: deposits the descriptor of every open file's inode
+    /// that has no name left, so that a successor still reaches it. For a
+    /// daemon retiring (a name may have been removed in the source directory
+    /// itself) and after a removal that an open ran beside.
     pub fn keep_removed_open_files(&self) {
         for h in self.handles.all() {
             if h.node == 0 || HandleTable::is_deposited(&h) {
@@ -1603,11 +1641,14 @@ impl PassthroughFs {
             if self.kept {
                 let st = sys::fstatat(Dir::Fd(old_fd.as_fd()), name, libc::AT_SYMLINK_NOFOLLOW)?;
                 ctx.set_journal_note(st.st_ino);
-                if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 {
-                    self.keep_if_open(new_fd.as_fd(), newname)?;
-                }
             }
+            let removal = if flags & (libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) == 0 {
+                self.before_removal(new_fd.as_fd(), newname)?
+            } else {
+                None
+            };
             sys::renameat2(old_fd.as_fd(), name, new_fd.as_fd(), newname, flags)?;
+            self.after_removal(removal);
         }
         self.moved_into(ctx, newparent, &new, newname);
         if flags & libc::RENAME_EXCHANGE != 0 {

@@ -237,6 +237,9 @@ pub struct HandleTable {
     next: AtomicU64,
     /// Under a keeper: what it holds for the handles.
     kept: Option<Kept>,
+    /// Under a keeper: handles open now (low 32 bits) and handles opened
+    /// ever (high 32 bits, wrapping), in one word (see [`Opens`]).
+    opens: AtomicU64,
 }
 
 /// What a keeper holds for the handle table.
@@ -270,6 +273,7 @@ impl HandleTable {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             next: AtomicU64::new(1),
             kept: None,
+            opens: AtomicU64::new(0),
         }
     }
 
@@ -364,6 +368,7 @@ impl HandleTable {
         // that counted elsewhere).
         next.above(max);
         self.kept = Some(kept);
+        self.opens.store(self.len() as u64, Ordering::SeqCst);
     }
 
     fn shard(&self, fh: u64) -> MutexGuard<'_, Shard> {
@@ -406,6 +411,7 @@ impl HandleTable {
             record,
         };
         s.map.insert(fh, e);
+        self.opens.fetch_add(OPENED_ONE | 1, Ordering::SeqCst);
         Ok(fh)
     }
 
@@ -438,6 +444,7 @@ impl HandleTable {
         let mut s = self.shard(fh);
         let e = s.map.remove(&fh)?;
         if let Some(k) = &self.kept {
+            self.opens.fetch_sub(1, Ordering::SeqCst);
             if let Some(slot) = e.record {
                 k.records.clear((fh % SHARDS as u64) as usize, slot as usize);
                 s.free.push(slot);
@@ -450,6 +457,13 @@ impl HandleTable {
             }
         }
         Some(e.handle)
+    }
+
+    /// Under a keeper: how many files are open, and a mark that moves with
+    /// every open, read before a removal (see `PassthroughFs::before_removal`).
+    /// One word, touched only by opens and releases under a keeper.
+    pub fn opens(&self) -> Opens {
+        Opens(self.opens.load(Ordering::SeqCst))
     }
 
     /// Every open handle (a daemon retiring: see
@@ -469,6 +483,25 @@ impl HandleTable {
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
             .sum()
+    }
+}
+
+/// In [`HandleTable::opens`]: one more file opened ever.
+const OPENED_ONE: u64 = 1 << 32;
+
+/// What [`HandleTable::opens`] read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Opens(u64);
+
+impl Opens {
+    /// Whether any file was open.
+    pub fn any(self) -> bool {
+        self.0 as u32 != 0
+    }
+
+    /// Whether a file was opened between `self` and `later`.
+    pub fn opened_since(self, later: Opens) -> bool {
+        self.0 >> 32 != later.0 >> 32
     }
 }
 
