@@ -17,7 +17,7 @@
 //! handle, so opening and releasing a file costs two stores, not a message
 //! to the keeper. What a new open cannot reach is deposited instead: the
 //! descriptor of a node whose last name went while files of it were open
-//! (under its [`anchor_key`], see `InodeTable::keep_unlinked`), and a file
+//! (under its [`anchor_key`], see `InodeTable::keep_removed`), and a file
 //! holding a `flock` lock, which belongs to its open file description
 //! (under its file handle number).
 //!

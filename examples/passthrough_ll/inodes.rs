@@ -158,7 +158,7 @@ pub struct InodeData {
     /// writes there (see `PassthroughFs::write_as_caller`).
     pub appends: Mutex<()>,
     /// Under a keeper: its descriptor is deposited with the vault (see
-    /// [`InodeTable::keep_unlinked`]).
+    /// [`InodeTable::keep_removed`]).
     deposited: AtomicBool,
 }
 
@@ -990,7 +990,7 @@ impl InodeTable {
     }
 
     /// Under a keeper: the live inode of source key `key` if files of it
-    /// are open (a name of it about to go: see [`Self::keep_unlinked`]),
+    /// are open (a name of it about to go: see [`Self::keep_removed`]),
     /// with its node id.
     pub fn open_node_of(&self, key: Key) -> Option<(u64, Arc<InodeData>)> {
         self.durable.as_ref()?;
