@@ -65,8 +65,8 @@ TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
 # What each daemon needs: the example's name, whether it mirrors a source
 # directory (-o source=), the file the probe reads below the mountpoint.
 DAEMONS = {
-    "hello": dict(example="hello", source=False, file="hello"),
-    "passthrough_ll": dict(example="passthrough_ll", source=True, file="probe.dat"),
+    "hello": dict(example="hello", source=False, file="hello", writable=False),
+    "passthrough_ll": dict(example="passthrough_ll", source=True, file="probe.dat", writable=True),
 }
 
 MODES = {
@@ -105,9 +105,10 @@ def now_ns() -> int:
 
 
 def probe_main(path: str, op: str, ctl: str, out: str) -> int:
-    """The client: reads `path` until the driver sets the stop byte; writes
-    the completion times of the answered reads (`out`.ok, int64 ns) and the
-    errors (`out`.err, JSON [[ns, errno], ...])."""
+    """The client: reads `path` until the driver sets the stop byte (op
+    "create": makes, writes, closes and removes a file beside it instead);
+    writes the completion times of the answered operations (`out`.ok, int64
+    ns) and the errors (`out`.err, JSON [[ns, errno], ...])."""
     parent = os.getppid()
     # Dies with the driver, however the driver ends (it spins otherwise).
     PR_SET_PDEATHSIG = 1
@@ -126,6 +127,18 @@ def probe_main(path: str, op: str, ctl: str, out: str) -> int:
             time.sleep(PAUSED_POLL_S)
             continue
         try:
+            if op == "create":
+                made = f"{path}.{n}"
+                f = os.open(made, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                try:
+                    os.write(f, buf)
+                finally:
+                    os.close(f)
+                os.unlink(made)
+                ok.append(clock(mono))
+                n += 1
+                struct.pack_into("<q", mm, 8, n)
+                continue
             if fd < 0:
                 fd = os.open(path, flags)
             got = os.preadv(fd, [buf], 0)
@@ -160,7 +173,8 @@ def probe_main(path: str, op: str, ctl: str, out: str) -> int:
 
 class Probe:
     """A probe process reading `path` (op "pread": one open file; "open":
-    open, read, close each time)."""
+    open, read, close each time; "create": create, write, close and remove
+    a file beside it each time)."""
 
     def __init__(self, path: Path, op: str, work: Path, name: str, mnt: Path, paused: bool = False):
         self.out = str(work / f"probe-{name}")
@@ -497,7 +511,8 @@ class Bench:
             plain = self.daemon(keeper=False)
             keeper = self.daemon(keeper=True, mnt=other)
             sides = {"plain": (plain, self.file), "keeper": (keeper, other / self.spec["file"])}
-            for op in ("pread", "open"):
+            ops = ("pread", "open", "create") if self.spec["writable"] else ("pread", "open")
+            for op in ops:
                 probes = {}
                 try:
                     for kind, (d, path) in sides.items():
@@ -639,16 +654,20 @@ def render(result: dict) -> str:
                        "client errors", "ratio of medians", "ratio of worst"], rows), ""]
     rate = [(n, r) for n, r in result["daemons"].items() if r.get("rates")]
     if rate:
-        out += ["**Steady state, keeper against none.** Reads per second of the same client (one thread), and the "
-                "daemons' CPU time per read (`utime` + `stime`; under a keeper the keeper's and its child's), "
+        out += ["**Steady state, keeper against none.** Operations per second of the same client (one thread), "
+                "and the daemons' CPU time per operation (`utime` + `stime`; under a keeper the keeper's and its "
+                "child's), "
                 f"both mounted side by side, a client process on each, taking turns: {m['config']['rate_slices']} "
-                f"slices of {m['config']['rate_seconds']:g} s each, the other client paused. Reads per second are "
+                f"slices of {m['config']['rate_seconds']:g} s each, the other client paused. Operations per second are "
                 "the median of the slices, ± their spread (max − min) / median, and the ratio is the median of "
-                "the ratios of slices run back to back (which share the load of the moment); CPU per read is "
+                "the ratios of slices run back to back (which share the load of the moment); CPU per operation is "
                 "over all slices (the clock ticks 100 times a second). *pread*: `pread` of a file kept open (READ, which the journal does not record: "
                 "idempotent); *open*: open, read, close each time (OPEN, whose file handle the journal records, "
                 "READ, FLUSH, RELEASE; under passthrough_ll's keeper the open file is also recorded in memory "
-                "the keeper holds, and the record cleared at release). Under a keeper the workers read clones of `/dev/fuse` that the keeper "
+                "the keeper holds, and the record cleared at release); *create* (where the filesystem is writable): "
+                "create a new file exclusively, write 4 KiB, close and remove it each time (LOOKUP, CREATE, WRITE, "
+                "FLUSH, RELEASE, UNLINK, FORGET: the journal, the node table's records and the open file's). "
+                "Under a keeper the workers read clones of `/dev/fuse` that the keeper "
                 "made and holds. The journal's cost on every row of the benchmark "
                 "is in \"The keeper's cost\" (a full `bench/run`: passthrough_ll with `-o keeper` against "
                 "without).", ""]
@@ -663,8 +682,8 @@ def render(result: dict) -> str:
                 rows.append([n, op, f"{mp / 1e3:.1f} ±{spread(pp)}" if mp else "–",
                              f"{mk / 1e3:.1f} ±{spread(pk)}" if mk else "–", fmt_ratio(paired(pk, pp)),
                              f"{ep:.1f}" if ep else "–", f"{ek:.1f}" if ek else "–", fmt_ratio(ratio(ek, ep))])
-        out += [table(["daemon", "client op", "no keeper, kreads/s", "keeper, kreads/s", "keeper ÷ none",
-                       "CPU µs/read, none", "CPU µs/read, keeper", "keeper ÷ none"], rows), ""]
+        out += [table(["daemon", "client op", "no keeper, kops/s", "keeper, kops/s", "keeper ÷ none",
+                       "CPU µs/op, none", "CPU µs/op, keeper", "keeper ÷ none"], rows), ""]
         idle = [(n, r["rates"]["idle_wakeups_per_s"]) for n, r in rate if "idle_wakeups_per_s" in r["rates"]]
         if idle:
             out += [f"With the mounts idle (after the slices, {m['config']['idle_seconds']:g} s, both at once), the "

@@ -492,12 +492,15 @@ def doc(result: dict, images: list[str]) -> str:
     if keeper:
         out += ["## The keeper's cost: `-o keeper` against without", "",
                 "Our passthrough_ll run under a keeper (`-o keeper`, docs/recovery.md): the process started "
-                "keeps the mount and its child serves, reading every request from the keeper's one `/dev/fuse` "
-                "file and recording each request whose effect is not idempotent in the journal the keeper "
-                "holds. Each row divides its median by that of the same daemon without a keeper in the same "
-                "run (> 1: the keeper is faster); the CPU time is the keeper's and its child's together. The "
-                "target is within 5% on every row; the last column, the control (libfuse's example against "
-                "itself, when it ran), shows how far the same row moved by chance in this run.", "",
+                "keeps the mount and its child serves, reading requests from `/dev/fuse` clones the keeper "
+                "holds, recording each request that changes state in the journal the keeper holds, and its "
+                "node table and open files in memory the keeper holds. Each row divides its median by that of "
+                "the same daemon without a keeper in the same run (> 1: the keeper is faster); the CPU time is "
+                "the keeper's and its child's together. The target is within 5% on every row; the last column, "
+                "the control (libfuse's example against itself, when it ran), shows how far the same row moved "
+                "by chance in this run. The two targets run minutes apart; the steady-state rows of \"Crash "
+                "recovery and live upgrade\" below measure the same cost with both mounts side by side, taking "
+                "turns slice by slice, which cancels most of the machine's drift.", "",
                 keeper, ""]
     out += ["## Ratio to native tmpfs", "", t_nat or "Native was not measured in this run.", "",
             "## Medians", "",
