@@ -290,6 +290,7 @@ impl Early {
 /// The fsx-style exerciser: a thread doing random operations on
 /// `fsx.dat`, opened once before the kills and kept open throughout.
 struct Fsx {
+    mnt: PathBuf,
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<u64, String>>,
 }
@@ -310,12 +311,26 @@ impl Fsx {
         let seed = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
         let s = stop.clone();
         let thread = std::thread::spawn(move || fsx(&file, seed, &s));
-        Fsx { stop, thread }
+        Fsx {
+            mnt: mnt.to_path_buf(),
+            stop,
+            thread,
+        }
     }
 
-    /// Stops it: it must have done some work and seen nothing wrong.
+    /// Stops it: it must end within 60 s (else the connection is aborted
+    /// under it and the test fails), have done some work and seen nothing
+    /// wrong.
     fn finish(self) {
         self.stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.thread.is_finished() {
+            if Instant::now() > deadline {
+                let _ = abort_fuse_connection(&self.mnt);
+                panic!("fsx still in a request 60 s after it was told to stop; connection aborted");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         match self.thread.join().expect("the fsx thread") {
             Ok(ops) => assert!(ops >= 100, "fsx did only {ops} operations"),
             Err(e) => panic!("fsx: {e}"),

@@ -45,6 +45,13 @@ impl FakeVault {
 #[derive(Clone)]
 struct SharedWords(Arc<[AtomicU64]>);
 
+impl SharedWords {
+    /// `bytes` of zeroed words, as a new region.
+    fn zeroed(bytes: usize) -> Self {
+        SharedWords((0..bytes / 8).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
 impl Words for SharedWords {
     fn words(&self) -> &[AtomicU64] {
         &self.0
@@ -117,11 +124,7 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     for f in ["f", "g", "d/h", "k", "u", "l"] {
         std::fs::write(dir.join(f), f).unwrap();
     }
-    let words = SharedWords(
-        (0..durable::region_len(SHARDS, PER_SHARD) / 8)
-            .map(|_| AtomicU64::new(0))
-            .collect(),
-    );
+    let words = SharedWords::zeroed(durable::region_len(SHARDS, PER_SHARD));
     let vault = Arc::new(FakeVault::default());
     let Some((t1, h1)) = daemon(&dir, &words, &vault) else {
         return;
@@ -255,18 +258,14 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
 
 #[test]
 fn a_region_of_another_layout_is_refused() {
-    let words = SharedWords(
-        (0..durable::region_len(SHARDS, PER_SHARD) / 8)
-            .map(|_| AtomicU64::new(0))
-            .collect(),
-    );
+    let words = SharedWords::zeroed(durable::region_len(SHARDS, PER_SHARD));
     Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD).unwrap();
     let e = match Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD / 2) {
         Ok(_) => panic!("a layout with other sizes accepted"),
         Err(e) => e.to_string(),
     };
     assert!(e.contains("another layout"), "{e}");
-    let small = SharedWords((0..16).map(|_| AtomicU64::new(0)).collect());
+    let small = SharedWords::zeroed(128);
     assert!(Mirror::new(Arc::new(small), SHARDS, PER_SHARD).is_err());
 }
 
@@ -278,11 +277,7 @@ fn a_region_of_another_layout_is_refused() {
 fn of_two_live_nodes_of_one_key_the_successor_keeps_the_one_there() {
     let dir = scratch("twokeys");
     std::fs::write(dir.join("f"), b"f").unwrap();
-    let words = SharedWords(
-        (0..durable::region_len(SHARDS, PER_SHARD) / 8)
-            .map(|_| AtomicU64::new(0))
-            .collect(),
-    );
+    let words = SharedWords::zeroed(durable::region_len(SHARDS, PER_SHARD));
     let vault = Arc::new(FakeVault::default());
     let Some((t1, h1)) = daemon(&dir, &words, &vault) else {
         return;

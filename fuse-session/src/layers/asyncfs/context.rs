@@ -44,7 +44,7 @@ impl AsyncContext {
         self.header.unique
     }
 
-    /// The caller's effective uid.
+    /// The caller's effective uid (`u32::MAX` if unmapped in an idmapped mount).
     pub fn uid(&self) -> u32 {
         self.header.uid
     }
@@ -54,12 +54,15 @@ impl AsyncContext {
         self.header.gid
     }
 
-    /// The caller's thread id (0 for the kernel's own requests).
+    /// The caller's thread id in the connection's pid namespace (0 for the
+    /// kernel's own requests and for callers outside that namespace: never
+    /// a sign of privilege by itself).
     pub fn pid(&self) -> u32 {
         self.header.pid
     }
 
-    /// The caller's umask, for MKNOD, MKDIR, CREATE and TMPFILE.
+    /// The caller's umask, for MKNOD, MKDIR, CREATE and TMPFILE (the kernel
+    /// has applied it unless `DONT_MASK` was negotiated).
     pub fn umask(&self) -> Option<u32> {
         self.umask
     }
