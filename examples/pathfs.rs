@@ -971,6 +971,7 @@ layer. Runs in the foreground until unmounted, SIGINT, SIGTERM or SIGHUP.
 filesystem options (-o):
     source=DIR         directory to mirror (required, here or as SOURCE)
     threads=N          worker threads (default: two per CPU)
+    max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     uring              serve requests over FUSE-over-io_uring when the kernel
                        allows it; otherwise /dev/fuse, with the reason logged
     passthrough        open files in kernel passthrough mode when the kernel

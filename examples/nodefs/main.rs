@@ -26,6 +26,7 @@ const COMMAND: cli::Command = cli::Command {
     about: "Serves an in-memory filesystem on the node layer at MOUNTPOINT.
 
     -o threads=N    worker threads (default: the session's)
+    -o max_threads=N  most workers running handlers at once (default: the session's)
     -o uring        serve over FUSE-over-io_uring when the kernel allows it",
     own_options: true,
     stats: true,

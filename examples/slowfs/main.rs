@@ -50,6 +50,7 @@ const COMMAND: cli::Command = cli::Command {
     -o runtime_threads=N  async: Tokio worker threads (default 2)
     -o queue_depth=N      io_uring entries per queue
     -o threads=N          worker threads (default: the session's)
+    -o max_threads=N      most workers running handlers at once (default: the session's)
     -o uring              serve over FUSE-over-io_uring when the kernel allows it",
     own_options: true,
     stats: true,

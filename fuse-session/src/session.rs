@@ -188,7 +188,8 @@ impl SessionConfig {
     /// Applies `opt` if it is one of the session's own `-o` options, for a
     /// command line that mixes them with mount options (what
     /// [`MountOptions::parse_known`] leaves over): `threads=N` (N > 0, sets
-    /// [`SessionConfig::workers`]) or `uring` (sets
+    /// [`SessionConfig::workers`]), `max_threads=N` (1 to 4096, sets
+    /// [`SessionConfig::max_workers`]) or `uring` (sets
     /// [`SessionConfig::transport`] to [`Transport::Uring`]). Returns
     /// whether it took `opt`; anything else, `threads` without a positive
     /// number included, is left to the caller.
@@ -196,20 +197,28 @@ impl SessionConfig {
     /// ```
     /// use fuse_session::{MountOptions, SessionConfig, Transport};
     ///
-    /// let (mount, ours) = MountOptions::parse_known("ro,threads=4,uring,source=/srv").unwrap();
+    /// let (mount, ours) =
+    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,source=/srv").unwrap();
     /// let mut session = SessionConfig::default();
     /// let rest: Vec<String> = ours.into_iter().filter(|o| !session.take_option(o)).collect();
     /// assert!(mount.read_only);
-    /// assert_eq!((session.workers, session.transport), (4, Transport::Uring));
+    /// assert_eq!((session.workers, session.max_workers), (4, 8));
+    /// assert_eq!(session.transport, Transport::Uring);
     /// assert_eq!(rest, ["source=/srv"]);
     /// assert!(!session.take_option("threads=0"));
     /// assert!(!session.take_option("threads=many"));
-    /// assert_eq!(session.workers, 4);
+    /// assert!(!session.take_option("max_threads=0"));
+    /// assert!(!session.take_option("max_threads=4097"));
+    /// assert_eq!((session.workers, session.max_workers), (4, 8));
     /// ```
     pub fn take_option(&mut self, opt: &str) -> bool {
         match opt.split_once('=') {
             Some(("threads", n)) => match n.parse::<usize>() {
                 Ok(n) if n > 0 => self.workers = n,
+                _ => return false,
+            },
+            Some(("max_threads", n)) => match n.parse::<usize>() {
+                Ok(n) if (1..=4096).contains(&n) => self.max_workers = n,
                 _ => return false,
             },
             None if opt == "uring" => self.transport = Transport::Uring,
