@@ -218,9 +218,9 @@ fn a_killed_keeper_leaves_its_daemon_serving() {
 }
 
 /// An upgrade to a binary that cannot take over (here a build that exits
-/// at once) is undone: the keeper starts the previous binary again, which
-/// it held open, with the same state; readers see nothing. A later upgrade
-/// to a working binary goes through.
+/// at once, then no binary at all) is undone: the keeper starts the
+/// previous binary again, which it held open, with the same state; readers
+/// see nothing. A later upgrade to a working binary goes through.
 #[test]
 fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
     use std::os::unix::fs::PermissionsExt;
@@ -263,6 +263,10 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
     replace_with(b"#!/bin/sh\necho 'a broken build' >&2\nexit 3\n");
     upgrade(&mut seen);
     upgrade(&mut seen);
+    // A binary that is not there at all (a deploy halfway): the keeper
+    // cannot start it, and the previous binary serves on.
+    std::fs::remove_file(&program).unwrap();
+    upgrade(&mut seen);
     std::fs::copy(example_binary("hello"), tmp.root().join("hello-good")).unwrap();
     std::fs::rename(tmp.root().join("hello-good"), &program).unwrap();
     upgrade(&mut seen);
@@ -273,8 +277,9 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
         errors.is_empty(),
         "readers saw errors: {errors:?}\nkeeper log:\n{log}"
     );
-    assert_logged(&log, "going back to the previous binary", 2);
+    assert_logged(&log, "going back to the previous binary", 3);
     assert_logged(&log, "a broken build", 2);
+    assert_logged(&log, "cannot start", 1);
 }
 
 /// The first daemon dies while answering INIT: before telling the keeper

@@ -313,8 +313,24 @@ pub fn run_keeper(
                 retire(&mut run, &mut negotiated, &mut state);
                 run.drain_all(&mut store);
                 report.upgrades += 1;
-                fallback = Some(run.source.clone());
-                run = spawn(Source::Disk, &negotiated, &state, &store, &mut report)?;
+                let previous = run.source.clone();
+                run = match spawn(Source::Disk, &negotiated, &state, &store, &mut report) {
+                    Ok(r) => {
+                        fallback = Some(previous);
+                        r
+                    }
+                    // The binary on disk cannot even start (missing, not
+                    // executable, half-written): the previous one serves on.
+                    Err(KeeperError::Spawn { program, source }) => {
+                        report.failed_upgrades += 1;
+                        log::error!(
+                            "keeper: the upgraded daemon {} cannot start ({source}); going back to the previous binary",
+                            program.display()
+                        );
+                        spawn(previous, &negotiated, &state, &store, &mut report)?
+                    }
+                    Err(e) => return Err(e),
+                };
                 continue;
             }
             sig => {
@@ -388,7 +404,26 @@ pub fn run_keeper(
                     }
                     std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
                 }
-                run = spawn(from, &negotiated, &state, &store, &mut report)?;
+                run = loop {
+                    match spawn(from.clone(), &negotiated, &state, &store, &mut report) {
+                        Ok(r) => break r,
+                        // Cannot start now (out of processes, say): counted
+                        // as a daemon dead before serving, and tried again.
+                        Err(KeeperError::Spawn { program, source }) if failed_starts < 5 => {
+                            failed_starts += 1;
+                            log::warn!(
+                                "keeper: starting {} failed ({source}; {failed_starts} in a row); trying again",
+                                program.display()
+                            );
+                            std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
+                        }
+                        Err(e) => {
+                            drop(dev);
+                            let _ = guard.unmount();
+                            return Err(e);
+                        }
+                    }
+                };
             }
         }
     }
@@ -488,7 +523,7 @@ fn start_child(
         })
         .transpose()?;
     let (vault, vault_theirs) = crate::vault::socket_pair()?;
-    let child = cmd.spawn().map_err(|source| KeeperError::Spawn {
+    let child = spawn_program(&mut cmd).map_err(|source| KeeperError::Spawn {
         program: program.clone(),
         source,
     })?;
@@ -520,6 +555,23 @@ fn start_child(
         source: Source::Held(exe),
         serving: false,
     })
+}
+
+/// Starts `cmd`, again for a while if its program is busy (`ETXTBSY`): a
+/// binary just written stays busy until every process that inherited a
+/// descriptor open for writing on it (one forked by another thread meanwhile,
+/// say) has exec'd or exited.
+fn spawn_program(cmd: &mut Command) -> io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 40 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Tells the keeper what INIT negotiated (`N`): the child serves.

@@ -56,7 +56,8 @@ pub fn daemon_of(keeper: u32, gone: &[u32]) -> u32 {
         }
         assert!(
             Instant::now() < deadline,
-            "no daemon serving under keeper {keeper} after 10 s"
+            "no one daemon serving under keeper {keeper} after 10 s: live children {live:?} \
+             (not counting {gone:?})"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
