@@ -218,9 +218,11 @@ fn a_killed_keeper_leaves_its_daemon_serving() {
 }
 
 /// An upgrade to a binary that cannot take over (here a build that exits
-/// at once, then no binary at all) is undone: the keeper starts the
-/// previous binary again, which it held open, with the same state; readers
-/// see nothing. A later upgrade to a working binary goes through.
+/// at once) is undone: the keeper starts the previous binary again, which
+/// it held open, with the same state; readers see nothing. An upgrade to a
+/// program that cannot be started at all (missing, not executable) is
+/// refused and retires nothing. A later upgrade to a working binary goes
+/// through.
 #[test]
 fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
     use std::os::unix::fs::PermissionsExt;
@@ -263,10 +265,25 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
     replace_with(b"#!/bin/sh\necho 'a broken build' >&2\nexit 3\n");
     upgrade(&mut seen);
     upgrade(&mut seen);
-    // A binary that is not there at all (a deploy halfway): the keeper
-    // cannot start it, and the previous binary serves on.
+    // A program that is not there at all (a deploy halfway), then one that
+    // is not executable: the upgrade is refused before anything is
+    // retired, and the daemon serving serves on.
+    let refused = |seen: &[u32]| {
+        let serving = daemon_of(keeper.pid(), seen);
+        signal(keeper.pid(), libc::SIGUSR2);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            alive(serving),
+            "daemon {serving} was retired for a program that cannot start"
+        );
+        assert_eq!(daemon_of(keeper.pid(), seen), serving);
+    };
     std::fs::remove_file(&program).unwrap();
-    upgrade(&mut seen);
+    refused(&seen);
+    std::fs::copy(example_binary("hello"), &program).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused(&seen);
+    std::fs::remove_file(&program).unwrap();
     std::fs::copy(example_binary("hello"), tmp.root().join("hello-good")).unwrap();
     std::fs::rename(tmp.root().join("hello-good"), &program).unwrap();
     upgrade(&mut seen);
@@ -277,9 +294,9 @@ fn an_upgrade_that_fails_to_take_over_falls_back_to_the_previous_binary() {
         errors.is_empty(),
         "readers saw errors: {errors:?}\nkeeper log:\n{log}"
     );
-    assert_logged(&log, "going back to the previous binary", 3);
+    assert_logged(&log, "going back to the previous binary", 2);
     assert_logged(&log, "a broken build", 2);
-    assert_logged(&log, "cannot start", 1);
+    assert_logged(&log, "upgrade refused", 2);
 }
 
 /// The first daemon dies while answering INIT: before telling the keeper

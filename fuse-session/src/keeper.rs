@@ -309,6 +309,17 @@ pub fn run_keeper(
         match take_signal() {
             0 => {}
             libc::SIGUSR2 => {
+                // A program that cannot start is refused before anything
+                // is retired: the running daemon serves on.
+                if let Err(e) = startable(&program) {
+                    report.failed_upgrades += 1;
+                    log::error!(
+                        "keeper: upgrade refused: {} cannot be started ({e}); daemon {} serves on",
+                        program.display(),
+                        run.child.id()
+                    );
+                    continue;
+                }
                 log::info!("keeper: upgrade requested; retiring daemon {}", run.child.id());
                 retire(&mut run, &mut negotiated, &mut state);
                 run.drain_all(&mut store);
@@ -319,15 +330,27 @@ pub fn run_keeper(
                         fallback = Some(previous);
                         r
                     }
-                    // The binary on disk cannot even start (missing, not
-                    // executable, half-written): the previous one serves on.
+                    // The program on disk could not start after all
+                    // (replaced since the check, busy for too long): the
+                    // previous binary takes over again.
                     Err(KeeperError::Spawn { program, source }) => {
                         report.failed_upgrades += 1;
                         log::error!(
                             "keeper: the upgraded daemon {} cannot start ({source}); going back to the previous binary",
                             program.display()
                         );
-                        spawn(previous, &negotiated, &state, &store, &mut report)?
+                        match start_retrying(
+                            |f| spawn(f, &negotiated, &state, &store, &mut report),
+                            &previous,
+                            &mut failed_starts,
+                        ) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                drop(dev);
+                                let _ = guard.unmount();
+                                return Err(e);
+                            }
+                        }
                     }
                     Err(e) => return Err(e),
                 };
@@ -404,26 +427,18 @@ pub fn run_keeper(
                     }
                     std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
                 }
-                run = loop {
-                    match spawn(from.clone(), &negotiated, &state, &store, &mut report) {
-                        Ok(r) => break r,
-                        // Cannot start now (out of processes, say): counted
-                        // as a daemon dead before serving, and tried again.
-                        Err(KeeperError::Spawn { program, source }) if failed_starts < 5 => {
-                            failed_starts += 1;
-                            log::warn!(
-                                "keeper: starting {} failed ({source}; {failed_starts} in a row); trying again",
-                                program.display()
-                            );
-                            std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
-                        }
-                        Err(e) => {
-                            drop(dev);
-                            let _ = guard.unmount();
-                            return Err(e);
-                        }
+                match start_retrying(
+                    |f| spawn(f, &negotiated, &state, &store, &mut report),
+                    &from,
+                    &mut failed_starts,
+                ) {
+                    Ok(r) => run = r,
+                    Err(e) => {
+                        drop(dev);
+                        let _ = guard.unmount();
+                        return Err(e);
                     }
-                };
+                }
             }
         }
     }
@@ -555,6 +570,47 @@ fn start_child(
         source: Source::Held(exe),
         serving: false,
     })
+}
+
+/// Starts a daemon from `from`; one that cannot start now (out of
+/// processes, say) counts as a daemon dead before serving and is tried
+/// again after the same backoff, until five in a row have failed.
+fn start_retrying(
+    mut spawn: impl FnMut(Source) -> Result<Running, KeeperError>,
+    from: &Source,
+    failed_starts: &mut u32,
+) -> Result<Running, KeeperError> {
+    loop {
+        match spawn(from.clone()) {
+            Err(KeeperError::Spawn { program, source }) if *failed_starts < 4 => {
+                *failed_starts += 1;
+                log::warn!(
+                    "keeper: starting {} failed ({source}; {failed_starts} in a row); trying again",
+                    program.display()
+                );
+                std::thread::sleep(Duration::from_millis(100 << (*failed_starts).min(4)));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Whether `program` can be started: it is there and executable by us.
+/// Checked before an upgrade retires anything; what only exec can tell
+/// (a build for another machine, say) shows as the upgraded daemon's
+/// failure, and the previous binary takes over again.
+fn startable(program: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(program.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let meta = std::fs::metadata(program)?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    // SAFETY: access(2) with a NUL-terminated path that lives for the call.
+    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Starts `cmd`, again for a while if its program is busy (`ETXTBSY`): a
