@@ -86,8 +86,9 @@ pub struct KeeperReport {
     pub crashes: u32,
     /// Graceful upgrades done.
     pub upgrades: u32,
-    /// Upgraded daemons that failed to take over (the previous binary
-    /// served again).
+    /// Upgrades that did not go through: refused (the program could not be
+    /// started; the running daemon served on) or undone (the upgraded
+    /// daemon failed to take over; the previous binary served again).
     pub failed_upgrades: u32,
 }
 
@@ -262,8 +263,10 @@ impl Running {
 /// the keeper holds the binary each daemon was started from, so that an
 /// upgraded daemon that fails to take over (it exits before serving: a
 /// state it refuses, a broken build) is replaced by one from the previous
-/// binary, with the same state, and the mount stays served. A daemon that
-/// crashes is replaced from the binary it ran.
+/// binary, with the same state, and the mount stays served. An upgrade to
+/// a program that is missing or not executable is refused before the
+/// running daemon is retired. A daemon that crashes is replaced from the
+/// binary it ran.
 pub fn run_keeper(
     mountpoint: impl AsRef<std::path::Path>,
     opts: &MountOptions,
@@ -339,18 +342,11 @@ pub fn run_keeper(
                             "keeper: the upgraded daemon {} cannot start ({source}); going back to the previous binary",
                             program.display()
                         );
-                        match start_retrying(
+                        start_retrying(
                             |f| spawn(f, &negotiated, &state, &store, &mut report),
                             &previous,
                             &mut failed_starts,
-                        ) {
-                            Ok(r) => r,
-                            Err(e) => {
-                                drop(dev);
-                                let _ = guard.unmount();
-                                return Err(e);
-                            }
-                        }
+                        )?
                     }
                     Err(e) => return Err(e),
                 };
@@ -418,27 +414,20 @@ pub fn run_keeper(
                         run.child.id(),
                         describe(status)
                     );
-                    if failed_starts >= 5 {
+                    if failed_starts >= MAX_FAILED_STARTS {
                         // Nobody can serve: end the connection rather than
                         // leave clients waiting for good.
                         drop(dev);
                         let _ = guard.unmount();
                         return Err(KeeperError::CrashLoop(failed_starts));
                     }
-                    std::thread::sleep(Duration::from_millis(100 << failed_starts.min(4)));
+                    std::thread::sleep(backoff(failed_starts));
                 }
-                match start_retrying(
+                run = start_retrying(
                     |f| spawn(f, &negotiated, &state, &store, &mut report),
                     &from,
                     &mut failed_starts,
-                ) {
-                    Ok(r) => run = r,
-                    Err(e) => {
-                        drop(dev);
-                        let _ = guard.unmount();
-                        return Err(e);
-                    }
-                }
+                )?;
             }
         }
     }
@@ -572,9 +561,20 @@ fn start_child(
     })
 }
 
+/// Daemons in a row that die (or cannot start) before serving, after which
+/// the keeper ends the connection: nobody can serve it.
+const MAX_FAILED_STARTS: u32 = 5;
+
+/// The pause before starting a daemon again after `failed_starts` in a
+/// row died before serving.
+fn backoff(failed_starts: u32) -> Duration {
+    Duration::from_millis(100 << failed_starts.min(4))
+}
+
 /// Starts a daemon from `from`; one that cannot start now (out of
 /// processes, say) counts as a daemon dead before serving and is tried
-/// again after the same backoff, until five in a row have failed.
+/// again after the same backoff, until [`MAX_FAILED_STARTS`] in a row have
+/// failed.
 fn start_retrying(
     mut spawn: impl FnMut(Source) -> Result<Running, KeeperError>,
     from: &Source,
@@ -582,13 +582,13 @@ fn start_retrying(
 ) -> Result<Running, KeeperError> {
     loop {
         match spawn(from.clone()) {
-            Err(KeeperError::Spawn { program, source }) if *failed_starts < 4 => {
+            Err(KeeperError::Spawn { program, source }) if *failed_starts + 1 < MAX_FAILED_STARTS => {
                 *failed_starts += 1;
                 log::warn!(
                     "keeper: starting {} failed ({source}; {failed_starts} in a row); trying again",
                     program.display()
                 );
-                std::thread::sleep(Duration::from_millis(100 << (*failed_starts).min(4)));
+                std::thread::sleep(backoff(*failed_starts));
             }
             r => return r,
         }
@@ -600,17 +600,10 @@ fn start_retrying(
 /// (a build for another machine, say) shows as the upgraded daemon's
 /// failure, and the previous binary takes over again.
 fn startable(program: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(program.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let meta = std::fs::metadata(program)?;
-    if !meta.is_file() {
+    if !std::fs::metadata(program)?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
-    // SAFETY: access(2) with a NUL-terminated path that lives for the call.
-    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    nix::unistd::access(program, nix::unistd::AccessFlags::X_OK).map_err(io::Error::from)
 }
 
 /// Starts `cmd`, again for a while if its program is busy (`ETXTBSY`): a
