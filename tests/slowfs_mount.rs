@@ -87,10 +87,16 @@ impl Slowfs {
         self.child.as_ref().expect("running").id()
     }
 
-    /// The counters of `.stats`.
+    /// The counters of `.stats`, in one `read(2)`: the file is `DIRECT_IO`
+    /// and made anew for each READ, so reads at later offsets could cut
+    /// into a text whose numbers have since changed width.
     fn stats(&self) -> Vec<(String, u64)> {
-        std::fs::read_to_string(self.path(".stats"))
-            .expect("read .stats")
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let n = File::open(self.path(".stats"))
+            .and_then(|mut f| f.read(&mut buf))
+            .expect("read .stats");
+        String::from_utf8_lossy(&buf[..n])
             .lines()
             .filter_map(|l| l.split_once(' '))
             .map(|(k, v)| (k.to_string(), v.parse().expect("a number")))
