@@ -145,7 +145,7 @@ pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
 pub use credentials::{ActingAs, Caller, ProcCredentials};
 pub use deferred::{RefuseReason, Refused, Wait};
-pub use filesystem::Filesystem;
+pub use filesystem::{Filesystem, Recovery};
 /// The kernel ABI crate, for the raw structs and flags.
 pub use fuse_proto as proto;
 pub use fuse_proto::Errno;
@@ -161,7 +161,9 @@ pub use ops::{
 };
 pub use reply::{DirAdd, DirPlusAdd};
 pub use serve::{serve, serve_with, spawn};
-pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
+pub use session::{
+    RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport, StartHook, StartStep,
+};
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};
