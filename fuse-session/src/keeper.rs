@@ -939,6 +939,14 @@ impl KeeperLink {
     /// used: a [`SessionConfig::transport`]
     /// asking for it is overridden, and the log says why ([`URING_REFUSED`]).
     ///
+    /// The filesystem must state how the node ids and file handles the
+    /// kernel holds stay valid in a successor ([`Filesystem::recovery`]):
+    /// one that states nothing, or a layer that cannot, is refused with
+    /// [`SessionError::NotRecoverable`] before it serves, and the keeper,
+    /// told why, ends the mount ([`KeeperError::Refused`]). A retirement
+    /// the keeper calls off (its deadline passed) leaves the session
+    /// serving ([`SessionHandle::cancel_retire`]).
+    ///
     /// Returns `Ok(true)` when the daemon retired (exit with
     /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
     pub fn serve<F: Filesystem>(
@@ -1024,6 +1032,12 @@ impl KeeperLink {
         let watcher = self.watch(handle.clone());
         let result = running.join();
         let retired = handle.is_retiring();
+        // Retired before INIT was answered: INIT waits in the kernel for
+        // the successor, which gets a fresh connection; nothing to save.
+        if retired && matches!(result, Err(SessionError::EndedBeforeInit)) {
+            drop(watcher);
+            return Ok(true);
+        }
         if retired {
             let state = save(&resumed);
             if let Err(e) = write_blob(&self.sock, b'S', &state) {
