@@ -272,15 +272,18 @@ impl PassthroughFs {
     /// table's records, and `deposits`, the descriptors it left with the
     /// vault) is taken up first, so the node ids, generations, lookup
     /// counts and file handles the kernel holds stay valid.
+    /// `takeover`: a predecessor served the connection, so its table must
+    /// be there.
     pub fn kept(
         root: OwnedFd,
         opts: FsOptions,
         region: Arc<dyn Words>,
         keep: Arc<dyn Keep>,
         deposits: Vec<(u64, OwnedFd)>,
+        takeover: bool,
     ) -> Res<Self> {
         check_keeper_options(&opts).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS))?;
+        let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS), takeover)?;
         let (mut anchors, mut files) = (HashMap::new(), Vec::new());
         let kept = Kept::new(keep.clone(), &mirror);
         for (key, fd) in deposits {

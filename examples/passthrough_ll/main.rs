@@ -309,7 +309,15 @@ fn serve_kept(
             durable::region_len(inodes::SHARDS, per_shard),
         )?;
         let deposits = r.vault.take_deposits();
-        let fs = PassthroughFs::kept(root, opts, Arc::new(region), Arc::new(r.vault), deposits)?;
+        let takeover = r.state.is_some();
+        let fs = PassthroughFs::kept(
+            root,
+            opts,
+            Arc::new(region),
+            Arc::new(r.vault),
+            deposits,
+            takeover,
+        )?;
         log::info!(
             "serving under a keeper: {} inodes and {} open files taken up",
             fs.live_inodes(),
