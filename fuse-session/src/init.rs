@@ -8,7 +8,7 @@
 
 use fuse_proto::abi::{InitIn, InitOut};
 use fuse_proto::consts::{KERNEL_MINOR_VERSION, KERNEL_VERSION, MIN_MINOR_VERSION};
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 
 /// Flags this library implements (what it must do for them is done). Others
 /// are refused even when offered: `FILE_OPS` (never implemented by the
@@ -223,6 +223,32 @@ impl Negotiated {
     /// plus headers, and at least the kernel's minimum.
     pub fn buffer_size(&self) -> usize {
         (self.max_write as usize + PAGE as usize).max(fuse_proto::consts::MIN_READ_BUFFER)
+    }
+
+    /// The open-reply flags that let `O_DIRECT` callers of one file write
+    /// at once: `DIRECT_IO | PARALLEL_DIRECT_WRITES` from 7.38 on, nothing
+    /// before (the kernel takes the inode lock shared for non-extending
+    /// writes only on files opened with both; on an `O_DIRECT` descriptor
+    /// without `DIRECT_IO` every write takes it exclusively).
+    ///
+    /// The session adds these to the answer of every `O_DIRECT` OPEN,
+    /// CREATE and TMPFILE that is not passed through
+    /// ([`crate::SessionConfig::o_direct_parallel_writes`]); a filesystem
+    /// that turned that off can still add them to the opens it chooses.
+    ///
+    /// ```
+    /// # fn doc(ctx: &fuse_session::RequestContext<'_>) {
+    /// use fuse_session::proto::flags::FopenFlags;
+    /// let f = ctx.negotiated().o_direct_flags();
+    /// assert!(f.is_empty() || f == FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES);
+    /// # }
+    /// ```
+    pub fn o_direct_flags(&self) -> FopenFlags {
+        if fuse_proto::version::has_parallel_direct_writes(self.minor) {
+            FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::empty()
+        }
     }
 }
 

@@ -33,7 +33,7 @@ use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::WorkerEnd;
 use fuse_proto::abi::InitIn;
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 use fuse_proto::request::{ParseConfig, peek_unique};
 use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,6 +103,20 @@ pub struct SessionConfig {
     /// [`SessionConfig::splice_write`] (0:
     /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
+    /// Answer every `O_DIRECT` OPEN, CREATE and TMPFILE with
+    /// [`Negotiated::o_direct_flags`] added to the flags the filesystem
+    /// chose, unless it passed the file through to a backing file (on by
+    /// default). Such a descriptor bypasses the page cache, as its caller
+    /// asked, and its non-extending writes to one file run at once instead
+    /// of one after another; buffered opens keep the page cache. Turn it
+    /// off for a filesystem whose writes to one file must not overlap in
+    /// time, or whose `O_DIRECT` descriptors must be mappable shared
+    /// without [`InitFlags::DIRECT_IO_ALLOW_MMAP`](crate::proto::flags::InitFlags::DIRECT_IO_ALLOW_MMAP)
+    /// (the kernel refuses `MAP_SHARED` on a `DIRECT_IO` file without it).
+    /// The kernel does not tell the filesystem about a later
+    /// `fcntl(F_SETFL, O_DIRECT)`: such a descriptor keeps the flags of its
+    /// open (page cache, writes one at a time).
+    pub o_direct_parallel_writes: bool,
     /// The journal of requests in flight, which makes requests that a dead
     /// predecessor carried out take effect once ([`crate::journal`]). Set
     /// by [`crate::keeper::KeeperLink::serve`].
@@ -177,6 +191,7 @@ impl Default for SessionConfig {
             track_inflight: false,
             splice_write: false,
             splice_write_min: 0,
+            o_direct_parallel_writes: true,
             journal: None,
             on_negotiated: None,
             worker_channels: WorkerChannels::default(),
@@ -768,6 +783,11 @@ impl<F: Filesystem> Session<F> {
                     n => n,
                 }),
             uring_base: slots,
+            o_direct: if self.config.o_direct_parallel_writes {
+                negotiated.o_direct_flags()
+            } else {
+                FopenFlags::empty()
+            },
             callers: CallerPolicy::new(
                 self.config.proc_credentials,
                 self.handed_over,
