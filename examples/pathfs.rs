@@ -976,6 +976,9 @@ filesystem options (-o):
                        allows it; otherwise /dev/fuse, with the reason logged
     passthrough        open files in kernel passthrough mode when the kernel
                        allows it
+    serial_o_direct    O_DIRECT opens keep the path layer's flags alone; by
+                       default they get DIRECT_IO | PARALLEL_DIRECT_WRITES, so
+                       that O_DIRECT writers of one file write at once
 
 mount options: fsname=, subtype=, allow_other, allow_root, ro, rw, [no]suid,
     [no]dev, [no]exec, [no]atime, [no]diratime, sync, async, dirsync,
@@ -1006,7 +1009,11 @@ default_permissions is always on: the kernel checks every access.
             stats,
         } = flags;
         let (mut mount, rest) = MountOptions::parse_known(&opts.join(",")).map_err(|e| e.to_string())?;
-        let mut session = SessionConfig::default();
+        let mut session = SessionConfig {
+            // The statistics file reports the peaks of requests in flight.
+            track_inflight: stats.is_some(),
+            ..SessionConfig::default()
+        };
         if single {
             session.workers = 1;
         }

@@ -4,8 +4,9 @@
 //! PARALLEL_DIRECT_WRITES` added to what the filesystem chose, a buffered
 //! one with the filesystem's flags alone, byte for byte, for
 //! passthrough_ll (the raw trait) and pathfs (the path layer) over a
-//! scratch directory. Not before 7.38, where the flag means nothing, and
-//! not when the session turned the default off; passthrough_ll's
+//! scratch directory. Not before 7.38, where the flag means nothing, nor
+//! without `DIRECT_IO_ALLOW_MMAP` (a shared mapping of the descriptor
+//! would fail), nor when the session turned the default off; passthrough_ll's
 //! `parallel_direct_writes` still sets both on every open.
 
 mod common_fake;
@@ -34,7 +35,7 @@ mod sys;
 
 use common_fake::*;
 use fuse_wire::path::PathFs;
-use fuse_wire::proto::flags::FopenFlags;
+use fuse_wire::proto::flags::{FopenFlags, InitFlags};
 use fuse_wire::session::{Filesystem, SessionConfig};
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -51,16 +52,21 @@ const PARALLEL: u32 = FopenFlags::DIRECT_IO.bits() | FopenFlags::PARALLEL_DIRECT
 /// What the path layer answers a buffered open of pathfs with (`PathOpened::file`).
 const NOFLUSH: u32 = FopenFlags::NOFLUSH.bits();
 
-/// A session on the fake kernel after INIT at `7.minor`, and the next unique.
+/// What the kernel offers in INIT: `DIRECT_IO_ALLOW_MMAP` (and `INIT_EXT`,
+/// which carries it), or nothing.
+const MMAP: u64 = InitFlags::INIT_EXT.bits() | InitFlags::DIRECT_IO_ALLOW_MMAP.bits();
+
+/// A session on the fake kernel after INIT at `7.minor` offering `offer`,
+/// and the next unique.
 struct Kernel<F: Filesystem> {
     fake: Fake<F>,
     unique: std::cell::Cell<u64>,
 }
 
 impl<F: Filesystem> Kernel<F> {
-    fn start(fs: F, minor: u32, config: SessionConfig) -> Self {
+    fn start(fs: F, minor: u32, offer: u64, config: SessionConfig) -> Self {
         let fake = Fake::start(Arc::new(fs), config);
-        fake.init_ready(minor, 0);
+        fake.init_ready(minor, offer);
         Kernel {
             fake,
             unique: std::cell::Cell::new(10),
@@ -183,7 +189,7 @@ const DIRECT: i32 = libc::O_RDWR | libc::O_DIRECT;
 #[test]
 fn passthrough_ll_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
     let dir = scratch();
-    let k = Kernel::start(passthrough(dir.path(), false), 45, SessionConfig::default());
+    let k = Kernel::start(passthrough(dir.path(), false), 45, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, RW, 0, "buffered OPEN: the filesystem's flags alone");
     k.open(f, DIRECT, PARALLEL, "O_DIRECT OPEN");
@@ -203,7 +209,7 @@ fn passthrough_ll_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache(
 #[test]
 fn pathfs_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
     let dir = scratch();
-    let k = Kernel::start(pathfs(dir.path()), 45, SessionConfig::default());
+    let k = Kernel::start(pathfs(dir.path()), 45, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, RW, NOFLUSH, "buffered OPEN: the filesystem's flags alone");
     k.open(f, DIRECT, NOFLUSH | PARALLEL, "O_DIRECT OPEN");
@@ -221,12 +227,22 @@ fn pathfs_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
 #[test]
 fn no_parallel_direct_writes_before_7_38() {
     let dir = scratch();
-    let k = Kernel::start(passthrough(dir.path(), false), 37, SessionConfig::default());
+    let k = Kernel::start(passthrough(dir.path(), false), 37, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, DIRECT, 0, "O_DIRECT OPEN at 7.37");
-    let k = Kernel::start(pathfs(dir.path()), 37, SessionConfig::default());
+    let k = Kernel::start(pathfs(dir.path()), 37, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN at 7.37, path layer");
+}
+
+/// Without `DIRECT_IO_ALLOW_MMAP` a `DIRECT_IO` descriptor could not be
+/// mapped shared (ENODEV), where an `O_DIRECT` one can: no default then.
+#[test]
+fn no_parallel_direct_writes_without_shared_mmap_of_direct_io_files() {
+    let dir = scratch();
+    let k = Kernel::start(passthrough(dir.path(), false), 45, 0, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN without DIRECT_IO_ALLOW_MMAP");
 }
 
 #[test]
@@ -236,7 +252,7 @@ fn the_default_can_be_turned_off() {
         o_direct_parallel_writes: false,
         ..SessionConfig::default()
     };
-    let k = Kernel::start(passthrough(dir.path(), false), 45, off());
+    let k = Kernel::start(passthrough(dir.path(), false), 45, MMAP, off());
     let f = k.lookup("f");
     k.open(f, DIRECT, 0, "O_DIRECT OPEN, default off");
     k.create(
@@ -246,7 +262,7 @@ fn the_default_can_be_turned_off() {
         0,
         "O_DIRECT CREATE, default off",
     );
-    let k = Kernel::start(pathfs(dir.path()), 45, off());
+    let k = Kernel::start(pathfs(dir.path()), 45, MMAP, off());
     let f = k.lookup("f");
     k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN, default off, path layer");
 }
@@ -254,7 +270,7 @@ fn the_default_can_be_turned_off() {
 #[test]
 fn passthrough_ll_parallel_direct_writes_option_still_covers_every_open() {
     let dir = scratch();
-    let k = Kernel::start(passthrough(dir.path(), true), 45, SessionConfig::default());
+    let k = Kernel::start(passthrough(dir.path(), true), 45, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, RW, PARALLEL, "buffered OPEN with -o parallel_direct_writes");
     k.open(

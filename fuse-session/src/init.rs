@@ -62,6 +62,7 @@ init_flag_set! {
         MAX_PAGES: "requests as large as `max_write` (up to 1 MiB) rather than 32 pages.",
         INIT_EXT: "the second word of flags (`flags2`) is exchanged.",
         SETXATTR_EXT: "SETXATTR in its extended form (with `setxattr_flags`).",
+        DIRECT_IO_ALLOW_MMAP: "a file opened `DIRECT_IO` may still be mapped shared (through the page cache; the kernel refuses `MAP_SHARED` on it otherwise), so that an `O_DIRECT` descriptor the session answers `DIRECT_IO` ([`Negotiated::o_direct_flags`]) maps as before.",
         HAS_EXPIRE_ONLY: "informational: the kernel can expire a cached name without dropping it.",
         HAS_RESEND: "informational: the kernel can resend the requests in flight (NOTIFY_RESEND).",
     }
@@ -226,10 +227,12 @@ impl Negotiated {
     }
 
     /// The open-reply flags that let `O_DIRECT` callers of one file write
-    /// at once: `DIRECT_IO | PARALLEL_DIRECT_WRITES` from 7.38 on, nothing
-    /// before (the kernel takes the inode lock shared for non-extending
-    /// writes only on files opened with both; on an `O_DIRECT` descriptor
-    /// without `DIRECT_IO` every write takes it exclusively).
+    /// at once: `DIRECT_IO | PARALLEL_DIRECT_WRITES` from 7.38 on when
+    /// `DIRECT_IO_ALLOW_MMAP` was granted, nothing otherwise (the kernel
+    /// takes the inode lock shared for non-extending writes only on files
+    /// opened with both; on an `O_DIRECT` descriptor without `DIRECT_IO`
+    /// every write takes it exclusively; and without `DIRECT_IO_ALLOW_MMAP`
+    /// a `DIRECT_IO` descriptor could no longer be mapped shared).
     ///
     /// The session adds these to the answer of every `O_DIRECT` OPEN,
     /// CREATE and TMPFILE that is not passed through
@@ -244,7 +247,9 @@ impl Negotiated {
     /// # }
     /// ```
     pub fn o_direct_flags(&self) -> FopenFlags {
-        if fuse_proto::version::has_parallel_direct_writes(self.minor) {
+        if fuse_proto::version::has_parallel_direct_writes(self.minor)
+            && self.flags.contains(InitFlags::DIRECT_IO_ALLOW_MMAP)
+        {
             FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES
         } else {
             FopenFlags::empty()

@@ -204,8 +204,10 @@ impl SessionConfig {
     /// command line that mixes them with mount options (what
     /// [`MountOptions::parse_known`] leaves over): `threads=N` (N > 0, sets
     /// [`SessionConfig::workers`]), `max_threads=N` (1 to 4096, sets
-    /// [`SessionConfig::max_workers`]) or `uring` (sets
-    /// [`SessionConfig::transport`] to [`Transport::Uring`]). Returns
+    /// [`SessionConfig::max_workers`]), `uring` (sets
+    /// [`SessionConfig::transport`] to [`Transport::Uring`]) or
+    /// `serial_o_direct` (clears [`SessionConfig::o_direct_parallel_writes`]:
+    /// `O_DIRECT` opens get the filesystem's flags alone). Returns
     /// whether it took `opt`; anything else, `threads` without a positive
     /// number included, is left to the caller.
     ///
@@ -213,12 +215,13 @@ impl SessionConfig {
     /// use fuse_session::{MountOptions, SessionConfig, Transport};
     ///
     /// let (mount, ours) =
-    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,source=/srv").unwrap();
+    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,serial_o_direct,source=/srv").unwrap();
     /// let mut session = SessionConfig::default();
     /// let rest: Vec<String> = ours.into_iter().filter(|o| !session.take_option(o)).collect();
     /// assert!(mount.read_only);
     /// assert_eq!((session.workers, session.max_workers), (4, 8));
     /// assert_eq!(session.transport, Transport::Uring);
+    /// assert!(!session.o_direct_parallel_writes);
     /// assert_eq!(rest, ["source=/srv"]);
     /// assert!(!session.take_option("threads=0"));
     /// assert!(!session.take_option("threads=many"));
@@ -237,6 +240,7 @@ impl SessionConfig {
                 _ => return false,
             },
             None if opt == "uring" => self.transport = Transport::Uring,
+            None if opt == "serial_o_direct" => self.o_direct_parallel_writes = false,
             _ => return false,
         }
         true
