@@ -9,7 +9,8 @@
 //!   passthrough_ll and for pathfs on the path layer, and one at a time with
 //!   `-o serial_o_direct`; the data is right in every case, read back
 //!   through a new buffered descriptor and through one that had the old
-//!   content in the page cache before the writes;
+//!   content in the page cache before the writes, and through a shared
+//!   mapping of an `O_DIRECT` descriptor;
 //! - creates in several directories and in one shared directory proceed
 //!   concurrently and lose nothing (the inode table's own concurrency is
 //!   proved in `examples/passthrough_ll/inode_table_tests.rs`);
@@ -116,6 +117,43 @@ fn o_direct_writers(path: &Path, pass: usize) -> Vec<String> {
         .collect()
 }
 
+/// An `O_DIRECT` descriptor of `path` mapped `MAP_SHARED` (as it could be
+/// before the session answered such opens `DIRECT_IO`, which needs
+/// `DIRECT_IO_ALLOW_MMAP`), read through the mapping: writer 0's last
+/// round of pass 1.
+fn mapped_shared(path: &Path) -> Result<(), String> {
+    let fd = open(path, libc::O_RDWR | libc::O_DIRECT, 0)
+        .map_err(|e| format!("open O_DIRECT: {}", errno_name(e)))?;
+    // SAFETY: a fresh shared mapping of MIB bytes of an open descriptor;
+    // nothing else refers to that address range.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MIB,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.0,
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(format!(
+            "mmap MAP_SHARED of an O_DIRECT descriptor: {}",
+            errno_name(errno())
+        ));
+    }
+    // SAFETY: `at` is a readable mapping of MIB bytes until the munmap below.
+    let same = unsafe { std::slice::from_raw_parts(at as *const u8, MIB) }
+        == &round_pattern(1, 0, WRITE_ROUNDS - 1)[..];
+    // SAFETY: unmaps the mapping made above, no longer referred to.
+    unsafe { libc::munmap(at, MIB) };
+    if same {
+        Ok(())
+    } else {
+        Err("mmap MAP_SHARED of an O_DIRECT descriptor: not the last data written".into())
+    }
+}
+
 /// Two passes of [`o_direct_writers`] over a preallocated 4 MiB file: the
 /// first alone (where the writes may overlap), the second while a buffered
 /// descriptor holds the first pass's content in the page cache (the kernel
@@ -152,6 +190,9 @@ fn direct_writes(which: Fs) -> (DaemonExit, Vec<String>) {
         match fs::read(&path) {
             Ok(data) => last_rounds("pass 1, new buffered descriptor", 1, &data, &mut problems),
             Err(e) => problems.push(format!("pass 1: read back: {e}")),
+        }
+        if let Err(e) = mapped_shared(&path) {
+            problems.push(e);
         }
         problems
     });
