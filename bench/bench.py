@@ -28,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from procs import (CLK_TCK, alive, child_pids, context_switches, cpu_seconds, raise_on_signals,  # noqa: F401
+                   supports_keeper, switches_between)
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
@@ -431,37 +434,6 @@ class Daemon:
         self.log.close()
 
 
-def child_pids(pid: int) -> list[int]:
-    """The children of pid (of all its threads)."""
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        try:
-            out += [int(p) for p in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie its parent has yet to reap."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def supports_keeper(binary: str) -> bool:
-    """Whether an example's build takes -o keeper: its --help lists the
-    option (a line `keeper ...` or `-o keeper ...`)."""
-    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
-    return re.search(r"^\s+(-o\s+)?keeper\s", r.stdout + r.stderr, re.MULTILINE) is not None
-
-
 def run_stepped(cmd: list[str], on_step, timeout: float) -> str:
     """Runs mdtest with `--step` in `cmd`: calls `on_step("before"|"after",
     PHASE)` at each handshake, then lets it go on. Returns its stdout; raises
@@ -521,25 +493,8 @@ def read_hwm_kib(pid: int) -> int | None:
 # ---------------------------------------------------------------- cost
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TRACEFS = Path("/sys/kernel/tracing")
 REQUEST_EVENT = "fuse:fuse_request_send"
-
-
-def cpu_seconds(pid: int | list[int]) -> float | None:
-    """User plus system CPU time of a whole process (or the sum over a list
-    of them): /proc/PID/stat's utime and stime, which cover all its threads,
-    those that ended included."""
-    total = 0.0
-    for p in pid if isinstance(pid, list) else [pid]:
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            return None
-        # Fields after the command name (which may hold spaces) start at state (3).
-        fields = stat[stat.rindex(")") + 2:].split()
-        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return total
 
 
 def steal_seconds() -> float | None:
@@ -551,35 +506,6 @@ def steal_seconds() -> float | None:
         return int(fields[8]) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
-
-
-def context_switches(pid: int | list[int]) -> dict[int, int]:
-    """{thread id: voluntary + involuntary context switches so far}, of one
-    process or of every process of a list."""
-    out = {}
-    for p in pid if isinstance(pid, list) else [pid]:
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                text = Path(f"/proc/{p}/task/{tid}/status").read_text()
-            except OSError:
-                continue  # ended meanwhile
-            n = 0
-            for line in text.splitlines():
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                    n += int(line.split()[1])
-            out[int(tid)] = n
-    return out
-
-
-def switches_between(before: dict[int, int], after: dict[int, int]) -> int:
-    """Context switches from one snapshot to the next. A thread that ended in
-    between counts 1 (it woke at least to end); one that started counts all."""
-    n = sum(v - before.get(tid, 0) for tid, v in after.items())
-    return n + sum(1 for tid in before if tid not in after)
 
 
 def request_counting() -> str | None:
@@ -1028,18 +954,6 @@ class Suite:
 
 
 # ---------------------------------------------------------------- main
-
-
-def raise_on_signals() -> None:
-    """Makes Ctrl-C (even when started with SIGINT ignored), SIGTERM and
-    SIGHUP raise KeyboardInterrupt, so that a run's clean-up in `finally`
-    (daemons stopped, mounts freed) always runs."""
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ use fuse_wire::session::reply::*;
 use fuse_wire::session::{
     BackingFile, CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle,
     Filesystem, InitConfig, Inode, Lock, LockOwner, LockRequest, LseekRequest, MknodRequest, OpenFlags,
-    ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
+    ReadRequest, Recovery, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
     StatxRequest, WriteRequest,
 };
 use std::collections::HashMap;
@@ -2170,6 +2170,16 @@ fn reply_xattr(reply: ReplyXattr, r: Res<XattrOut>) {
 }
 
 impl Filesystem for PassthroughFs {
+    // Under a keeper its node table and open files are mirrored in memory
+    // the keeper holds (durable.rs); otherwise they die with the process.
+    fn recovery(&self) -> Recovery {
+        if self.kept {
+            Recovery::Durable
+        } else {
+            Recovery::Unsupported("passthrough_ll keeps its node table for a successor only with -o keeper")
+        }
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         if self.opts.writeback {
             config.want(InitFlags::WRITEBACK_CACHE);

@@ -586,6 +586,13 @@ impl NodeFs {
 }
 
 impl Filesystem for NodeFs {
+    fn recovery(&self) -> crate::Recovery {
+        crate::Recovery::Unsupported(
+            "the node layer keeps its node table and open files in this process only: a successor would \
+             give the node ids the kernel holds to other nodes (not yet supported under a keeper)",
+        )
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         config.wanted |= self.opts.wanted;
         if self.opts.readdirplus {

@@ -773,6 +773,14 @@ impl<F: PathFilesystem> PathFs<F> {
 }
 
 impl<F: PathFilesystem> Filesystem for PathFs<F> {
+    fn recovery(&self) -> crate::Recovery {
+        crate::Recovery::Unsupported(
+            "the path layer keeps its node table (node ids to paths) and open files in this process only: \
+             a successor would give the node ids the kernel holds to other files (not yet supported under \
+             a keeper)",
+        )
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         self.shared.fs.init(config)?;
         if config.wanted.contains(InitFlags::DO_READDIRPLUS) {

@@ -125,6 +125,11 @@ pub struct SessionConfig {
     /// written, so that whoever keeps the connection knows it even if this
     /// process dies a moment later (a keeper: [`crate::keeper`]).
     pub on_negotiated: Option<NegotiatedHook>,
+    /// For tests: called at each step of the start ([`StartStep`]), on the
+    /// thread that runs it, so that a test can stop or retire the session
+    /// at that very moment.
+    #[doc(hidden)]
+    pub on_start_step: Option<StartHook>,
     /// Channels for the workers after the first, by worker index (worker
     /// `i` reads `worker_channels[i - 1]`): clones of the session fd that
     /// someone else made and holds too (a keeper, so that the requests a
@@ -150,6 +155,49 @@ pub struct NegotiatedHook(pub Arc<dyn Fn(&Negotiated) + Send + Sync>);
 impl std::fmt::Debug for NegotiatedHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("NegotiatedHook")
+    }
+}
+
+/// The steps of a session's start, in order, at which
+/// [`SessionConfig::on_start_step`] is called.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartStep {
+    /// `run` has begun; nothing is read yet.
+    Begun,
+    /// INIT is answered (or the connection was taken over).
+    Negotiated,
+    /// The state every worker shares is made, not yet published: a stop
+    /// now finds nothing to mark.
+    SharedMade,
+    /// The shared state is published.
+    SharedPublished,
+    /// The `/dev/fuse` workers run.
+    WorkersStarted,
+    /// The transport is published; the pool's manager takes over.
+    Serving,
+}
+
+impl StartStep {
+    /// Every step, in order.
+    pub const ALL: [StartStep; 6] = [
+        StartStep::Begun,
+        StartStep::Negotiated,
+        StartStep::SharedMade,
+        StartStep::SharedPublished,
+        StartStep::WorkersStarted,
+        StartStep::Serving,
+    ];
+}
+
+/// A callback for [`SessionConfig::on_start_step`].
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct StartHook(pub Arc<dyn Fn(StartStep) + Send + Sync>);
+
+impl std::fmt::Debug for StartHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartHook")
     }
 }
 
@@ -194,6 +242,7 @@ impl Default for SessionConfig {
             o_direct_parallel_writes: true,
             journal: None,
             on_negotiated: None,
+            on_start_step: None,
             worker_channels: WorkerChannels::default(),
         }
     }
@@ -317,6 +366,20 @@ pub enum SessionError {
     /// Mounting failed.
     #[error(transparent)]
     Mount(#[from] MountError),
+    /// A request other than INIT came first: the connection was
+    /// initialised already, by another process (a descriptor handed over
+    /// without what INIT negotiated). Nothing was answered: its holder may
+    /// still serve it, or it ends (`ENOTCONN`) when the last holder closes
+    /// it.
+    #[error(
+        "the connection was initialised already ({0} came before INIT): it was handed over without \
+         what INIT negotiated, and cannot be served"
+    )]
+    AlreadyInitialised(Opcode),
+    /// The filesystem may not run under a keeper or the fd store
+    /// ([`crate::Filesystem::recovery`]).
+    #[error("refused under a keeper: {0}")]
+    NotRecoverable(String),
 }
 
 /// What a finished session reports.
@@ -402,7 +465,10 @@ impl SessionHandle {
     /// topmost mount on the mountpoint is still its own (see
     /// [`MountGuard::unmount`]).
     pub fn stop(&self) {
-        self.0.stop.store(true, Ordering::Release);
+        self.0.stop.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `Session::shared_state`: either it sees
+        // `stop`, or this sees the shared state it published.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(s) = self.0.shared.get() {
             s.shutdown.store(true, Ordering::Release);
         }
@@ -428,6 +494,26 @@ impl SessionHandle {
         self.0.retiring.store(true, Ordering::Release);
         *self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.stop();
+    }
+
+    /// Calls off a [`SessionHandle::retire`] that has not finished (a
+    /// handler that does not return holds it up): the session serves on as
+    /// before, its workers started again. `false` when it came too late:
+    /// every worker had ended and the session ends retired. A keeper uses
+    /// it when a retirement passes its deadline, rather than killing the
+    /// daemon that holds the filesystem's state.
+    pub fn cancel_retire(&self) -> bool {
+        let Some(s) = self.0.shared.get() else {
+            return false;
+        };
+        if !self.is_retiring() {
+            return false;
+        }
+        s.pool.resume(|| {
+            self.0.retiring.store(false, Ordering::Release);
+            self.0.stop.store(false, Ordering::SeqCst);
+            s.shutdown.store(false, Ordering::Release);
+        })
     }
 
     /// Whether [`SessionHandle::retire`] was called.
@@ -647,6 +733,7 @@ impl<F: Filesystem> Session<F> {
             crate::fault::arm();
         }
         let _registered = self.handle.0.threads.register();
+        self.step(StartStep::Begun);
         let pool_cfg = self.config.resolved();
         let (negotiated, buf, nr_queues, mut fallback) = match self.resumed.clone() {
             Some(n) => {
@@ -660,7 +747,9 @@ impl<F: Filesystem> Session<F> {
             }
             None => self.handshake_phase()?,
         };
+        self.step(StartStep::Negotiated);
         let shared = self.shared_state(&negotiated, pool_cfg, nr_queues);
+        self.step(StartStep::SharedPublished);
         // Before any worker reads: RESEND re-queues every request read and
         // not answered, this daemon's own included. A request a worker
         // of ours had read would come again while it is being carried out
@@ -670,6 +759,7 @@ impl<F: Filesystem> Session<F> {
             self.resend_orphans(&negotiated);
         }
         let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
+        self.step(StartStep::WorkersStarted);
         // The rings, once the /dev/fuse workers run (requests go there until
         // every queue has registered its entries).
         let rings = match nr_queues {
@@ -677,6 +767,7 @@ impl<F: Filesystem> Session<F> {
             n => self.start_rings(&shared, n, &mut fallback),
         };
         let info = self.publish_transport(&shared, rings.as_ref(), &negotiated, fallback);
+        self.step(StartStep::Serving);
         self.manage_workers(&shared, &spawner);
         let started = shared.pool.started();
         self.stop_rings(&shared, rings);
@@ -689,6 +780,12 @@ impl<F: Filesystem> Session<F> {
             transport: info,
             mount_left: self.mount_left.lock().unwrap_or_else(|e| e.into_inner()).take(),
         })
+    }
+
+    fn step(&self, step: StartStep) {
+        if let Some(h) = &self.config.on_start_step {
+            (h.0)(step);
+        }
     }
 
     /// After a takeover: the kernel queues again, marked as resent, every
@@ -801,7 +898,15 @@ impl<F: Filesystem> Session<F> {
         // The notifier learns the negotiation before the handle publishes it,
         // so that nobody who sees `negotiated()` gets `NotReady` from it.
         self.handle.0.notifier.set_negotiated(negotiated.clone());
+        self.step(StartStep::SharedMade);
         let _ = self.handle.0.shared.set(shared.clone());
+        // A stop (or retire) that came between reading `stop` above and
+        // publishing found no shared state to mark: it is seen here.
+        // (Pairs with the fence in `SessionHandle::stop`.)
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.handle.0.stop.load(Ordering::SeqCst) {
+            shared.shutdown.store(true, Ordering::Release);
+        }
         shared
     }
 
@@ -989,14 +1094,12 @@ impl<F: Filesystem> Session<F> {
                     header,
                     ..
                 }) => (header.unique, arg),
+                // The kernel sends nothing before INIT is answered: any
+                // other request means someone answered INIT already.
+                // Answering it (or the ones after it) with errors would
+                // fail every caller of a live mount for good.
                 Ok(req) => {
-                    let op = req.op.opcode();
-                    log::error!("{op} request before INIT; answering EIO");
-                    if op.expects_reply() {
-                        let u = req.header.unique;
-                        self.send(op, &Reply::error(u, Errno::EIO));
-                    }
-                    continue;
+                    return Err(SessionError::AlreadyInitialised(req.op.opcode()));
                 }
                 Err(e) => {
                     log::error!("malformed request before INIT: {e}");
