@@ -976,9 +976,6 @@ filesystem options (-o):
                        allows it; otherwise /dev/fuse, with the reason logged
     passthrough        open files in kernel passthrough mode when the kernel
                        allows it
-    serial_o_direct    O_DIRECT opens keep the path layer's flags alone; by
-                       default they get DIRECT_IO | PARALLEL_DIRECT_WRITES, so
-                       that O_DIRECT writers of one file write at once
 
 mount options: fsname=, subtype=, allow_other, allow_root, ro, rw, [no]suid,
     [no]dev, [no]exec, [no]atime, [no]diratime, sync, async, dirsync,

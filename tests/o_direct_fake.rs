@@ -3,10 +3,12 @@
 //! whose flags carry `O_DIRECT` is answered with `DIRECT_IO |
 //! PARALLEL_DIRECT_WRITES` added to what the filesystem chose, a buffered
 //! one with the filesystem's flags alone, byte for byte, for
-//! passthrough_ll (the raw trait) and pathfs (the path layer) over a
-//! scratch directory. Not before 7.38, where the flag means nothing, nor
-//! without `DIRECT_IO_ALLOW_MMAP` (a shared mapping of the descriptor
-//! would fail), nor when the session turned the default off; passthrough_ll's
+//! passthrough_ll (the raw trait) over a scratch directory. Not before
+//! 7.38, where the flag means nothing, nor without `DIRECT_IO_ALLOW_MMAP`
+//! (a shared mapping of the descriptor would fail), nor without
+//! `HANDLE_KILLPRIV_V2` (nobody would clear set-ID bits on a `DIRECT_IO`
+//! write), so not for pathfs on the path layer, which does not ask for it;
+//! nor when the session turned the default off; passthrough_ll's
 //! `parallel_direct_writes` still sets both on every open.
 
 mod common_fake;
@@ -53,8 +55,11 @@ const PARALLEL: u32 = FopenFlags::DIRECT_IO.bits() | FopenFlags::PARALLEL_DIRECT
 const NOFLUSH: u32 = FopenFlags::NOFLUSH.bits();
 
 /// What the kernel offers in INIT: `DIRECT_IO_ALLOW_MMAP` (and `INIT_EXT`,
-/// which carries it), or nothing.
-const MMAP: u64 = InitFlags::INIT_EXT.bits() | InitFlags::DIRECT_IO_ALLOW_MMAP.bits();
+/// which carries it) and `HANDLE_KILLPRIV_V2` (which passthrough_ll wants as
+/// root), or less.
+const MMAP: u64 = InitFlags::INIT_EXT.bits()
+    | InitFlags::DIRECT_IO_ALLOW_MMAP.bits()
+    | InitFlags::HANDLE_KILLPRIV_V2.bits();
 
 /// A session on the fake kernel after INIT at `7.minor` offering `offer`,
 /// and the next unique.
@@ -206,22 +211,34 @@ fn passthrough_ll_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache(
     k.fake.expect_silence("nothing more");
 }
 
+/// The path layer does not clear set-ID bits on a WRITE's `KILL_SUIDGID`
+/// (it does not ask for `HANDLE_KILLPRIV_V2`), which a `DIRECT_IO` write
+/// leaves to it: its `O_DIRECT` opens keep the page cache's direct path.
 #[test]
-fn pathfs_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
+fn pathfs_o_direct_opens_keep_their_flags_without_killpriv() {
     let dir = scratch();
     let k = Kernel::start(pathfs(dir.path()), 45, MMAP, SessionConfig::default());
     let f = k.lookup("f");
-    k.open(f, RW, NOFLUSH, "buffered OPEN: the filesystem's flags alone");
-    k.open(f, DIRECT, NOFLUSH | PARALLEL, "O_DIRECT OPEN");
-    k.create(CREATE, "c1", RW | libc::O_CREAT, NOFLUSH, "buffered CREATE");
-    k.create(
-        CREATE,
-        "c2",
-        DIRECT | libc::O_CREAT,
-        NOFLUSH | PARALLEL,
-        "O_DIRECT CREATE",
-    );
+    k.open(f, RW, NOFLUSH, "buffered OPEN");
+    k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN");
+    k.create(CREATE, "c2", DIRECT | libc::O_CREAT, NOFLUSH, "O_DIRECT CREATE");
     k.fake.expect_silence("nothing more");
+}
+
+/// Without `HANDLE_KILLPRIV_V2` nobody would clear set-ID bits on a
+/// `DIRECT_IO` write: no default then.
+#[test]
+fn no_parallel_direct_writes_without_killpriv() {
+    let dir = scratch();
+    let offer = MMAP & !InitFlags::HANDLE_KILLPRIV_V2.bits();
+    let k = Kernel::start(
+        passthrough(dir.path(), false),
+        45,
+        offer,
+        SessionConfig::default(),
+    );
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN without HANDLE_KILLPRIV_V2");
 }
 
 #[test]
@@ -240,7 +257,13 @@ fn no_parallel_direct_writes_before_7_38() {
 #[test]
 fn no_parallel_direct_writes_without_shared_mmap_of_direct_io_files() {
     let dir = scratch();
-    let k = Kernel::start(passthrough(dir.path(), false), 45, 0, SessionConfig::default());
+    let offer = MMAP & !InitFlags::DIRECT_IO_ALLOW_MMAP.bits();
+    let k = Kernel::start(
+        passthrough(dir.path(), false),
+        45,
+        offer,
+        SessionConfig::default(),
+    );
     let f = k.lookup("f");
     k.open(f, DIRECT, 0, "O_DIRECT OPEN without DIRECT_IO_ALLOW_MMAP");
 }

@@ -3,10 +3,10 @@
 //! per-opcode counts, errors and the most requests in flight at once, plus
 //! the inodes the kernel still held at exit):
 //!
-//! - `O_DIRECT` writes to one file reach the daemon concurrently by
+//! - `O_DIRECT` writes to one file reach passthrough_ll concurrently by
 //!   default (the session answers `O_DIRECT` opens `DIRECT_IO |
-//!   PARALLEL_DIRECT_WRITES`) and with `-o parallel_direct_writes`, for
-//!   passthrough_ll and for pathfs on the path layer, and one at a time with
+//!   PARALLEL_DIRECT_WRITES`) and with `-o parallel_direct_writes`, and
+//!   one at a time with
 //!   `-o serial_o_direct`; the data is right in every case, read back
 //!   through a new buffered descriptor and through one that had the old
 //!   content in the page cache before the writes, and through a shared
@@ -226,15 +226,14 @@ fn parallel_direct_writes_reach_the_daemon_concurrently() {
     if !common::require_mount_capability() {
         return;
     }
-    // Two workers inside WRITE at once in some run, for the default, the
-    // option and the path layer; never without the flag (serial_o_direct).
+    // Two workers inside WRITE at once in some run, for the default and the
+    // option; never without the flag (serial_o_direct).
     let cases = [
         ("passthrough_ll by default", Fs::Passthrough("threads=8")),
         (
             "passthrough_ll -o parallel_direct_writes",
             Fs::Passthrough("threads=8,parallel_direct_writes"),
         ),
-        ("pathfs by default", Fs::Pathfs("threads=8")),
     ];
     let mut report = String::new();
     let mut failures = Vec::new();

@@ -264,7 +264,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// size is not known in advance (else the kernel reads no further than
     /// the size in the attributes), `KEEP_CACHE` to keep cached pages of an
     /// unchanged file. The default opens with handle 0 and no flags. An
-    /// `O_DIRECT` open's answer gets `DIRECT_IO | PARALLEL_DIRECT_WRITES`
+    /// `O_DIRECT` open's answer may get `DIRECT_IO | PARALLEL_DIRECT_WRITES`
     /// added by the session (see
     /// [`crate::SessionConfig::o_direct_parallel_writes`]), here and in
     /// CREATE and TMPFILE.

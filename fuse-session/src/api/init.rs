@@ -228,11 +228,16 @@ impl Negotiated {
 
     /// The open-reply flags that let `O_DIRECT` callers of one file write
     /// at once: `DIRECT_IO | PARALLEL_DIRECT_WRITES` from 7.38 on when
-    /// `DIRECT_IO_ALLOW_MMAP` was granted, nothing otherwise (the kernel
-    /// takes the inode lock shared for non-extending writes only on files
-    /// opened with both; on an `O_DIRECT` descriptor without `DIRECT_IO`
-    /// every write takes it exclusively; and without `DIRECT_IO_ALLOW_MMAP`
-    /// a `DIRECT_IO` descriptor could no longer be mapped shared).
+    /// `DIRECT_IO_ALLOW_MMAP` and `HANDLE_KILLPRIV_V2` were granted, nothing
+    /// otherwise. The kernel takes the inode lock shared for non-extending
+    /// writes only on files opened with both; on an `O_DIRECT` descriptor
+    /// without `DIRECT_IO` every write takes it exclusively. Without
+    /// `DIRECT_IO_ALLOW_MMAP` a `DIRECT_IO` descriptor could no longer be
+    /// mapped shared. And a `DIRECT_IO` write does not clear set-user-ID
+    /// and set-group-ID bits in the kernel, as a write through the page
+    /// cache does (by a SETATTR): it only flags the WRITE
+    /// (`WriteFlags::KILL_SUIDGID`) for the filesystem to clear them, which
+    /// a filesystem promises by asking for `HANDLE_KILLPRIV_V2`.
     ///
     /// The session adds these to the answer of every `O_DIRECT` OPEN,
     /// CREATE and TMPFILE that is not passed through
@@ -249,6 +254,7 @@ impl Negotiated {
     pub fn o_direct_flags(&self) -> FopenFlags {
         if fuse_proto::version::has_parallel_direct_writes(self.minor)
             && self.flags.contains(InitFlags::DIRECT_IO_ALLOW_MMAP)
+            && self.flags.contains(InitFlags::HANDLE_KILLPRIV_V2)
         {
             FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES
         } else {

@@ -108,8 +108,11 @@ pub struct SessionConfig {
     /// chose, unless it passed the file through to a backing file (on by
     /// default). Such a descriptor bypasses the page cache, as its caller
     /// asked, and its non-extending writes to one file run at once instead
-    /// of one after another; buffered opens keep the page cache. Turn it
-    /// off for a filesystem whose writes to one file must not overlap in
+    /// of one after another; buffered opens keep the page cache. It
+    /// applies only where [`Negotiated::o_direct_flags`] is not empty: to
+    /// filesystems that clear set-ID bits on writes themselves (they asked
+    /// for `HANDLE_KILLPRIV_V2`; the kernel leaves that to the filesystem
+    /// for a `DIRECT_IO` write), from 7.38 on. Turn it off for a filesystem whose writes to one file must not overlap in
     /// time, or whose `O_DIRECT` descriptors must be mappable shared
     /// without [`InitFlags::DIRECT_IO_ALLOW_MMAP`](crate::proto::flags::InitFlags::DIRECT_IO_ALLOW_MMAP)
     /// (the kernel refuses `MAP_SHARED` on a `DIRECT_IO` file without it).

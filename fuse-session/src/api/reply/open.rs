@@ -38,9 +38,8 @@ fn open_out(fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) ->
 
 impl ReplyOpen {
     /// Opened with handle `fh` and `flags` (e.g. `DIRECT_IO | PARALLEL_DIRECT_WRITES`).
-    /// The answer of an `O_DIRECT` open gets those two added unless the
-    /// session was told otherwise
-    /// ([`crate::SessionConfig::o_direct_parallel_writes`]).
+    /// The answer of an `O_DIRECT` open may get those two added by the
+    /// session ([`crate::SessionConfig::o_direct_parallel_writes`]).
     ///
     /// ```no_run
     /// # fn doc(reply: fuse_session::reply::ReplyOpen) {
