@@ -1932,7 +1932,7 @@ fn init_at_7_12_short_reply_and_old_layouts() {
             max_pages: 0,
             ..BASE
         },
-        refused: [10, 12, 15, 18, 22, 29, 30]
+        refused: [10, 12, 15, 18, 22, 29, 30, 36]
             .iter()
             .map(|&b| (1u64 << b, Refusal::NotOffered))
             .collect(),
@@ -1992,6 +1992,7 @@ fn init_at_7_22_short_reply_and_splice_refused() {
             (1 << 22, Refusal::NotOffered),
             (1 << 29, Refusal::NotOffered),
             (1 << 30, Refusal::NotOffered),
+            (1 << 36, Refusal::NotOffered),
         ],
     });
     let x = 100;
@@ -2039,6 +2040,7 @@ fn init_at_7_31_full_reply_without_flags2() {
             (1 << 26, Refusal::NotOffered),
             (1 << 29, Refusal::NotOffered),
             (1 << 30, Refusal::NotOffered),
+            (1 << 36, Refusal::NotOffered),
         ],
     });
     // Without SETXATTR_EXT the kernel sends the 8-byte fuse_setxattr_in.
@@ -2070,7 +2072,8 @@ fn init_at_7_36_flags2_with_init_ext() {
             flags2: 1,
             ..BASE
         },
-        refused: vec![],
+        // DIRECT_IO_ALLOW_MMAP (wanted by default) came with 7.39.
+        refused: vec![(1 << 36, Refusal::NotOffered)],
     });
     // SETXATTR_EXT: the 16-byte fuse_setxattr_in.
     let x = 100;
@@ -2138,7 +2141,7 @@ fn init_at_7_45_everything_new() {
         reply_size: 64,
         out: InitOutFields {
             flags: bits(&[0, 5, 12, 15, 18, 22, 29, 30]) as u32,
-            flags2: bits(&[2, 3, 7, 8, 10]) as u32,
+            flags2: bits(&[2, 3, 4, 7, 8, 10]) as u32,
             request_timeout: 30,
             ..BASE
         },
@@ -2271,6 +2274,7 @@ fn init_flags2_is_ignored_without_init_ext() {
         [
             (InitFlags::INIT_EXT, Refusal::NotOffered),
             (InitFlags::SECURITY_CTX, Refusal::NotOffered),
+            (InitFlags::DIRECT_IO_ALLOW_MMAP, Refusal::NotOffered),
         ]
     );
 }

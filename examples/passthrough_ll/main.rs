@@ -121,6 +121,7 @@ fn run() -> i32 {
         track_inflight: args.stats.is_some(),
         splice_write: args.splice_write,
         splice_write_min: args.splice_write_min,
+        o_direct_parallel_writes: !args.serial_o_direct,
         transport: if args.uring {
             Transport::Uring
         } else {

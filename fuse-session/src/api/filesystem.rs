@@ -263,7 +263,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// in READ, WRITE, RELEASE…) and flags: `DIRECT_IO` for content whose
     /// size is not known in advance (else the kernel reads no further than
     /// the size in the attributes), `KEEP_CACHE` to keep cached pages of an
-    /// unchanged file. The default opens with handle 0 and no flags.
+    /// unchanged file. The default opens with handle 0 and no flags. An
+    /// `O_DIRECT` open's answer may get `DIRECT_IO | PARALLEL_DIRECT_WRITES`
+    /// added by the session (see
+    /// [`crate::SessionConfig::o_direct_parallel_writes`]), here and in
+    /// CREATE and TMPFILE.
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let _ = (ctx, ino, flags);
         reply.opened(FileHandle(0), fuse_proto::flags::FopenFlags::empty());

@@ -36,10 +36,12 @@ mod open;
 
 pub use dir::{DirAdd, DirPlusAdd, ReplyDirectory, ReplyDirectoryPlus};
 
+use crate::backing::BackingFile;
 use crate::conn::WorkerCore;
 use crate::interrupt::Slot;
 use crate::splice::Pipes;
 use crate::types::Inode;
+use fuse_proto::flags::FopenFlags;
 use fuse_proto::{Errno, Opcode, Reply};
 use std::sync::Arc;
 
@@ -50,6 +52,9 @@ pub(crate) struct ReplyCore {
     worker: Arc<WorkerCore>,
     slot: Slot,
     atomic_open: bool,
+    /// An OPEN, CREATE or TMPFILE with `O_DIRECT`: its answer gets the
+    /// session's `O_DIRECT` flags ([`ReplyCore::open_flags`]).
+    o_direct: bool,
     /// The error to send instead of ENOSYS (the default CREATE).
     enosys_as: Option<Errno>,
     /// The node whose cached attributes the kernel must drop before a
@@ -68,6 +73,7 @@ impl ReplyCore {
             worker,
             slot,
             atomic_open: false,
+            o_direct: false,
             enosys_as: None,
             mode_stale: None,
             journal: None,
@@ -79,6 +85,24 @@ impl ReplyCore {
     /// `FOPEN_FILE_CREATED`).
     pub(crate) fn set_atomic_open(&mut self) {
         self.atomic_open = true;
+    }
+
+    /// Marks an open whose caller asked for `O_DIRECT` (see
+    /// [`crate::SessionConfig::o_direct_parallel_writes`]).
+    pub(crate) fn set_o_direct(&mut self, direct: bool) {
+        self.o_direct = direct;
+    }
+
+    /// The open flags to answer with: the filesystem's, plus the session's
+    /// `O_DIRECT` flags for an `O_DIRECT` open served here (a passed-through
+    /// file's reads and writes go to its backing file, which sees the
+    /// caller's `O_DIRECT` itself; `DIRECT_IO` would bring them back here).
+    fn open_flags(&self, flags: FopenFlags, backing: Option<&BackingFile>) -> FopenFlags {
+        if self.o_direct && backing.is_none() && !flags.contains(FopenFlags::PASSTHROUGH) {
+            flags | self.worker.shared.o_direct
+        } else {
+            flags
+        }
     }
 
     /// The request asked the filesystem to clear set-ID bits of `nodeid`

@@ -338,7 +338,9 @@ pub trait OpenFile: Any + Send + Sync {
 pub struct Opened {
     /// The file.
     pub file: Box<dyn OpenFile>,
-    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    /// `DIRECT_IO`, `KEEP_CACHE`, … (the session may add `DIRECT_IO |
+    /// PARALLEL_DIRECT_WRITES` for an `O_DIRECT` open: see
+    /// [`SessionConfig::o_direct_parallel_writes`](crate::SessionConfig::o_direct_parallel_writes))
     pub flags: FopenFlags,
     /// A passthrough backing file: the kernel reads and writes it directly
     /// (see [`RequestContext::open_backing`]); the library keeps it until

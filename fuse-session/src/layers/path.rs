@@ -369,7 +369,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
 pub struct PathOpened<F> {
     /// The file.
     pub file: F,
-    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    /// `DIRECT_IO`, `KEEP_CACHE`, … (the session may add `DIRECT_IO |
+    /// PARALLEL_DIRECT_WRITES` for an `O_DIRECT` open: see
+    /// [`SessionConfig::o_direct_parallel_writes`](crate::SessionConfig::o_direct_parallel_writes))
     pub flags: FopenFlags,
     /// A passthrough backing file (see [`RequestContext::open_backing`];
     /// the kernel must have granted `PASSTHROUGH`, asked for in

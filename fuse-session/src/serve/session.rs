@@ -33,7 +33,7 @@ use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::WorkerEnd;
 use fuse_proto::abi::InitIn;
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 use fuse_proto::request::{ParseConfig, peek_unique};
 use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,6 +103,23 @@ pub struct SessionConfig {
     /// [`SessionConfig::splice_write`] (0:
     /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
+    /// Answer every `O_DIRECT` OPEN, CREATE and TMPFILE with
+    /// [`Negotiated::o_direct_flags`] added to the flags the filesystem
+    /// chose, unless it passed the file through to a backing file (on by
+    /// default). Such a descriptor bypasses the page cache, as its caller
+    /// asked, and its non-extending writes to one file run at once instead
+    /// of one after another; buffered opens keep the page cache. It
+    /// applies only where [`Negotiated::o_direct_flags`] is not empty: to
+    /// filesystems that clear set-ID bits on writes themselves (they asked
+    /// for `HANDLE_KILLPRIV_V2`; the kernel leaves that to the filesystem
+    /// for a `DIRECT_IO` write), from 7.38 on. Turn it off for a filesystem whose writes to one file must not overlap in
+    /// time, or whose `O_DIRECT` descriptors must be mappable shared
+    /// without [`InitFlags::DIRECT_IO_ALLOW_MMAP`](crate::proto::flags::InitFlags::DIRECT_IO_ALLOW_MMAP)
+    /// (the kernel refuses `MAP_SHARED` on a `DIRECT_IO` file without it).
+    /// The kernel does not tell the filesystem about a later
+    /// `fcntl(F_SETFL, O_DIRECT)`: such a descriptor keeps the flags of its
+    /// open (page cache, writes one at a time).
+    pub o_direct_parallel_writes: bool,
     /// The journal of requests in flight, which makes requests that a dead
     /// predecessor carried out take effect once ([`crate::journal`]). Set
     /// by [`crate::keeper::KeeperLink::serve`].
@@ -225,6 +242,7 @@ impl Default for SessionConfig {
             track_inflight: false,
             splice_write: false,
             splice_write_min: 0,
+            o_direct_parallel_writes: true,
             journal: None,
             on_negotiated: None,
             on_start_step: None,
@@ -238,8 +256,10 @@ impl SessionConfig {
     /// command line that mixes them with mount options (what
     /// [`MountOptions::parse_known`] leaves over): `threads=N` (N > 0, sets
     /// [`SessionConfig::workers`]), `max_threads=N` (1 to 4096, sets
-    /// [`SessionConfig::max_workers`]) or `uring` (sets
-    /// [`SessionConfig::transport`] to [`Transport::Uring`]). Returns
+    /// [`SessionConfig::max_workers`]), `uring` (sets
+    /// [`SessionConfig::transport`] to [`Transport::Uring`]) or
+    /// `serial_o_direct` (clears [`SessionConfig::o_direct_parallel_writes`]:
+    /// `O_DIRECT` opens get the filesystem's flags alone). Returns
     /// whether it took `opt`; anything else, `threads` without a positive
     /// number included, is left to the caller.
     ///
@@ -247,12 +267,13 @@ impl SessionConfig {
     /// use fuse_session::{MountOptions, SessionConfig, Transport};
     ///
     /// let (mount, ours) =
-    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,source=/srv").unwrap();
+    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,serial_o_direct,source=/srv").unwrap();
     /// let mut session = SessionConfig::default();
     /// let rest: Vec<String> = ours.into_iter().filter(|o| !session.take_option(o)).collect();
     /// assert!(mount.read_only);
     /// assert_eq!((session.workers, session.max_workers), (4, 8));
     /// assert_eq!(session.transport, Transport::Uring);
+    /// assert!(!session.o_direct_parallel_writes);
     /// assert_eq!(rest, ["source=/srv"]);
     /// assert!(!session.take_option("threads=0"));
     /// assert!(!session.take_option("threads=many"));
@@ -271,6 +292,7 @@ impl SessionConfig {
                 _ => return false,
             },
             None if opt == "uring" => self.transport = Transport::Uring,
+            None if opt == "serial_o_direct" => self.o_direct_parallel_writes = false,
             _ => return false,
         }
         true
@@ -865,6 +887,11 @@ impl<F: Filesystem> Session<F> {
                     n => n,
                 }),
             uring_base: slots,
+            o_direct: if self.config.o_direct_parallel_writes {
+                negotiated.o_direct_flags()
+            } else {
+                FopenFlags::empty()
+            },
             callers: CallerPolicy::new(
                 self.config.proc_credentials,
                 self.handed_over,

@@ -38,6 +38,8 @@ fn open_out(fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) ->
 
 impl ReplyOpen {
     /// Opened with handle `fh` and `flags` (e.g. `DIRECT_IO | PARALLEL_DIRECT_WRITES`).
+    /// The answer of an `O_DIRECT` open may get those two added by the
+    /// session ([`crate::SessionConfig::o_direct_parallel_writes`]).
     ///
     /// ```no_run
     /// # fn doc(reply: fuse_session::reply::ReplyOpen) {
@@ -72,7 +74,7 @@ impl ReplyOpen {
     }
 
     fn finish(self, fh: FileHandle, flags: FopenFlags, backing: Option<&BackingFile>) {
-        match open_out(fh, flags, backing) {
+        match open_out(fh, self.core.open_flags(flags, backing), backing) {
             Ok(out) => {
                 let u = self.core.unique;
                 self.core.send(&Reply::open(u, &out))
@@ -128,7 +130,7 @@ impl ReplyCreate {
         backing: Option<&BackingFile>,
         created: bool,
     ) {
-        match open_out(fh, flags, backing) {
+        match open_out(fh, self.core.open_flags(flags, backing), backing) {
             Ok(mut out) => {
                 if created && self.core.atomic_open {
                     out.open_flags |= FOPEN_FILE_CREATED;
