@@ -325,3 +325,104 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
         threads.len()
     );
 }
+
+/// Runs `f` on a new thread whose credentials are `uid`'s (raw system
+/// calls: they change this thread only, as FUSE sees its callers).
+fn spawn_as<T: Send + 'static>(
+    uid: u32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            // SAFETY: raw credential system calls, for this thread only.
+            unsafe {
+                assert_eq!(
+                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()),
+                    0
+                );
+                assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
+                assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
+            }
+            f()
+        })
+        .expect("spawn a thread")
+}
+
+const NOBODY: u32 = 65534;
+
+/// More readers of one uid than the handlers, the futures in flight and
+/// the 1024 requests the pool used to queue at its cap can hold: every one
+/// waits its turn and gets its data, and root's requests meanwhile are
+/// answered too; none is answered an error because of the load.
+fn slow_readers_of_one_user_all_wait_their_turn(api: &str, opts: &str, readers: usize) {
+    let fs = Slowfs::start(
+        &format!("slowfs-load-{api}"),
+        &format!("api={api},latency_ms=0,files=8,size=4096,threads=2,allow_other,{opts}"),
+    );
+    let files: Vec<std::sync::Arc<File>> = (0..8)
+        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
+        .collect();
+    let handles: Vec<_> = (0..readers)
+        .map(|i| {
+            let (n, file) = (i % files.len(), files[i % files.len()].clone());
+            spawn_as(NOBODY, move || {
+                let mut buf = vec![0u8; 4096];
+                let got = file.read_at(&mut buf, 0).map(|k| buf[..k].to_vec());
+                (n, got.map_err(|e| e.raw_os_error()))
+            })
+        })
+        .collect();
+    // Root's own requests while they wait: a lookup, an open and a read.
+    fs.wait_for("the readers to fill the daemon", |f| f.stat("running") >= 32);
+    let stat = std::fs::metadata(fs.path("file-005")).map(|m| m.len());
+    assert_eq!(
+        stat.map_err(|e| e.raw_os_error()),
+        Ok(4096),
+        "root's stat under load"
+    );
+    let mnt = fs.mp.path().to_path_buf();
+    let results = bounded(&mnt, Duration::from_secs(110), "the readers", move || {
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reader"))
+            .collect::<Vec<_>>()
+    });
+    let mut failed = std::collections::BTreeMap::new();
+    for (n, got) in results {
+        match got {
+            Ok(data) => assert!(
+                data == tree::generated(n as u64, 0, 4096),
+                "file-{n:03}: wrong content"
+            ),
+            Err(e) => *failed.entry(e).or_insert(0) += 1,
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "of {readers} readers, these failed (errno: count): {failed:?}"
+    );
+}
+
+#[test]
+fn async_readers_beyond_every_bound_wait_and_none_gets_eagain() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // 256 futures, 4 threads waiting at that bound and 1024 queued were
+    // all the old pool held: 1,500 readers were more.
+    slow_readers_of_one_user_all_wait_their_turn(
+        "async",
+        "read_latency_ms=2000,max_threads=4,max_in_flight=256",
+        1500,
+    );
+}
+
+#[test]
+fn sync_readers_beyond_every_bound_wait_and_none_gets_eagain() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // 64 handlers and 1024 queued were all the old pool held.
+    slow_readers_of_one_user_all_wait_their_turn("sync", "read_latency_ms=500,max_threads=64", 1500);
+}

@@ -43,10 +43,13 @@
 //!
 //! At most [`AsyncFs::max_in_flight`] futures run at once
 //! ([`DEFAULT_MAX_IN_FLIGHT`]). A request read beyond it waits on the
-//! thread that read it until a future ends; once every thread of the pool
-//! waits so, further requests stay in the kernel's queue. Nothing queues
-//! without bound, and memory is bounded by the bound times what one request
-//! holds, however many callers there are.
+//! thread that read it until a future ends, or until its caller is
+//! interrupted (it is then answered `EINTR`: it never started); once every
+//! thread of the pool waits so, further requests are parked by the
+//! session, bounded, and beyond that stay in the kernel's queue (see
+//! `docs/architecture.md`). None is answered an error for want of room.
+//! Futures' memory is bounded by the bound times what one request holds,
+//! however many callers there are.
 //!
 //! # Costs
 //!
