@@ -426,3 +426,113 @@ fn sync_readers_beyond_every_bound_wait_and_none_gets_eagain() {
     // 64 handlers and 1024 queued were all the old pool held.
     slow_readers_of_one_user_all_wait_their_turn("sync", "read_latency_ms=500,max_threads=64", 1500);
 }
+
+/// `n` readers blocked in 30 s READs at once, with at most `max_in_flight`
+/// futures and one `/dev/fuse` worker (one io_uring table per queue), all
+/// sent SIGINT: every one gets `EINTR`, none waits for its data, whether
+/// its future runs, its request waits for room at the bound, or it is
+/// parked. Returns the daemon.
+fn interrupted_readers_all_get_eintr(tag: &str, n: usize, max_in_flight: usize) -> Slowfs {
+    let fs = Slowfs::start(
+        tag,
+        &format!(
+            "latency_ms=0,read_latency_ms=30000,files=8,size=4096,threads=1,max_threads=1,max_in_flight={max_in_flight}"
+        ),
+    );
+    let file = std::sync::Arc::new(File::open(fs.path("file-001")).expect("open"));
+    catch_sigint();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let readers: Vec<_> = (0..n)
+        .map(|_| {
+            let (file, tid_tx) = (file.clone(), tid_tx.clone());
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    // SAFETY: pthread_self and gettid have no preconditions.
+                    let ids = unsafe { (libc::pthread_self(), libc::gettid()) };
+                    tid_tx.send(ids).expect("send the thread ids");
+                    let mut buf = [0u8; 4096];
+                    file.read_at(&mut buf, 0).map_err(|e| e.raw_os_error())
+                })
+                .expect("spawn a reader")
+        })
+        .collect();
+    let tids: Vec<(libc::pthread_t, libc::pid_t)> = (0..n)
+        .map(|_| tid_rx.recv_timeout(STEP).expect("a thread id"))
+        .collect();
+    // Every reader in its pread64: a signal before it would be missed. The
+    // daemon's `.stats` cannot tell beyond the bound: its own READ waits
+    // for room behind the readers'.
+    let deadline = Instant::now() + STEP;
+    let call = libc::SYS_pread64.to_string();
+    for (_, tid) in &tids {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        while std::fs::read_to_string(&path).map_or(true, |s| s.split(' ').next() != Some(call.as_str())) {
+            assert!(Instant::now() < deadline, "reader {tid} never blocked in pread64");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    if n <= max_in_flight {
+        fs.wait_for("the READs to reach the daemon", |f| {
+            f.stat("running") as usize == n
+        });
+    }
+    for (tid, _) in tids {
+        // SAFETY: each reader is alive until its read returns, which only the
+        // signal (or the 30 s latency) ends.
+        let r = unsafe { libc::pthread_kill(tid, libc::SIGINT) };
+        assert_eq!(r, 0, "pthread_kill");
+    }
+    let mnt = fs.mp.path().to_path_buf();
+    let results = bounded(
+        &mnt,
+        Duration::from_secs(90),
+        "the interrupted readers",
+        move || {
+            readers
+                .into_iter()
+                .map(|r| r.join().expect("a reader"))
+                .collect::<Vec<_>>()
+        },
+    );
+    let eintr = results.iter().filter(|r| **r == Err(Some(libc::EINTR))).count();
+    let others: Vec<_> = results
+        .iter()
+        .filter(|r| **r != Err(Some(libc::EINTR)))
+        .take(5)
+        .collect();
+    assert_eq!(eintr, n, "readers that got EINTR (some others: {others:?})");
+    fs.wait_for("the daemon to drop every READ", |f| f.stat("running") == 0);
+    fs
+}
+
+/// 1,000 readers near the default bound of 1,024 futures: an in-flight
+/// table used to register 256 requests; the others could not be
+/// interrupted and read their data 30 s later.
+#[test]
+fn a_thousand_interrupted_readers_near_the_bound_all_get_eintr() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = interrupted_readers_all_get_eintr("slowfs-interrupt-1000", 1000, 1024);
+    assert_eq!(fs.stat("cancelled"), 1000, "{:?}", fs.stats());
+}
+
+/// 3,000 readers, ten times the bound on futures: most are parked or wait
+/// for room, and are answered `EINTR` without ever starting.
+#[test]
+fn interrupted_readers_beyond_the_bound_all_get_eintr() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    if common::over_uring() {
+        // Known gap: over io_uring some of these readers are not
+        // interrupted and read their data when the latency ends (see
+        // issue 32); the test runs on /dev/fuse only until that is fixed.
+        eprintln!("interrupted_readers_beyond_the_bound: not run over io_uring (known gap)");
+        return;
+    }
+    let fs = interrupted_readers_all_get_eintr("slowfs-interrupt-parked", 3000, 300);
+    // Cancelled if it started before its INTERRUPT came, else never started.
+    assert!(fs.stat("cancelled") <= 3000, "{:?}", fs.stats());
+}

@@ -36,8 +36,11 @@
 //! session stops, every future still running is dropped (its request
 //! answered `EINTR`) before [`AsyncFilesystem::destroy`].
 //!
-//! Requests are interruptible as long as the worker's in-flight table has
-//! a slot for them (256 per worker); beyond that a request runs to its end.
+//! Every request in flight is interruptible: the in-flight table of the
+//! worker that read it grows for as many as it has at once (up to 65,536
+//! per worker, far above any `max_in_flight` in use; beyond that a request
+//! runs to its end). A request still waiting for room at the bound gives up
+//! at once with `EINTR`.
 //!
 //! # Backpressure
 //!
