@@ -645,9 +645,16 @@ fn first_cpu() -> usize {
 /// `ENOLCK`. Every process runs on one CPU, so that over io_uring all the
 /// requests go to the same queue, whose entries are the scarcer pool.
 fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: Lock) {
+    greedy_users_leave_room_for_another_users_lock(example, kind, 1, GREEDY_WAITERS)
+}
+
+/// [`one_users_waiters_leave_room_for_another_users_lock`] with `users`
+/// greedy users (uids from [`GREEDY`] on), `each` waiters of each.
+fn greedy_users_leave_room_for_another_users_lock(example: Example, kind: Lock, users: u32, each: usize) {
     if !common::require_mount_capability() {
         return;
     }
+    let total = users as usize * each;
     let tm = TempMountpoint::new("pool-share");
     let lock_opt = match kind {
         Lock::Posix => "posix_lock",
@@ -670,8 +677,15 @@ fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: L
     assert_eq!(hold_b.hear(deadline), Some(b'H'), "the holder of b");
 
     // The greedy user's waiters on a: each waits or is refused.
-    let greedy: Vec<Kid> = (0..GREEDY_WAITERS)
-        .map(|_| Kid::spawn_on(GREEDY, &a, Role::Wait(kind), cpu))
+    let greedy: Vec<Kid> = (0..total)
+        .map(|i| {
+            Kid::spawn_on(
+                GREEDY + 10 * (i % users as usize) as u32,
+                &a,
+                Role::Wait(kind),
+                cpu,
+            )
+        })
         .collect();
     for (i, w) in greedy.iter().enumerate() {
         assert_eq!(w.hear(deadline), Some(b'S'), "greedy waiter {i} did not start");
@@ -680,7 +694,7 @@ fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: L
     // blocked has a helper thread of its own waiting for a (no helper
     // thread is idle: a wait that got one is still waiting).
     let helpers = |d: &Daemon| count(&d.threads(), "fuse-deferred");
-    let mut refused = [false; GREEDY_WAITERS];
+    let mut refused = vec![false; total];
     let mut waiting = 0;
     let settled = eventually(|| {
         let mut all = true;
@@ -694,7 +708,7 @@ fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: L
                 None => all &= w.blocked_in_lock(),
             }
         }
-        waiting = GREEDY_WAITERS - refused.iter().filter(|&&r| r).count();
+        waiting = total - refused.iter().filter(|&&r| r).count();
         all && helpers(&d) == waiting
     });
     assert!(
@@ -703,14 +717,14 @@ fn one_users_waiters_leave_room_for_another_users_lock(example: Example, kind: L
         helpers(&d)
     );
     eprintln!(
-        "{} {kind:?}: {waiting} of the greedy user's {GREEDY_WAITERS} waiters wait, the others were \
+        "{} {kind:?}: {waiting} of the {users} greedy users' {total} waiters wait, the others were \
          refused with ENOLCK",
         example.name()
     );
     assert!(waiting > 0, "none of the greedy user's waiters was let wait");
     assert!(
-        waiting <= fuse_wire::session::deferred::DEFAULT_MAX_DEFERRED_PER_UID,
-        "{waiting} waits of one user: more than its share"
+        waiting <= users as usize * fuse_wire::session::deferred::DEFAULT_MAX_DEFERRED_PER_UID,
+        "{waiting} waits of {users} users: more than their shares"
     );
 
     // The other user's request on b: the daemon lets it wait (a helper
@@ -771,6 +785,20 @@ fn one_users_flock_waiters_leave_room_for_another_user() {
 #[test]
 fn memfs_one_users_posix_lock_waiters_leave_room_for_another_user() {
     one_users_waiters_leave_room_for_another_users_lock(Example::Memfs, Lock::Posix);
+}
+
+/// Eight users with 100 waiters each take every place of the session's
+/// waits their shares allow (8 × 32 = `max_deferred`); a ninth user's lock
+/// request must still wait, not get `ENOLCK`: every uid gets one place,
+/// whatever the others hold. On `/dev/fuse` only: over io_uring a wait
+/// holds one of its queue's few ring entries (a known gap, issue 32).
+#[test]
+fn a_ninth_users_lock_waits_while_eight_users_hold_every_share() {
+    if common::over_uring() {
+        eprintln!("a_ninth_users_lock_waits: not run over io_uring (known gap)");
+        return;
+    }
+    greedy_users_leave_room_for_another_users_lock(Example::Passthrough, Lock::Posix, 8, 100);
 }
 
 #[test]

@@ -325,3 +325,214 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
         threads.len()
     );
 }
+
+/// Runs `f` on a new thread whose credentials are `uid`'s (raw system
+/// calls: they change this thread only, as FUSE sees its callers).
+fn spawn_as<T: Send + 'static>(
+    uid: u32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            // SAFETY: raw credential system calls, for this thread only.
+            unsafe {
+                assert_eq!(
+                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()),
+                    0
+                );
+                assert_eq!(libc::syscall(libc::SYS_setresgid, uid, uid, uid), 0);
+                assert_eq!(libc::syscall(libc::SYS_setresuid, uid, uid, uid), 0);
+            }
+            f()
+        })
+        .expect("spawn a thread")
+}
+
+const NOBODY: u32 = 65534;
+
+/// More readers of one uid than the handlers, the futures in flight and
+/// the 1024 requests the pool used to queue at its cap can hold: every one
+/// waits its turn and gets its data, and root's requests meanwhile are
+/// answered too; none is answered an error because of the load.
+fn slow_readers_of_one_user_all_wait_their_turn(api: &str, opts: &str, readers: usize) {
+    let fs = Slowfs::start(
+        &format!("slowfs-load-{api}"),
+        &format!("api={api},latency_ms=0,files=8,size=4096,threads=2,allow_other,{opts}"),
+    );
+    let files: Vec<std::sync::Arc<File>> = (0..8)
+        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
+        .collect();
+    let handles: Vec<_> = (0..readers)
+        .map(|i| {
+            let (n, file) = (i % files.len(), files[i % files.len()].clone());
+            spawn_as(NOBODY, move || {
+                let mut buf = vec![0u8; 4096];
+                let got = file.read_at(&mut buf, 0).map(|k| buf[..k].to_vec());
+                (n, got.map_err(|e| e.raw_os_error()))
+            })
+        })
+        .collect();
+    // Root's own requests while they wait: a lookup, an open and a read.
+    fs.wait_for("the readers to fill the daemon", |f| f.stat("running") >= 32);
+    let stat = std::fs::metadata(fs.path("file-005")).map(|m| m.len());
+    assert_eq!(
+        stat.map_err(|e| e.raw_os_error()),
+        Ok(4096),
+        "root's stat under load"
+    );
+    let mnt = fs.mp.path().to_path_buf();
+    let results = bounded(&mnt, Duration::from_secs(110), "the readers", move || {
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reader"))
+            .collect::<Vec<_>>()
+    });
+    let mut failed = std::collections::BTreeMap::new();
+    for (n, got) in results {
+        match got {
+            Ok(data) => assert!(
+                data == tree::generated(n as u64, 0, 4096),
+                "file-{n:03}: wrong content"
+            ),
+            Err(e) => *failed.entry(e).or_insert(0) += 1,
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "of {readers} readers, these failed (errno: count): {failed:?}"
+    );
+}
+
+#[test]
+fn async_readers_beyond_every_bound_wait_and_none_gets_eagain() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // 256 futures, 4 threads waiting at that bound and 1024 queued were
+    // all the old pool held: 1,500 readers were more.
+    slow_readers_of_one_user_all_wait_their_turn(
+        "async",
+        "read_latency_ms=2000,max_threads=4,max_in_flight=256",
+        1500,
+    );
+}
+
+#[test]
+fn sync_readers_beyond_every_bound_wait_and_none_gets_eagain() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    // 64 handlers and 1024 queued were all the old pool held.
+    slow_readers_of_one_user_all_wait_their_turn("sync", "read_latency_ms=500,max_threads=64", 1500);
+}
+
+/// `n` readers blocked in 30 s READs at once, with at most `max_in_flight`
+/// futures and one `/dev/fuse` worker (one io_uring table per queue), all
+/// sent SIGINT: every one gets `EINTR`, none waits for its data, whether
+/// its future runs, its request waits for room at the bound, or it is
+/// parked. Returns the daemon.
+fn interrupted_readers_all_get_eintr(tag: &str, n: usize, max_in_flight: usize) -> Slowfs {
+    let fs = Slowfs::start(
+        tag,
+        &format!(
+            "latency_ms=0,read_latency_ms=30000,files=8,size=4096,threads=1,max_threads=1,max_in_flight={max_in_flight}"
+        ),
+    );
+    let file = std::sync::Arc::new(File::open(fs.path("file-001")).expect("open"));
+    catch_sigint();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let readers: Vec<_> = (0..n)
+        .map(|_| {
+            let (file, tid_tx) = (file.clone(), tid_tx.clone());
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    // SAFETY: pthread_self and gettid have no preconditions.
+                    let ids = unsafe { (libc::pthread_self(), libc::gettid()) };
+                    tid_tx.send(ids).expect("send the thread ids");
+                    let mut buf = [0u8; 4096];
+                    file.read_at(&mut buf, 0).map_err(|e| e.raw_os_error())
+                })
+                .expect("spawn a reader")
+        })
+        .collect();
+    let tids: Vec<(libc::pthread_t, libc::pid_t)> = (0..n)
+        .map(|_| tid_rx.recv_timeout(STEP).expect("a thread id"))
+        .collect();
+    // Every reader in its pread64: a signal before it would be missed. The
+    // daemon's `.stats` cannot tell beyond the bound: its own READ waits
+    // for room behind the readers'.
+    let deadline = Instant::now() + STEP;
+    let call = libc::SYS_pread64.to_string();
+    for (_, tid) in &tids {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        while std::fs::read_to_string(&path).map_or(true, |s| s.split(' ').next() != Some(call.as_str())) {
+            assert!(Instant::now() < deadline, "reader {tid} never blocked in pread64");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    if n <= max_in_flight {
+        fs.wait_for("the READs to reach the daemon", |f| {
+            f.stat("running") as usize == n
+        });
+    }
+    for (tid, _) in tids {
+        // SAFETY: each reader is alive until its read returns, which only the
+        // signal (or the 30 s latency) ends.
+        let r = unsafe { libc::pthread_kill(tid, libc::SIGINT) };
+        assert_eq!(r, 0, "pthread_kill");
+    }
+    let mnt = fs.mp.path().to_path_buf();
+    let results = bounded(
+        &mnt,
+        Duration::from_secs(90),
+        "the interrupted readers",
+        move || {
+            readers
+                .into_iter()
+                .map(|r| r.join().expect("a reader"))
+                .collect::<Vec<_>>()
+        },
+    );
+    let eintr = results.iter().filter(|r| **r == Err(Some(libc::EINTR))).count();
+    let others: Vec<_> = results
+        .iter()
+        .filter(|r| **r != Err(Some(libc::EINTR)))
+        .take(5)
+        .collect();
+    assert_eq!(eintr, n, "readers that got EINTR (some others: {others:?})");
+    fs.wait_for("the daemon to drop every READ", |f| f.stat("running") == 0);
+    fs
+}
+
+/// 1,000 readers near the default bound of 1,024 futures: an in-flight
+/// table used to register 256 requests; the others could not be
+/// interrupted and read their data 30 s later.
+#[test]
+fn a_thousand_interrupted_readers_near_the_bound_all_get_eintr() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let fs = interrupted_readers_all_get_eintr("slowfs-interrupt-1000", 1000, 1024);
+    assert_eq!(fs.stat("cancelled"), 1000, "{:?}", fs.stats());
+}
+
+/// 3,000 readers, ten times the bound on futures: most are parked or wait
+/// for room, and are answered `EINTR` without ever starting.
+#[test]
+fn interrupted_readers_beyond_the_bound_all_get_eintr() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    if common::over_uring() {
+        // Known gap: over io_uring some of these readers are not
+        // interrupted and read their data when the latency ends (see
+        // issue 32); the test runs on /dev/fuse only until that is fixed.
+        eprintln!("interrupted_readers_beyond_the_bound: not run over io_uring (known gap)");
+        return;
+    }
+    let fs = interrupted_readers_all_get_eintr("slowfs-interrupt-parked", 3000, 300);
+    // Cancelled if it started before its INTERRUPT came, else never started.
+    assert!(fs.stat("cancelled") <= 3000, "{:?}", fs.stats());
+}

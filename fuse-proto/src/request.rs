@@ -997,6 +997,13 @@ pub fn peek_unique(buf: &[u8]) -> Option<u64> {
     Some(u64::from_ne_bytes(b))
 }
 
+/// Reads the caller's uid from a buffer that holds at least a header
+/// (`fuse_in_header.uid`), without parsing the rest.
+pub fn peek_uid(buf: &[u8]) -> Option<u32> {
+    let b: [u8; 4] = buf.get(24..28)?.try_into().ok()?;
+    Some(u32::from_ne_bytes(b))
+}
+
 /// Reads the opcode number from a buffer whose full parse failed.
 pub fn peek_opcode(buf: &[u8]) -> Option<u32> {
     let b: [u8; 4] = buf.get(4..8)?.try_into().ok()?;

@@ -133,17 +133,64 @@ impl WorkerCore {
     }
 }
 
-/// A request read while the pool was at its cap, waiting for a worker.
+/// A request read while the pool was at its cap, parked for a worker.
 pub(crate) struct Job {
-    pub(crate) buf: AlignedBuf,
-    pub(crate) len: usize,
+    bytes: JobBytes,
     pub(crate) unique: u64,
+    uid: u32,
     /// The worker that read it: its reply must go to that channel.
     pub(crate) core: Arc<WorkerCore>,
+}
+
+/// A parked request's bytes: a WRITE in a buffer that keeps its data
+/// page-aligned, as a worker's receive buffer does; anything else in just
+/// its own length, so that thousands parked cost little.
+enum JobBytes {
+    Aligned(AlignedBuf, usize),
+    Plain(Box<[u8]>),
+}
+
+impl Job {
+    /// A copy of `msg` (a whole request, header included) read on `core`.
+    pub(crate) fn new(core: &Arc<WorkerCore>, msg: &[u8], unique: u64, uid: u32, write: bool) -> Job {
+        let bytes = if write {
+            let mut buf = AlignedBuf::receive(msg.len());
+            buf.as_mut_slice().copy_from_slice(msg);
+            JobBytes::Aligned(buf, msg.len())
+        } else {
+            JobBytes::Plain(msg.into())
+        };
+        Job {
+            bytes,
+            unique,
+            uid,
+            core: core.clone(),
+        }
+    }
+
+    /// The request.
+    pub(crate) fn msg(&self) -> &[u8] {
+        match &self.bytes {
+            JobBytes::Aligned(buf, len) => &buf.as_slice()[..*len],
+            JobBytes::Plain(b) => b,
+        }
+    }
 }
 
 impl Queued for Job {
     fn unique(&self) -> u64 {
         self.unique
+    }
+
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    fn charge(&self) -> usize {
+        let held = match &self.bytes {
+            JobBytes::Aligned(buf, _) => buf.len() + crate::buffer::PAGE,
+            JobBytes::Plain(b) => b.len(),
+        };
+        held + crate::pool::PARK_OVERHEAD
     }
 }

@@ -21,7 +21,11 @@
 //!   at most half of those ([`share`]).
 //!
 //! So one user's waiters, however many, leave another user's waits room
-//! on every pool. Beyond a limit the handle comes back in [`Refused`] and
+//! on every pool; and a uid that holds no wait of the session gets one
+//! even when the others hold all `max_deferred` (on `/dev/fuse`; over
+//! io_uring a queue's entries are a hard bound): every user can wait for a
+//! lock, whatever any number of other users hold, at the cost of one
+//! helper thread per such user. Beyond a limit the handle comes back in [`Refused`] and
 //! the handler answers with the error it finds right (`ENOLCK` for a lock).
 //!
 //! An INTERRUPT for a deferred request marks its [`Wait`] interrupted and
@@ -347,11 +351,14 @@ impl Helpers {
         if st.closed {
             return Err(RefuseReason::Unavailable);
         }
-        if st.running >= self.max {
+        let held = |n: Option<&usize>| n.copied().unwrap_or(0);
+        let mine = held(st.per_uid.get(&sub.uid));
+        // A uid that holds no wait gets one beyond the session's bound:
+        // whatever other users hold, each can wait for a lock.
+        if st.running >= self.max && mine > 0 {
             return Err(RefuseReason::Session);
         }
-        let held = |n: Option<&usize>| n.copied().unwrap_or(0);
-        if held(st.per_uid.get(&sub.uid)) >= share(self.max, self.per_uid) {
+        if mine >= share(self.max, self.per_uid) {
             return Err(RefuseReason::PerUid);
         }
         if let Some(q) = sub.queue {
@@ -535,11 +542,13 @@ mod tests {
         let b: Vec<Reservation> = (0..2)
             .map(|_| helpers.reserve(sub(2000, None)).expect("another uid"))
             .collect();
+        // A third uid, holding none, still gets one; its second is refused.
+        let c = helpers.reserve(sub(3000, None)).expect("a uid's first wait");
         assert_eq!(
             helpers.reserve(sub(3000, None)).err(),
             Some(RefuseReason::Session)
         );
-        drop((a, b));
+        drop((a, b, c));
         let helpers = Helpers::new(256, 2, Duration::from_secs(1));
         let a: Vec<Reservation> = (0..2)
             .map(|_| helpers.reserve(sub(1000, None)).expect("within the limit"))

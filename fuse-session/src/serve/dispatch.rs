@@ -92,17 +92,17 @@ fn serve_with<'a, F: Filesystem>(
         Operation::Interrupt { arg } => {
             all.count_only(worker.index, opcode);
             let op_of = |job: &crate::conn::Job| {
-                fuse_proto::request::peek_opcode(&job.buf.as_slice()[..job.len])
+                fuse_proto::request::peek_opcode(job.msg())
                     .and_then(|n| Opcode::from_u32(n).ok())
                     .unwrap_or(Opcode::Init)
             };
             // RELEASE and RELEASEDIR are never cancelled: the kernel does not
             // send them again, so the filesystem would keep the file open
-            // for good. They stay queued (the INTERRUPT gets EAGAIN below).
+            // for good. They stay parked (the INTERRUPT gets EAGAIN below).
             let cancellable =
                 |job: &crate::conn::Job| !matches!(op_of(job), Opcode::Release | Opcode::Releasedir);
             if let Some(job) = worker.shared.pool.remove_job_if(arg.unique, cancellable) {
-                // Still queued for a worker: it never started, so it ends here.
+                // Still parked for a worker: it never started, so it ends here.
                 let op = op_of(&job);
                 all.count_error(job.core.index, op);
                 job.core

@@ -1,15 +1,23 @@
 //! The registry of requests in flight, for INTERRUPT.
 //!
-//! Each worker owns a fixed table of slots and a lock-free free list, so
+//! Each worker owns a table of slots and a lock-free free list, so
 //! registering and finishing a request touches only that worker's table (no
-//! lock shared by all requests, no allocation). An INTERRUPT, which is rare,
-//! scans every table for its target. An INTERRUPT whose target is not (yet)
-//! registered is answered `EAGAIN`, which makes the kernel send it again, and
-//! is remembered so that the target is marked interrupted if it arrives later.
+//! lock shared by all requests, no allocation). The first
+//! [`SLOTS_PER_WORKER`] slots are made with the table; a worker with that
+//! many requests in flight at once (an async filesystem's futures, an
+//! io_uring queue's entries) takes more from chunks the table adds as it
+//! needs them, up to [`MAX_SLOTS_PER_WORKER`], through a lock of that table
+//! only: every request in flight stays interruptible, whatever their number,
+//! and a worker that never has that many pays nothing for it. An INTERRUPT,
+//! which is rare, scans every table for its target. An INTERRUPT whose
+//! target is not (yet) registered is answered `EAGAIN`, which makes the
+//! kernel send it again, and is remembered so that the target is marked
+//! interrupted if it arrives later.
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A callback run (once) when the request is interrupted.
@@ -27,6 +35,11 @@ pub(crate) struct InflightTable {
     slots: Box<[SlotState]>,
     free_tx: Sender<u32>,
     free_rx: Receiver<u32>,
+    /// Slots beyond the first [`SLOTS_PER_WORKER`], in chunks made when
+    /// first needed.
+    chunks: Box<[OnceLock<Box<[SlotState]>>]>,
+    /// The free indices of `chunks`, and how many chunks exist.
+    extra: Mutex<(Vec<u32>, usize)>,
 }
 
 /// A request's place in a table, or none when the table was full.
@@ -37,12 +50,19 @@ impl Slot {
     pub(crate) const NONE: Slot = Slot(None);
 }
 
+/// Slots a table is made with.
 pub(crate) const SLOTS_PER_WORKER: usize = 256;
-const MAX_PENDING: usize = 64;
+/// Most requests in flight at once one table registers; beyond, a request
+/// cannot be interrupted (the protocol allows it).
+pub(crate) const MAX_SLOTS_PER_WORKER: usize = 65536;
+const CHUNKS: usize = MAX_SLOTS_PER_WORKER / SLOTS_PER_WORKER - 1;
+/// Most INTERRUPTs remembered before their target starts.
+const MAX_PENDING: usize = 65536;
 /// How long an unmatched INTERRUPT is remembered. Its target was already read
-/// by some worker when the kernel sent it, so it registers within moments;
-/// older entries are targets that had already finished.
-const PENDING_TTL: Duration = Duration::from_secs(1);
+/// when the kernel sent it, so it registers once a thread serves it (at
+/// once on `/dev/fuse`; over io_uring when a queue thread takes its ring
+/// entry); older entries are targets that had already finished.
+const PENDING_TTL: Duration = Duration::from_secs(60);
 
 impl InflightTable {
     pub(crate) fn new() -> Self {
@@ -55,43 +75,83 @@ impl InflightTable {
             slots,
             free_tx,
             free_rx,
+            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
+            extra: Mutex::new((Vec::new(), 0)),
         }
+    }
+
+    /// Slot `i`, of the first ones or of a chunk.
+    fn slot(&self, i: u32) -> Option<&SlotState> {
+        let i = i as usize;
+        if i < SLOTS_PER_WORKER {
+            return self.slots.get(i);
+        }
+        let (chunk, at) = ((i - SLOTS_PER_WORKER) / SLOTS_PER_WORKER, i % SLOTS_PER_WORKER);
+        self.chunks.get(chunk)?.get()?.get(at)
+    }
+
+    /// A free index beyond the first slots, adding a chunk if none is free;
+    /// `None` once [`MAX_SLOTS_PER_WORKER`] are taken.
+    fn take_extra(&self) -> Option<u32> {
+        let mut extra = self.extra.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = extra.0.pop() {
+            return Some(i);
+        }
+        let n = extra.1;
+        if n >= CHUNKS {
+            return None;
+        }
+        let made =
+            self.chunks[n].get_or_init(|| (0..SLOTS_PER_WORKER).map(|_| SlotState::default()).collect());
+        let base = SLOTS_PER_WORKER * (n + 1);
+        extra.1 = n + 1;
+        extra.0.extend((base..base + made.len()).rev().map(|i| i as u32));
+        extra.0.pop()
     }
 
     /// Registers `unique`; `Slot::NONE` if every slot is taken (the request
     /// then cannot be interrupted, which the protocol allows).
     pub(crate) fn register(&self, unique: u64) -> Slot {
-        match self.free_rx.try_recv() {
-            Ok(i) => {
-                let s = &self.slots[i as usize];
+        let index = match self.free_rx.try_recv() {
+            Ok(i) => Some(i),
+            Err(_) => self.take_extra(),
+        };
+        match index.and_then(|i| Some((i, self.slot(i)?))) {
+            Some((i, s)) => {
                 s.interrupted.store(false, Ordering::Relaxed);
                 s.unique.store(unique, Ordering::Release);
                 Slot(Some(i))
             }
-            Err(_) => Slot::NONE,
+            None => Slot::NONE,
         }
     }
 
     pub(crate) fn release(&self, slot: &Slot) {
-        if let Some(i) = slot.0 {
-            let s = &self.slots[i as usize];
-            s.unique.store(0, Ordering::Release);
-            if let Ok(mut cb) = s.callback.lock() {
-                cb.take();
-            }
+        let Some((i, s)) = slot.0.and_then(|i| Some((i, self.slot(i)?))) else {
+            return;
+        };
+        s.unique.store(0, Ordering::Release);
+        if let Ok(mut cb) = s.callback.lock() {
+            cb.take();
+        }
+        if (i as usize) < SLOTS_PER_WORKER {
             let _ = self.free_tx.try_send(i);
+        } else {
+            self.extra.lock().unwrap_or_else(|e| e.into_inner()).0.push(i);
         }
     }
 
     pub(crate) fn is_interrupted(&self, slot: &Slot) -> bool {
         slot.0
-            .is_some_and(|i| self.slots[i as usize].interrupted.load(Ordering::Acquire))
+            .and_then(|i| self.slot(i))
+            .is_some_and(|s| s.interrupted.load(Ordering::Acquire))
     }
 
     /// Sets the callback; runs it at once if already interrupted.
     pub(crate) fn on_interrupt(&self, slot: &Slot, cb: InterruptCallback) {
-        let Some(i) = slot.0 else { return };
-        let s = &self.slots[i as usize];
+        let Some(s) = slot.0.and_then(|i| self.slot(i)) else {
+            return;
+        };
         if s.interrupted.load(Ordering::Acquire) {
             cb();
             return;
@@ -107,7 +167,8 @@ impl InflightTable {
 
     /// Marks `unique` interrupted if it is here; returns whether it was.
     fn interrupt(&self, unique: u64) -> bool {
-        for s in self.slots.iter() {
+        let chunks = self.chunks.iter().map_while(|c| c.get());
+        for s in self.slots.iter().chain(chunks.flatten()) {
             if s.unique.load(Ordering::Acquire) == unique {
                 s.interrupted.store(true, Ordering::Release);
                 let cb = s.callback.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -121,17 +182,48 @@ impl InflightTable {
     }
 
     fn mark(&self, slot: &Slot) {
-        if let Some(i) = slot.0 {
-            self.slots[i as usize].interrupted.store(true, Ordering::Release);
+        if let Some(s) = slot.0.and_then(|i| self.slot(i)) {
+            s.interrupted.store(true, Ordering::Release);
         }
     }
 }
 
-/// Interrupts that arrived before their target.
-#[derive(Default)]
+/// Interrupts that arrived before their target, remembered for
+/// [`PENDING_TTL`] (at most [`MAX_PENDING`]). Over io_uring the kernel does
+/// not send an INTERRUPT again when it is answered `EAGAIN`, and a target
+/// can wait in its ring entry for a queue thread, or at an async bound, for
+/// a while: the INTERRUPT is not lost meanwhile.
+///
+/// A request that starts looks at one counter of [`BUCKETS`], chosen by
+/// its `unique`: only when an INTERRUPT with the same bucket is remembered
+/// does it take the list's lock.
 pub(crate) struct PendingInterrupts {
-    count: AtomicUsize,
-    list: Mutex<Vec<(u64, Instant)>>,
+    buckets: Box<[AtomicUsize]>,
+    list: Mutex<PendingList>,
+}
+
+#[derive(Default)]
+struct PendingList {
+    /// Target → when its INTERRUPT came.
+    targets: HashMap<u64, Instant>,
+    /// The same, oldest first (entries already taken out are skipped).
+    order: VecDeque<(u64, Instant)>,
+}
+
+const BUCKETS: usize = 4096;
+
+fn bucket(unique: u64) -> usize {
+    // Uniques go up by two (the low bit marks an INTERRUPT's own).
+    ((unique >> 1) as usize) % BUCKETS
+}
+
+impl Default for PendingInterrupts {
+    fn default() -> Self {
+        Self {
+            buckets: (0..BUCKETS).map(|_| AtomicUsize::new(0)).collect(),
+            list: Mutex::new(PendingList::default()),
+        }
+    }
 }
 
 impl PendingInterrupts {
@@ -142,29 +234,100 @@ impl PendingInterrupts {
             return true;
         }
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        if l.len() >= MAX_PENDING {
-            l.remove(0);
+        let now = Instant::now();
+        self.expire(&mut l, now);
+        if l.targets.len() >= MAX_PENDING
+            && let Some((oldest, _)) = l.order.pop_front()
+            && l.targets.remove(&oldest).is_some()
+        {
+            self.buckets[bucket(oldest)].fetch_sub(1, Ordering::Release);
         }
-        if !l.iter().any(|&(u, _)| u == target) {
-            l.push((target, Instant::now()));
+        if l.targets.insert(target, now).is_none() {
+            self.buckets[bucket(target)].fetch_add(1, Ordering::Release);
+            l.order.push_back((target, now));
         }
-        self.count.store(l.len(), Ordering::Release);
         false
     }
 
+    /// Forgets INTERRUPTs remembered longer than [`PENDING_TTL`].
+    fn expire(&self, l: &mut PendingList, now: Instant) {
+        while let Some(&(u, at)) = l.order.front() {
+            if now.duration_since(at) < PENDING_TTL {
+                break;
+            }
+            l.order.pop_front();
+            if l.targets.get(&u) == Some(&at) {
+                l.targets.remove(&u);
+                self.buckets[bucket(u)].fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+
     /// Called when a request starts: marks it interrupted if an INTERRUPT
-    /// for it came first. Costs one atomic load when nothing is pending.
+    /// for it came first. Costs one atomic load when none with its bucket
+    /// is remembered.
     pub(crate) fn check_new(&self, table: &InflightTable, slot: &Slot, unique: u64) {
-        if self.count.load(Ordering::Acquire) == 0 {
+        if self.buckets[bucket(unique)].load(Ordering::Acquire) == 0 {
             return;
         }
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        l.retain(|&(_, at)| now.duration_since(at) < PENDING_TTL);
-        if let Some(p) = l.iter().position(|&(u, _)| u == unique) {
-            l.swap_remove(p);
+        self.expire(&mut l, now);
+        if l.targets.remove(&unique).is_some() {
+            self.buckets[bucket(unique)].fetch_sub(1, Ordering::Release);
             table.mark(slot);
         }
-        self.count.store(l.len(), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table registers beyond its first slots, every request found by
+    /// an INTERRUPT, and slots given back are taken again.
+    #[test]
+    fn every_request_in_flight_is_registered_and_found() {
+        let table = InflightTable::new();
+        let n = SLOTS_PER_WORKER * 3 + 5;
+        let slots: Vec<Slot> = (0..n as u64).map(|u| table.register(2 * u + 2)).collect();
+        assert!(slots.iter().all(|s| *s != Slot::NONE));
+        let pending = PendingInterrupts::default();
+        let tables = [table];
+        let last = 2 * n as u64;
+        assert!(pending.interrupt(&tables, last));
+        assert!(tables[0].is_interrupted(&slots[n - 1]));
+        assert!(!tables[0].is_interrupted(&slots[n - 2]));
+        for s in &slots {
+            tables[0].release(s);
+        }
+        let again: Vec<Slot> = (0..n as u64).map(|u| tables[0].register(9000 + 2 * u)).collect();
+        assert!(
+            again
+                .iter()
+                .all(|s| *s != Slot::NONE && !tables[0].is_interrupted(s))
+        );
+        assert_eq!(
+            tables[0].extra.lock().unwrap().1,
+            3,
+            "the chunks are reused, none made twice"
+        );
+    }
+
+    /// An INTERRUPT that comes before its target marks the target when it
+    /// starts, and is then forgotten.
+    #[test]
+    fn an_early_interrupt_marks_its_target_once() {
+        let tables = [InflightTable::new()];
+        let pending = PendingInterrupts::default();
+        assert!(!pending.interrupt(&tables, 42));
+        let other = tables[0].register(44);
+        pending.check_new(&tables[0], &other, 44);
+        assert!(!tables[0].is_interrupted(&other));
+        let target = tables[0].register(42);
+        pending.check_new(&tables[0], &target, 42);
+        assert!(tables[0].is_interrupted(&target));
+        assert!(pending.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
+        assert!(pending.list.lock().unwrap().targets.is_empty());
     }
 }

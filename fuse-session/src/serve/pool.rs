@@ -15,13 +15,23 @@
 //!   are busy for `grow_after`, the manager starts it, and a thread that
 //!   reads a request while the cap is reached does not serve it. It serves
 //!   INTERRUPT, FORGET, BATCH_FORGET and NOTIFY_REPLY at once (they never
-//!   wait for a handler) and queues everything else, in order, for the next
-//!   thread that finishes a handler; an INTERRUPT for a queued request
-//!   answers that request `EINTR` at once. The queue is bounded
-//!   ([`MAX_BACKLOG`]); beyond it a request is answered `EAGAIN`. So,
-//!   whatever the handlers do, something keeps reading `/dev/fuse`:
-//!   interrupts reach their requests, forgets are applied, and another
-//!   user's requests wait their turn instead of the whole mount hanging.
+//!   wait for a handler) and parks everything else for the next thread
+//!   that finishes a handler; an INTERRUPT for a parked request answers
+//!   that request `EINTR` at once. So, whatever the handlers do, something
+//!   keeps reading `/dev/fuse`: interrupts reach their requests, forgets
+//!   are applied, and another user's requests wait their turn instead of
+//!   the whole mount hanging.
+//! - **Parked requests, by user.** Parked requests are kept by caller uid
+//!   and taken in turn, one uid after the other (in arrival order within
+//!   one uid), so that one user's thousands of parked requests do not sit
+//!   in front of another user's one. They are charged, count and bytes
+//!   ([`Queued::charge`]): at most [`MAX_PARKED`] requests and
+//!   [`MAX_PARKED_BYTES`] bytes, of which one uid may hold half. A request
+//!   beyond its uid's share or the whole bound is never refused: the thread
+//!   that read it waits with it until a parked request of that uid (or any,
+//!   for the whole bound) is taken, and meanwhile further requests wait in
+//!   the kernel's queue, unread, as they would with a daemon that stops
+//!   reading.
 //! - **Shrinking.** While the pool is above its floor, a thread whose
 //!   per-worker index is not one of the floor's (`0..floor`) reads with a
 //!   one-shot timer ([`crate::transport::RequestSource::receive_timeout`]); when it
@@ -46,13 +56,24 @@
 //! should not hold a worker at all: they give their reply handle to a
 //! helper thread with [`crate::RequestContext::defer`] ([`crate::deferred`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Most requests queued while every worker is busy at the cap.
-pub(crate) const MAX_BACKLOG: usize = 1024;
+/// Most requests parked while every worker is busy at the cap.
+pub(crate) const MAX_PARKED: usize = 65536;
+
+/// Most bytes parked requests are charged ([`Queued::charge`]).
+pub(crate) const MAX_PARKED_BYTES: usize = 64 << 20;
+
+/// What each parked request is charged besides its own bytes: its place in
+/// the queues and its allocation's bookkeeping.
+pub(crate) const PARK_OVERHEAD: usize = 64;
+
+/// How often a reader waiting for room among the parked requests looks
+/// whether the connection ended.
+const ROOM_CHECK: Duration = Duration::from_millis(100);
 
 /// The longest window over which the pool looks for threads to spare.
 pub(crate) const SURPLUS_WINDOW: Duration = Duration::from_secs(1);
@@ -85,10 +106,109 @@ impl PoolConfig {
     }
 }
 
-/// What the backlog holds: a request, found again by its `unique` when an
-/// INTERRUPT names it.
+/// What the pool parks: a request, found again by its `unique` when an
+/// INTERRUPT names it, kept with the other requests of its caller's uid.
 pub(crate) trait Queued {
     fn unique(&self) -> u64;
+    /// The caller's uid.
+    fn uid(&self) -> u32;
+    /// The bytes it holds while parked.
+    fn charge(&self) -> usize;
+}
+
+/// The parked requests: one queue per uid, and the uids with requests
+/// parked in the order they are served.
+struct Parked<J> {
+    by_uid: HashMap<u32, Share<J>>,
+    turn: VecDeque<u32>,
+    count: usize,
+    bytes: usize,
+}
+
+/// One uid's parked requests and what they are charged.
+struct Share<J> {
+    jobs: VecDeque<J>,
+    bytes: usize,
+}
+
+impl<J> Default for Parked<J> {
+    fn default() -> Self {
+        Self {
+            by_uid: HashMap::new(),
+            turn: VecDeque::new(),
+            count: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl<J: Queued> Parked<J> {
+    /// Whether `job` fits in the bounds now.
+    fn has_room(&self, job: &J) -> bool {
+        let charge = job.charge();
+        if self.count >= MAX_PARKED || self.bytes + charge > MAX_PARKED_BYTES {
+            // An empty park takes any one request, however large.
+            return self.count == 0;
+        }
+        match self.by_uid.get(&job.uid()) {
+            None => true,
+            Some(s) => s.jobs.len() < MAX_PARKED / 2 && s.bytes + charge <= MAX_PARKED_BYTES / 2,
+        }
+    }
+
+    fn push(&mut self, job: J) {
+        let (uid, charge) = (job.uid(), job.charge());
+        let share = self.by_uid.entry(uid).or_insert_with(|| {
+            self.turn.push_back(uid);
+            Share {
+                jobs: VecDeque::new(),
+                bytes: 0,
+            }
+        });
+        share.jobs.push_back(job);
+        share.bytes += charge;
+        self.count += 1;
+        self.bytes += charge;
+    }
+
+    /// The next uid's oldest request; that uid goes to the back of the turn.
+    fn pop(&mut self) -> Option<J> {
+        let uid = self.turn.pop_front()?;
+        let share = self.by_uid.get_mut(&uid)?;
+        let job = share.jobs.pop_front()?;
+        if share.jobs.is_empty() {
+            self.by_uid.remove(&uid);
+        } else {
+            self.turn.push_back(uid);
+        }
+        Some(self.took(job))
+    }
+
+    /// Counts `job` as no longer parked.
+    fn took(&mut self, job: J) -> J {
+        let charge = job.charge();
+        self.count -= 1;
+        self.bytes -= charge;
+        if let Some(s) = self.by_uid.get_mut(&job.uid()) {
+            s.bytes -= charge;
+        }
+        job
+    }
+
+    /// Takes out the request `unique`, if parked and `cancel` agrees.
+    fn remove(&mut self, unique: u64, cancel: impl Fn(&J) -> bool) -> Option<J> {
+        let (uid, i) = self.by_uid.iter().find_map(|(uid, s)| {
+            let i = s.jobs.iter().position(|j| j.unique() == unique && cancel(j))?;
+            Some((*uid, i))
+        })?;
+        let share = self.by_uid.get_mut(&uid)?;
+        let job = share.jobs.remove(i)?;
+        if share.jobs.is_empty() {
+            self.by_uid.remove(&uid);
+            self.turn.retain(|u| *u != uid);
+        }
+        Some(self.took(job))
+    }
 }
 
 /// The two counters every request changes, together on a cache line of
@@ -123,8 +243,11 @@ pub(crate) struct Pool<J> {
     refill: AtomicBool,
     /// The manager has returned (set under its lock): the pool is over.
     finished: AtomicBool,
-    backlog: Mutex<VecDeque<J>>,
-    backlog_len: AtomicUsize,
+    parked: Mutex<Parked<J>>,
+    /// Requests parked (read without the lock by threads looking for one).
+    parked_len: AtomicUsize,
+    /// A parked request was taken: a reader waiting for room looks again.
+    room: Condvar,
     /// Per-worker table indices not in use.
     free: Mutex<Vec<usize>>,
     /// Threads started so far.
@@ -150,8 +273,9 @@ impl<J: Queued> Pool<J> {
             ended: AtomicBool::new(false),
             refill: AtomicBool::new(false),
             finished: AtomicBool::new(false),
-            backlog: Mutex::new(VecDeque::new()),
-            backlog_len: AtomicUsize::new(0),
+            parked: Mutex::new(Parked::default()),
+            parked_len: AtomicUsize::new(0),
+            room: Condvar::new(),
             free: Mutex::new((0..cfg.slots()).rev().collect()),
             started: AtomicUsize::new(0),
             window_end: AtomicU64::new(cfg.surplus_window().as_nanos() as u64),
@@ -310,51 +434,83 @@ impl<J: Queued> Pool<J> {
         self.notify_manager();
     }
 
-    /// Queues a request read at the cap; gives it back if the queue is full.
-    pub(crate) fn push_job(&self, job: J) -> Result<(), J> {
-        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        if q.len() >= MAX_BACKLOG {
-            return Err(job);
+    /// Parks a request read at the cap. Waits, while the parked requests
+    /// are at their bound or its uid at its share (see the module docs),
+    /// until one is taken; gives the request back only if the connection
+    /// ends meanwhile or `stopping` becomes true.
+    pub(crate) fn park(&self, job: J, stopping: impl Fn() -> bool) -> Result<(), J> {
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut said = false;
+        while !p.has_room(&job) {
+            if self.is_ended() || stopping() {
+                return Err(job);
+            }
+            if !said {
+                said = true;
+                log::debug!(
+                    "{} requests ({} bytes) are parked, {} of uid {}: reading waits for one to be served",
+                    p.count,
+                    p.bytes,
+                    p.by_uid.get(&job.uid()).map_or(0, |s| s.jobs.len()),
+                    job.uid()
+                );
+            }
+            p = self
+                .room
+                .wait_timeout(p, ROOM_CHECK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        q.push_back(job);
-        self.backlog_len.store(q.len(), SeqCst);
+        p.push(job);
+        self.parked_len.store(p.count, SeqCst);
         Ok(())
     }
 
-    /// The oldest queued request, with a handler slot taken for it; `None`
-    /// when nothing is queued or the cap is reached.
+    /// The next parked request (uids in turn), with a handler slot taken
+    /// for it; `None` when nothing is parked or the cap is reached.
     pub(crate) fn take_job(&self) -> Option<J> {
-        if self.backlog_len.load(SeqCst) == 0 || !self.acquire_busy() {
+        if self.parked_len.load(SeqCst) == 0 || !self.acquire_busy() {
             return None;
         }
-        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        let job = q.pop_front();
-        self.backlog_len.store(q.len(), SeqCst);
-        drop(q);
-        if job.is_none() {
-            self.release_busy();
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let job = p.pop();
+        self.parked_len.store(p.count, SeqCst);
+        drop(p);
+        match job {
+            Some(job) => {
+                self.room.notify_all();
+                Some(job)
+            }
+            None => {
+                self.release_busy();
+                None
+            }
         }
-        job
     }
 
-    /// Removes the queued request `unique`, if it is queued and `cancel`
+    /// Removes the parked request `unique`, if it is parked and `cancel`
     /// agrees (a request whose loss would leak, such as RELEASE, stays).
     pub(crate) fn remove_job_if(&self, unique: u64, cancel: impl Fn(&J) -> bool) -> Option<J> {
-        if self.backlog_len.load(SeqCst) == 0 {
+        if self.parked_len.load(SeqCst) == 0 {
             return None;
         }
-        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        let i = q.iter().position(|j| j.unique() == unique && cancel(j))?;
-        let job = q.remove(i);
-        self.backlog_len.store(q.len(), SeqCst);
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let job = p.remove(unique, cancel);
+        self.parked_len.store(p.count, SeqCst);
+        drop(p);
+        if job.is_some() {
+            self.room.notify_all();
+        }
         job
     }
 
-    /// Drops every queued request (the connection ended).
+    /// Drops every parked request (the connection ended).
     pub(crate) fn clear_backlog(&self) {
-        let mut q = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        q.clear();
-        self.backlog_len.store(0, SeqCst);
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        *p = Parked::default();
+        self.parked_len.store(0, SeqCst);
+        drop(p);
+        self.room.notify_all();
     }
 
     /// Whether the connection is gone ([`Pool::end`]).
@@ -477,6 +633,12 @@ mod tests {
         fn unique(&self) -> u64 {
             0
         }
+        fn uid(&self) -> u32 {
+            0
+        }
+        fn charge(&self) -> usize {
+            0
+        }
     }
 
     #[test]
@@ -532,5 +694,54 @@ mod tests {
         assert_eq!(on_stale, 0, "threads started while one was idle");
         assert_eq!(mark, 0, "the stale mark was not cleared");
         assert_eq!(on_true, 1, "threads started on one saturation");
+    }
+
+    struct Req(u64, u32, usize);
+    impl Queued for Req {
+        fn unique(&self) -> u64 {
+            self.0
+        }
+        fn uid(&self) -> u32 {
+            self.1
+        }
+        fn charge(&self) -> usize {
+            self.2
+        }
+    }
+
+    /// Parked requests are served one uid after the other, in order within
+    /// a uid; an interrupted one leaves its uid's turn intact.
+    #[test]
+    fn parked_requests_are_served_by_uid_in_turn() {
+        let mut p = Parked::default();
+        for (unique, uid) in [(1, 7), (2, 7), (3, 7), (4, 9), (5, 7), (6, 3)] {
+            p.push(Req(unique, uid, 100));
+        }
+        assert_eq!(p.remove(3, |_| true).map(|r| r.0), Some(3));
+        assert!(p.remove(3, |_| true).is_none());
+        let order: Vec<u64> = std::iter::from_fn(|| p.pop().map(|r| r.0)).collect();
+        assert_eq!(order, [1, 4, 6, 2, 5]);
+        assert_eq!((p.count, p.bytes, p.by_uid.len(), p.turn.len()), (0, 0, 0, 0));
+    }
+
+    /// One uid holds at most half of the parked requests' count and bytes;
+    /// another uid still has room then.
+    #[test]
+    fn one_uid_parks_at_most_half() {
+        let mut p = Parked::default();
+        for unique in 0..MAX_PARKED as u64 / 2 {
+            assert!(p.has_room(&Req(unique, 7, 1)));
+            p.push(Req(unique, 7, 1));
+        }
+        assert!(!p.has_room(&Req(0, 7, 1)), "beyond its count share");
+        assert!(p.has_room(&Req(0, 8, 1)));
+        let mut p = Parked::default();
+        p.push(Req(1, 7, MAX_PARKED_BYTES / 2));
+        assert!(!p.has_room(&Req(2, 7, 1)), "beyond its byte share");
+        assert!(p.has_room(&Req(2, 8, MAX_PARKED_BYTES / 2)));
+        p.push(Req(2, 8, MAX_PARKED_BYTES / 2));
+        assert!(!p.has_room(&Req(3, 9, 1)), "beyond the whole bound");
+        // An empty park takes any one request, however large.
+        assert!(Parked::<Req>::default().has_room(&Req(1, 7, MAX_PARKED_BYTES * 2)));
     }
 }

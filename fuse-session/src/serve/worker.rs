@@ -66,7 +66,7 @@ pub(crate) fn run<F: Filesystem>(
         }
         if let Some(job) = pool.take_job() {
             pool.leave_idle();
-            crate::dispatch::dispatch(fs, &job.core, &job.buf.as_slice()[..job.len]);
+            crate::dispatch::dispatch(fs, &job.core, job.msg());
             pool.release_busy();
             pool.enter_idle();
             continue;
@@ -212,30 +212,27 @@ fn unreachable_write(core: &WorkerCore, buf: &AlignedBuf) {
     );
 }
 
-/// Every handler slot is taken: queue the request for the next thread that
+/// Every handler slot is taken: park the request for the next thread that
 /// finishes a handler (its reply still goes to this thread's channel), and
-/// keep reading. A full queue answers `EAGAIN`.
+/// keep reading. At the parked requests' bound this thread waits with it
+/// (see [`crate::pool`]); nothing is refused for want of room.
 fn queue_at_cap(core: &Arc<WorkerCore>, msg: &[u8], op: Option<u32>) {
-    let Some(unique) = fuse_proto::request::peek_unique(msg) else {
+    let (Some(unique), Some(uid)) = (
+        fuse_proto::request::peek_unique(msg),
+        fuse_proto::request::peek_uid(msg),
+    ) else {
         log::error!("a request too short to have a header; dropped");
         return;
     };
-    let mut buf = AlignedBuf::receive(msg.len());
-    buf.as_mut_slice().copy_from_slice(msg);
-    let job = Job {
-        buf,
-        len: msg.len(),
-        unique,
-        core: core.clone(),
-    };
-    if let Err(job) = core.shared.pool.push_job(job) {
+    let write = op == Some(Op::Write as u32);
+    let job = Job::new(core, msg, unique, uid, write);
+    let shared = &core.shared;
+    if let Err(job) = shared.pool.park(job, || shared.shutdown.load(Ordering::Acquire)) {
+        // The session stops or the connection ended: the kernel ends the
+        // request itself (with the connection) if this answer is not read.
         let opcode = op.and_then(|n| Op::from_u32(n).ok()).unwrap_or(Op::Init);
-        log::warn!(
-            "every worker is busy and {} requests wait; answering {opcode} {unique} EAGAIN",
-            crate::pool::MAX_BACKLOG
-        );
-        core.shared.stats.count_error(core.index, opcode);
+        shared.stats.count_error(core.index, opcode);
         job.core
-            .send_reply(opcode, unique, &Reply::error(unique, Errno::EAGAIN));
+            .send_reply(opcode, unique, &Reply::error(unique, Errno::EINTR));
     }
 }

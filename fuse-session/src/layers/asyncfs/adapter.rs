@@ -59,7 +59,8 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
     /// At most `n` (at least 1) futures in flight: a request read while
     /// `n` run waits, holding the thread that read it, until one ends.
     /// That is the backpressure: with every thread of the pool waiting,
-    /// requests stay in the kernel, whatever the number of callers. Memory
+    /// requests are parked by the session (bounded) and then stay in the
+    /// kernel, whatever the number of callers; none is refused. Memory
     /// stays bounded by `n` times what one request holds (its arguments,
     /// its future, at most one reply's data).
     pub fn max_in_flight(mut self, n: usize) -> Self {
@@ -105,10 +106,21 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
         T: Send + 'static,
         Fut: Future<Output = Result<T, Errno>> + Send + 'static,
     {
-        if !self.core.limit.acquire(|| ctx.session_stopping()) {
-            // Waited at the bound until the session stopped: end what
-            // runs, so that the others waiting get out too.
-            self.core.registry.close();
+        let gave_up = || {
+            if ctx.session_stopping() {
+                Some(true)
+            } else {
+                // The caller gave up while its request waited for room: it
+                // never started, so it ends here.
+                (cancellable && ctx.is_interrupted()).then_some(false)
+            }
+        };
+        if let Err(stopping) = self.core.limit.acquire(gave_up) {
+            if stopping {
+                // Waited at the bound until the session stopped: end what
+                // runs, so that the others waiting get out too.
+                self.core.registry.close();
+            }
             return reply.fail(Errno::EINTR);
         }
         let held = Held::new(self.core.clone());

@@ -36,17 +36,23 @@
 //! session stops, every future still running is dropped (its request
 //! answered `EINTR`) before [`AsyncFilesystem::destroy`].
 //!
-//! Requests are interruptible as long as the worker's in-flight table has
-//! a slot for them (256 per worker); beyond that a request runs to its end.
+//! Every request in flight is interruptible: the in-flight table of the
+//! worker that read it grows for as many as it has at once (up to 65,536
+//! per worker, far above any `max_in_flight` in use; beyond that a request
+//! runs to its end). A request still waiting for room at the bound gives up
+//! at once with `EINTR`.
 //!
 //! # Backpressure
 //!
 //! At most [`AsyncFs::max_in_flight`] futures run at once
 //! ([`DEFAULT_MAX_IN_FLIGHT`]). A request read beyond it waits on the
-//! thread that read it until a future ends; once every thread of the pool
-//! waits so, further requests stay in the kernel's queue. Nothing queues
-//! without bound, and memory is bounded by the bound times what one request
-//! holds, however many callers there are.
+//! thread that read it until a future ends, or until its caller is
+//! interrupted (it is then answered `EINTR`: it never started); once every
+//! thread of the pool waits so, further requests are parked by the
+//! session, bounded, and beyond that stay in the kernel's queue (see
+//! `docs/architecture.md`). None is answered an error for want of room.
+//! Futures' memory is bounded by the bound times what one request holds,
+//! however many callers there are.
 //!
 //! # Costs
 //!

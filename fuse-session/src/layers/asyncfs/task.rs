@@ -49,7 +49,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// How often a reader waiting at the bound looks whether the session stops.
+/// How often a reader waiting at the bound looks whether the session stops
+/// or its request was interrupted.
 const STOP_CHECK: Duration = Duration::from_millis(20);
 
 /// The bound on futures in flight. Taking a place costs one atomic add;
@@ -75,24 +76,25 @@ impl Limit {
         }
     }
 
-    /// Takes a place, waiting while none is free; false if `stopping`
-    /// became true meanwhile.
-    pub(crate) fn acquire(&self, stopping: impl Fn() -> bool) -> bool {
+    /// Takes a place, waiting while none is free; says why not if
+    /// `gave_up` named a reason meanwhile (looked at every [`STOP_CHECK`]
+    /// while waiting).
+    pub(crate) fn acquire<W>(&self, gave_up: impl Fn() -> Option<W>) -> Result<(), W> {
         loop {
             let n = self.used.fetch_add(1, SeqCst);
             if n < self.max {
                 if n + 1 > self.high.load(SeqCst) {
                     self.high.fetch_max(n + 1, SeqCst);
                 }
-                return true;
+                return Ok(());
             }
             self.used.fetch_sub(1, SeqCst);
             self.waiting.fetch_add(1, SeqCst);
             let guard = lock(&self.lock);
             let full = self.used.load(SeqCst) >= self.max;
-            if full && stopping() {
+            if full && let Some(why) = gave_up() {
                 self.waiting.fetch_sub(1, SeqCst);
-                return false;
+                return Err(why);
             }
             if full {
                 drop(
