@@ -53,9 +53,12 @@ pub mod battery;
 mod checker;
 mod kernel;
 mod ops;
+mod races;
 mod wire;
 
 pub use checker::{Answer, Checker, Rule, Violation};
-pub use kernel::{KERNEL_OFFERS, KitError, LookupCounts, Pending, Report, Setup, TestKernel};
+pub use kernel::{
+    CheckerGuard, DEFAULT_TIMEOUT, KERNEL_OFFERS, KitError, LookupCounts, Pending, Report, Setup, TestKernel,
+};
 pub use ops::MAX_LISTING_CALLS;
 pub use wire::{Caller, DirEntry, DirEntryPlus, ReplyBody, Xattr, decode_dir, decode_dir_plus};
