@@ -448,6 +448,11 @@ fn create_write_read<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
     cx.check("mode after CREATE", a.mode == REG | 0o640, || {
         format!("{:o}", a.mode)
     })?;
+    cx.check(
+        "owner after CREATE",
+        (a.uid, a.gid) == (cx.owner.uid, cx.owner.gid),
+        || format!("{}:{} for caller {}:{}", a.uid, a.gid, cx.owner.uid, cx.owner.gid),
+    )?;
     cx.need("RELEASE", cx.k.release(ino, fh))?;
     let again = cx.need("LOOKUP cwr.f", cx.k.lookup(cx.dir, "cwr.f"))?;
     cx.check("LOOKUP after CREATE", again.nodeid == ino.0, || {
