@@ -154,6 +154,10 @@ pub struct Battery {
     /// Operations the filesystem refuses by design, with the error it
     /// answers ([`Battery::refuses`]).
     pub refused: Vec<(Opcode, Errno)>,
+    /// The directory to work in (default: a new `battery` under the root,
+    /// or the root where MKDIR is not implemented): a filesystem writable
+    /// only below some directory names it.
+    pub dir: Option<Inode>,
 }
 
 /// Runs every scenario with the default [`Battery`].
@@ -224,13 +228,13 @@ impl Battery {
         // made by the test's caller (who may write in the root) for the
         // owner (given to the owner where the filesystem lets the caller,
         // open to all otherwise).
-        let mut dir = Inode::ROOT;
+        let mut dir = self.dir.unwrap_or(Inode::ROOT);
         for i in 0..100 {
             let name = match i {
                 0 => "battery".to_string(),
                 i => format!("battery.{i}"),
             };
-            match k.mkdir(Inode::ROOT, &name, 0o777) {
+            match k.mkdir(dir, &name, 0o777) {
                 Ok(e) => {
                     dir = Inode(e.nodeid);
                     let _ = k.chown(dir, Some(owner.uid), Some(owner.gid));
