@@ -1158,6 +1158,9 @@ mod battery_tests {
             default_permissions: true,
             ..Battery::default()
         };
+        if let Err(f) = fuse_wire::testing::explorer::Explorer::default().run(&k) {
+            panic!("{f}");
+        }
         let report = battery.run(&k);
         report.assert_passed();
         if let Err(r) = k.finish_with(Some(&|fs: &PathFs<Mirror>| fs.lookup_counts())) {

@@ -1171,3 +1171,54 @@ fn an_old_minor_offers_only_what_a_kernel_of_that_minor_knows() {
     assert!(offered.contains(InitFlags::DONT_MASK | InitFlags::BIG_WRITES));
     finish_nodefs(k);
 }
+
+// ---- the explorer ----
+
+#[test]
+fn the_explorer_finds_an_ordering_bug_no_battery_scenario_covers_and_shrinks_it() {
+    use fuse_wire::testing::explorer::{Explorer, Op};
+    // The battery passes with the bug...
+    let k = buggy(Bug::WriteAfterTruncateLost);
+    battery::run(&k).assert_passed();
+    // ...the explorer finds it, in at most 5 operations.
+    let found = Explorer::default().run(&k).unwrap_err();
+    assert!(found.ops.len() <= 5, "{found}");
+    assert!(
+        found.ops.iter().any(|op| matches!(op, Op::Truncate(..))),
+        "{found}"
+    );
+    assert!(found.ops.iter().any(|op| matches!(op, Op::Write(..))), "{found}");
+    let text = found.to_string();
+    assert!(
+        text.contains("#[test]") && text.contains("Explorer::replay(&k, &ops)"),
+        "{text}"
+    );
+    // The test it prints fails on the bug, and passes without it.
+    assert!(Explorer::replay(&k, &found.ops).is_err());
+    // The checker saw it too: the lost write shrinks the file.
+    assert!(k.take_violations().iter().all(|v| v.rule == Rule::AttrBackwards));
+    k.finish().unwrap();
+    let clean = buggy(Bug::None);
+    assert_eq!(Explorer::replay(&clean, &found.ops), Ok(()));
+    clean.finish().unwrap();
+    // Deterministic from its seed.
+    let again = buggy(Bug::WriteAfterTruncateLost);
+    assert_eq!(Explorer::default().run(&again).unwrap_err(), found);
+    let _ = again.take_violations();
+    again.finish().unwrap();
+}
+
+#[test]
+fn the_explorer_runs_ten_thousand_sequences_on_a_correct_filesystem() {
+    use fuse_wire::testing::explorer::Explorer;
+    let k = buggy(Bug::None);
+    let explorer = Explorer {
+        sequences: std::env::var("EXPLORER_N").map_or(10_000, |n| n.parse().unwrap()),
+        length: 6,
+        ..Explorer::default()
+    };
+    if let Err(f) = explorer.run(&k) {
+        panic!("{f}");
+    }
+    k.finish().unwrap();
+}

@@ -386,6 +386,13 @@ mod battery_tests {
         };
         let report = battery.run(&k);
         report.assert_passed();
+        let explorer = fuse_wire::testing::explorer::Explorer {
+            dir: rw,
+            ..Default::default()
+        };
+        if let Err(f) = explorer.run(&k) {
+            panic!("{f}");
+        }
         assert_eq!(
             report.outcome("create_write_read"),
             Some(&fuse_wire::testing::battery::Outcome::Passed),

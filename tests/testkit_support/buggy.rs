@@ -65,6 +65,9 @@ pub enum Bug {
     /// battery: RENAME is refused with EOPNOTSUPP (by design: the
     /// battery is told so).
     RefusesRename,
+    /// explorer: the first WRITE after a truncate is answered but lost
+    /// (an ordering bug no battery scenario reaches).
+    WriteAfterTruncateLost,
 }
 
 struct File {
@@ -75,6 +78,8 @@ struct File {
     nlink: u32,
     perm: u16,
     owner: (u32, u32),
+    /// Truncated since the last write.
+    truncated: bool,
 }
 
 struct Inner {
@@ -237,6 +242,7 @@ impl Filesystem for Buggy {
         {
             f.data.resize(size as usize, 0);
             f.size = size;
+            f.truncated = true;
         }
         let a = self.attr(ino.0, f, true);
         reply.attr(TTL, &a)
@@ -279,6 +285,7 @@ impl Filesystem for Buggy {
                 nlink: 1,
                 perm: req.perm(),
                 owner,
+                truncated: false,
             },
         );
         i.names.insert(name.to_bytes().to_vec(), ino);
@@ -351,6 +358,9 @@ impl Filesystem for Buggy {
             return reply.error(Errno::EIO);
         };
         let f = i.files.get_mut(&ino).expect("an open file exists");
+        if std::mem::take(&mut f.truncated) && self.bug == Bug::WriteAfterTruncateLost {
+            return reply.written(data.len() as u32);
+        }
         let end = req.offset as usize + data.len();
         if f.data.len() < end {
             f.data.resize(end, 0);

@@ -58,6 +58,7 @@
 
 pub mod battery;
 mod checker;
+pub mod explorer;
 mod kernel;
 mod ops;
 mod races;
