@@ -364,6 +364,7 @@ fn send<F: Filesystem>(k: &TestKernel<F>, dir: Inode, name: &dyn Fn(&str) -> Str
 /// What the filesystem implements of what the explorer sends.
 #[derive(Clone, Copy)]
 struct Can {
+    create: bool,
     mkdir: bool,
     rename: bool,
 }
@@ -372,8 +373,10 @@ impl Can {
     /// Tries MKDIR and RENAME once (what fails there is left out).
     fn probe<F: Filesystem>(k: &TestKernel<F>, dir: Inode) -> Can {
         let mkdir = k.mkdir(dir, "x.probe.d", 0o755).is_ok() && k.rmdir(dir, "x.probe.d").is_ok();
+        let mut create = false;
         let rename = match k.create(dir, "x.probe.f", libc::S_IFREG | 0o644, libc::O_RDWR) {
             Ok((e, o)) => {
+                create = true;
                 let _ = k.release(Inode(e.nodeid), FileHandle(o.fh));
                 let moved = k.rename(dir, "x.probe.f", dir, "x.probe.g", 0).is_ok();
                 let _ = k.unlink(dir, if moved { "x.probe.g" } else { "x.probe.f" });
@@ -382,7 +385,11 @@ impl Can {
             Err(_) => false,
         };
         k.forget_all();
-        Can { mkdir, rename }
+        Can {
+            create,
+            mkdir,
+            rename,
+        }
     }
 }
 
@@ -422,9 +429,13 @@ impl Explorer {
     }
 
     /// Runs the sequences on `k`: the first that differs from the model,
-    /// shrunk, as a [`Finding`].
+    /// shrunk, as a [`Finding`]. A directory where CREATE fails (a
+    /// read-only filesystem) is not explored.
     pub fn run<F: Filesystem>(&self, k: &TestKernel<F>) -> Result<(), Finding> {
         let can = Can::probe(k, self.dir);
+        if !can.create {
+            return Ok(()); // read-only here: nothing to explore
+        }
         let mut runs = 0u64;
         for i in 0..self.sequences as u64 {
             let seed = self.seed.wrapping_add(i);

@@ -18,6 +18,9 @@
 //!   filesystem does not implement, or refuses by design
 //!   ([`battery::Battery::refuses`]), is reported as unsupported, not as
 //!   a failure.
+//! - [`explorer`]: random request sequences, deterministic from a seed,
+//!   compared with a model of POSIX, a difference shrunk and printed as a
+//!   test to paste.
 //!
 //! Nothing hides a failure: the battery's differences and a handler's
 //! panic are violations too, [`Report`] is `#[must_use]` and prints as
