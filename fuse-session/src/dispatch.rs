@@ -257,7 +257,7 @@ fn count_refused(worker: &WorkerCore, op: Opcode) {
 }
 
 /// Runs a handler, turning a panic into a log line and an entry of the
-/// session's [`PanicLog`](crate::session::HandlerPanic) (its reply
+/// session's [handler panics](crate::stats::HandlerPanic) (its reply
 /// handle, dropped while unwinding, answers EIO).
 fn guarded(worker: &WorkerCore, opcode: Opcode, unique: u64, f: impl FnOnce()) {
     if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
@@ -267,7 +267,7 @@ fn guarded(worker: &WorkerCore, opcode: Opcode, unique: u64, f: impl FnOnce()) {
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic".into());
         log::error!("{opcode} handler for request {unique} panicked: {what}");
-        worker.shared.panics.record(crate::session::HandlerPanic {
+        worker.shared.panics.record(crate::stats::HandlerPanic {
             opcode,
             unique,
             message: what,

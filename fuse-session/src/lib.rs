@@ -161,9 +161,8 @@ pub use ops::{
 };
 pub use reply::{DirAdd, DirPlusAdd};
 pub use serve::{serve, serve_with, spawn};
-pub use session::{
-    HandlerPanic, RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport,
-};
+pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
+pub use stats::HandlerPanic;
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};

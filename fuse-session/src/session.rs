@@ -28,7 +28,7 @@ use crate::notify::Notifier;
 use crate::pool::{Pool, PoolConfig};
 use crate::ring_worker;
 use crate::signal::{self, Registered, Threads};
-use crate::stats::{Stats, StatsTable};
+use crate::stats::{HandlerPanic, PanicLog, Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::WorkerEnd;
@@ -337,41 +337,6 @@ struct HandleInner {
     retiring: AtomicBool,
 }
 
-/// A handler that panicked: the session answered its request `EIO`
-/// and went on ([`SessionHandle::take_panics`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HandlerPanic {
-    /// The request's opcode.
-    pub opcode: Opcode,
-    /// The request's unique.
-    pub unique: u64,
-    /// The panic's message (`non-string panic` when it carried none).
-    pub message: String,
-}
-
-/// How many handler panics a session keeps until they are taken.
-pub const PANICS_KEPT: usize = 64;
-
-/// The newest handler panics (a lock taken only when a handler panicked,
-/// or when they are taken).
-#[derive(Default)]
-pub(crate) struct PanicLog(Mutex<std::collections::VecDeque<HandlerPanic>>);
-
-impl PanicLog {
-    pub(crate) fn record(&self, p: HandlerPanic) {
-        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if q.len() == PANICS_KEPT {
-            q.pop_front();
-        }
-        q.push_back(p);
-    }
-
-    fn take(&self) -> Vec<HandlerPanic> {
-        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        q.drain(..).collect()
-    }
-}
-
 /// A handle to a session, usable from any thread while it runs.
 #[derive(Clone)]
 pub struct SessionHandle(Arc<HandleInner>);
@@ -409,7 +374,7 @@ impl SessionHandle {
     }
 
     /// The handlers that panicked since the last call (the newest
-    /// [`PANICS_KEPT`] at most), taken: each request was answered `EIO`.
+    /// [`PANICS_KEPT`](crate::stats::PANICS_KEPT) at most), taken: each request was answered `EIO`.
     pub fn take_panics(&self) -> Vec<HandlerPanic> {
         self.0.shared.get().map_or_else(Vec::new, |s| s.panics.take())
     }

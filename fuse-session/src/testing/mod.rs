@@ -64,7 +64,6 @@ mod checker;
 pub mod explorer;
 mod kernel;
 mod ops;
-mod races;
 mod wire;
 
 pub use checker::{Answer, Checker, Rule, Violation};
