@@ -306,7 +306,8 @@ fn entry_attr_a_file_that_getattr_calls_a_directory() {
     });
     assert!(v[0].request.starts_with("GETATTR #"), "{}", v[0]);
     assert!(
-        v[0].detail.contains("changed its file type from 100000 to 40000"),
+        v[0].detail
+            .contains("changed its file type from regular file to directory"),
         "{}",
         v[0]
     );
@@ -572,7 +573,7 @@ fn entry_attr_every_check_on_a_raw_conversation() {
     r.listed(Opcode::Readdirplus, 9, w.as_bytes());
     one(
         r.found(),
-        "the record \"a\" has d_type 4 but its entry mode 100644",
+        "the record \"a\" has d_type directory but its entry says regular file",
     );
 }
 
@@ -703,7 +704,14 @@ fn the_battery_reports_what_is_not_implemented_as_unsupported_and_fails_on_a_see
     let unsupported: Vec<&str> = report.unsupported().map(|r| r.name).collect();
     assert_eq!(
         unsupported,
-        ["hard_link", "rename_over_existing", "xattrs", "permissions"],
+        [
+            "hard_link",
+            "rename_over_existing",
+            "xattrs",
+            "permissions",
+            "race_lookup_rename",
+            "race_readdir_create"
+        ],
         "{report}"
     );
     assert_eq!(
@@ -722,7 +730,8 @@ fn the_battery_reports_what_is_not_implemented_as_unsupported_and_fails_on_a_see
         let report = battery::run(&k);
         let failed: Vec<&str> = report.failed().map(|r| r.name).collect();
         assert!(failed.contains(&scenario), "{bug:?}: {report}");
-        k.finish().unwrap();
+        // The report's findings stay in the checker: finish reports them.
+        assert!(k.finish().unwrap_err().breaks(Rule::Battery), "{bug:?}");
     }
 }
 
@@ -740,4 +749,476 @@ fn the_battery_runs_again_in_a_directory_of_its_own() {
     }
     assert!(k.lookup(Inode::ROOT, "battery.1").is_ok());
     finish_nodefs(k);
+}
+
+// ---- nothing hides a failure ----
+
+#[test]
+fn a_handler_panic_is_a_violation_naming_the_request() {
+    let v = seeded(Bug::Panics, Rule::Panic, |k| {
+        // EIO with the panic; ENOENT without the bug.
+        assert!(k.lookup(Inode::ROOT, "boom").is_err());
+    });
+    assert!(
+        v[0].request.starts_with("LOOKUP #") && v[0].request.ends_with("\"boom\""),
+        "{}",
+        v[0]
+    );
+    assert!(v[0].detail.contains("a seeded panic"), "{}", v[0]);
+}
+
+#[test]
+fn finish_with_compares_lookup_counts_before_it_forgets_and_blames_the_request() {
+    let v = seeded(Bug::UndercountsLookup, Rule::LookupCount, |k| {
+        created(k, "a");
+        k.lookup(Inode::ROOT, "a").unwrap();
+    });
+    // One line for the one node, at the end of the test, blaming the
+    // LOOKUP (the last request that moved the count) and naming the
+    // CREATE before it.
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].request.starts_with("LOOKUP #"), "{}", v[0]);
+    assert!(
+        v[0].detail
+            .starts_with("at the end of the test: node 2: the kernel holds 2, the filesystem counts 1"),
+        "{}",
+        v[0]
+    );
+    assert!(v[0].detail.contains("CREATE #"), "{}", v[0]);
+}
+
+#[test]
+fn the_battery_s_findings_stay_in_the_checker_and_the_report_prints_readably() {
+    let k = buggy(Bug::SizeOfLastWrite);
+    let _ = battery::run(&k); // the report dropped unread
+    let r = k.finish().unwrap_err();
+    assert!(r.breaks(Rule::Battery), "{r}");
+    assert!(r.breaks(Rule::AttrBackwards), "{r}");
+    // What unwrap() prints is the readable report.
+    assert_eq!(format!("{r:?}"), r.to_string());
+    assert!(
+        r.to_string()
+            .contains("[battery] battery scenario sparse_write: size after a write past the end"),
+        "{r}"
+    );
+}
+
+#[test]
+fn the_reply_timeout_is_settable() {
+    let k = buggy(Bug::LostReply);
+    assert_eq!(k.timeout(), Duration::from_secs(2));
+    assert_eq!(k.set_timeout(Duration::from_millis(200)), Duration::from_secs(2));
+    assert_eq!(k.lookup(Inode::ROOT, "hang").unwrap_err(), Errno::EIO);
+    k.fs().release_hang();
+    let v = k.take_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].detail.contains("no reply came"), "{}", v[0]);
+    k.finish().unwrap();
+}
+
+// ---- semantic rules, through the session ----
+
+#[test]
+fn posix_enoent_for_a_name_the_kernel_holds() {
+    let v = seeded(Bug::LookupEnoent, Rule::Posix, |k| {
+        created(k, "a");
+        let _ = k.lookup(Inode::ROOT, "a");
+        let _ = k.lookup(Inode::ROOT, "never"); // truly missing: fine
+    });
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].request.ends_with("\"a\""), "{}", v[0]);
+    assert!(
+        v[0].detail
+            .contains("ENOENT for \"a\", which the kernel holds as node 2 from CREATE #"),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn posix_a_setattr_that_ignores_the_change() {
+    let v = seeded(Bug::IgnoresTruncate, Rule::Posix, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.write(f, fh, 0, b"0123456789").unwrap();
+        let _ = k.truncate(f, 4, Some(fh));
+        k.release(f, fh).unwrap();
+    });
+    assert!(v[0].request.starts_with("SETATTR #"), "{}", v[0]);
+    assert!(v[0].detail.contains("size 4 asked, 10 answered"), "{}", v[0]);
+}
+
+#[test]
+fn posix_a_short_read_before_the_end_of_file() {
+    let v = seeded(Bug::ShortRead, Rule::Posix, |k| {
+        let (f, fh) = new_file(k, "a");
+        k.write(f, fh, 0, b"0123456789").unwrap();
+        let _ = k.read(f, fh, 0, 4096);
+        // At the end of file a short read is right.
+        let _ = k.read(f, fh, 8, 4096);
+        k.release(f, fh).unwrap();
+    });
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].detail
+            .contains("3 bytes, short of the 4096 asked for, ending at 3 before the end of file at 10"),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn posix_statfs_with_block_size_zero() {
+    let v = seeded(Bug::StatfsZero, Rule::Posix, |k| {
+        k.statfs(Inode::ROOT).unwrap();
+    });
+    assert!(v[0].request.starts_with("STATFS #"), "{}", v[0]);
+    assert!(v[0].detail.contains("block size 0"), "{}", v[0]);
+}
+
+#[test]
+fn lookup_count_a_node_id_reused_with_its_old_generation() {
+    let v = seeded(Bug::SameGeneration, Rule::LookupCount, |k| {
+        let a = created(k, "a");
+        k.unlink(Inode::ROOT, "a").unwrap();
+        k.forget(a, 1); // the kernel lets go of it: the id may be reused...
+        created(k, "b"); // ...but not with the same generation
+    });
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].request.starts_with("CREATE #"), "{}", v[0]);
+    assert!(
+        v[0].detail
+            .contains("names another file with the generation 1 it had"),
+        "{}",
+        v[0]
+    );
+}
+
+// ---- semantic rules, on raw conversations ----
+
+fn dir_entry(nodeid: u64, ino: u64) -> EntryOut {
+    let mut e = file_entry(nodeid, ino);
+    e.attr.mode = libc::S_IFDIR | 0o755;
+    e.attr.nlink = 2;
+    e
+}
+
+fn mkdir_in(r: &mut Raw, parent: u64, name: &str, e: &EntryOut) -> Option<Result<ReplyBody, Errno>> {
+    let n = format!("{name}\0");
+    let u = r.request(
+        Opcode::Mkdir,
+        parent,
+        &[
+            MkdirIn {
+                mode: 0o755,
+                umask: 0,
+            }
+            .as_bytes(),
+            n.as_bytes(),
+        ],
+    );
+    r.reply(Reply::entry(u, e, 45))
+}
+
+#[test]
+fn posix_rmdir_of_a_directory_that_holds_names() {
+    let mut r = Raw::new();
+    mkdir_in(&mut r, 1, "d", &dir_entry(5, 50));
+    mkdir_in(&mut r, 1, "e", &dir_entry(6, 60));
+    mkdir_in(&mut r, 5, "inner", &dir_entry(7, 70));
+    assert_eq!(r.found(), Vec::<String>::new());
+    // "e" is empty: RMDIR answered 0 is right.
+    let u = r.request(Opcode::Rmdir, 1, &[b"e\0"]);
+    r.reply(Reply::empty(u));
+    assert_eq!(r.found(), Vec::<String>::new());
+    let u = r.request(Opcode::Rmdir, 1, &[b"d\0"]);
+    r.reply(Reply::empty(u));
+    one(
+        r.found(),
+        "[posix] RMDIR #10 on node 1 \"d\": RMDIR answered 0 for node 5, which still holds [\"inner\"]",
+    );
+}
+
+#[test]
+fn entry_attr_created_entries_of_the_wrong_type_node_id_1_and_the_root() {
+    let mut r = Raw::new();
+    // MKDIR answered with a regular file: the kernel answers EIO.
+    assert_eq!(
+        mkdir_in(&mut r, 1, "d", &file_entry(5, 50)),
+        Some(Err(Errno::EIO))
+    );
+    one(
+        r.found(),
+        "the new node 5 is a regular file, not the directory asked for",
+    );
+    // An entry with the root's node id.
+    assert_eq!(looked_up(&mut r, "x", &dir_entry(1, 10)), Some(Err(Errno::EIO)));
+    one(r.found(), "node id 1, the root's, in an entry for \"x\"");
+    // The root's attributes: a directory.
+    let u = r.request(Opcode::Getattr, 1, &[GetattrIn::default().as_bytes()]);
+    let attr = file_entry(1, 1).attr;
+    assert_eq!(
+        r.reply(Reply::attr(
+            u,
+            &AttrOut {
+                attr,
+                ..AttrOut::default()
+            },
+            45
+        )),
+        Some(Err(Errno::EIO))
+    );
+    one(
+        r.found(),
+        "[entry-attr] GETATTR #6 on node 1: the root is a regular file, not a directory",
+    );
+    // A correct root, then correct entries: nothing.
+    let u = r.request(Opcode::Getattr, 1, &[GetattrIn::default().as_bytes()]);
+    let attr = dir_entry(1, 1).attr;
+    r.reply(Reply::attr(
+        u,
+        &AttrOut {
+            attr,
+            ..AttrOut::default()
+        },
+        45,
+    ));
+    mkdir_in(&mut r, 1, "d", &dir_entry(5, 50));
+    looked_up(&mut r, "f", &file_entry(6, 60));
+    assert_eq!(r.found(), Vec::<String>::new());
+}
+
+#[test]
+fn entry_attr_d_ino_of_dot_dotdot_and_names() {
+    let mut r = Raw::new();
+    let u = r.request(Opcode::Getattr, 1, &[GetattrIn::default().as_bytes()]);
+    let attr = dir_entry(1, 100).attr;
+    r.reply(Reply::attr(
+        u,
+        &AttrOut {
+            attr,
+            ..AttrOut::default()
+        },
+        45,
+    ));
+    looked_up(&mut r, "f", &file_entry(5, 50));
+    let list = |r: &mut Raw, dot: u64, f: u64| {
+        r.opendir(3);
+        let mut buf = [0u8; 4096];
+        let mut w = DirentWriter::new(&mut buf);
+        w.add(dot, 1, libc::DT_DIR as u32, b".").unwrap();
+        w.add(100, 2, libc::DT_DIR as u32, b"..").unwrap();
+        w.add(f, 3, libc::DT_REG as u32, b"f").unwrap();
+        r.listed(Opcode::Readdir, 3, w.as_bytes());
+        let u = r.request(
+            Opcode::Releasedir,
+            1,
+            &[fuse_wire::proto::abi::ReleaseIn {
+                fh: 3,
+                ..Default::default()
+            }
+            .as_bytes()],
+        );
+        r.reply(Reply::empty(u));
+    };
+    list(&mut r, 100, 50);
+    assert_eq!(r.found(), Vec::<String>::new());
+    list(&mut r, 1, 50); // "." as the node id, not the inode number
+    one(
+        r.found(),
+        "the record \".\" has d_ino 1, but st_ino 100 is the directory's (node 1)",
+    );
+    list(&mut r, 100, 5); // "f" as its node id
+    one(
+        r.found(),
+        "the record \"f\" has d_ino 5, but st_ino 50 is node 5's",
+    );
+}
+
+#[test]
+fn posix_a_symlink_whose_size_is_not_its_targets_length() {
+    let mut r = Raw::new();
+    let mut link = file_entry(5, 50);
+    link.attr.mode = libc::S_IFLNK | 0o777;
+    link.attr.size = 6;
+    let u = r.request(Opcode::Symlink, 1, &[b"l\0", b"target\0"]);
+    r.reply(Reply::entry(u, &link, 45));
+    assert_eq!(r.found(), Vec::<String>::new());
+    link.attr.size = 4096;
+    let u = r.request(Opcode::Symlink, 1, &[b"m\0", b"target\0"]);
+    link.nodeid = 6;
+    link.attr.ino = 60;
+    r.reply(Reply::entry(u, &link, 45));
+    one(
+        r.found(),
+        "[posix] SYMLINK #4 on node 1 \"m\": symlink node 6 has size 4096 but its target is 6 bytes",
+    );
+}
+
+// ---- the battery: declared refusals, the owner, races ----
+
+#[test]
+fn the_battery_takes_declared_refusals_as_unsupported_and_checks_them() {
+    let k = buggy(Bug::RefusesRename);
+    // Undeclared, EOPNOTSUPP to RENAME is a failure...
+    let report = battery::run(&k);
+    assert!(
+        matches!(report.outcome("rename_over_existing"), Some(Outcome::Failed(_))),
+        "{report}"
+    );
+    let _ = k.take_violations();
+    k.finish().unwrap();
+    // ...declared, it is unsupported, and consistent.
+    let k = buggy(Bug::RefusesRename);
+    let declared = Battery::default().refuses(Opcode::Rename, Errno::EOPNOTSUPP);
+    let report = declared.run(&k);
+    report.assert_passed();
+    for s in ["rename_over_existing", "race_lookup_rename"] {
+        assert!(
+            matches!(report.outcome(s), Some(Outcome::Unsupported(why)) if why.contains("EOPNOTSUPP") && why.contains("declared")),
+            "{s}: {report}"
+        );
+    }
+    assert_eq!(
+        report.outcome("declared_refusals"),
+        Some(&Outcome::Passed),
+        "{report}"
+    );
+    k.finish().unwrap();
+
+    // A refusal declared for an operation that succeeds is inconsistent.
+    let k = buggy(Bug::None);
+    let report = Battery::default()
+        .refuses(Opcode::Create, Errno::EOPNOTSUPP)
+        .run(&k);
+    let Some(Outcome::Failed(why)) = report.outcome("declared_refusals") else {
+        panic!("{report}")
+    };
+    assert!(
+        why[0].starts_with("CREATE was declared refused with EOPNOTSUPP"),
+        "{why:?}"
+    );
+    assert!(k.finish().unwrap_err().breaks(Rule::Battery));
+}
+
+#[test]
+fn the_battery_s_owner_is_not_the_test_s_uid() {
+    assert_ne!(battery::OWNER.uid, Caller::current().uid);
+    let k = buggy(Bug::OwnUid);
+    let report = battery::run(&k);
+    let Some(Outcome::Failed(why)) = report.outcome("create_write_read") else {
+        panic!("{report}")
+    };
+    assert!(why.iter().any(|d| d.starts_with("owner after CREATE")), "{why:?}");
+    let _ = k.finish();
+}
+
+#[test]
+fn the_battery_runs_every_step_and_reports_each_difference() {
+    let k = buggy(Bug::IgnoresTruncate);
+    let report = battery::run(&k);
+    let Some(Outcome::Failed(why)) = report.outcome("truncate") else {
+        panic!("{report}")
+    };
+    // Shrinking and growing both fail, and the steps after them ran.
+    assert!(
+        why.iter().any(|d| d.starts_with("size after shrinking")),
+        "{why:?}"
+    );
+    assert!(why.iter().any(|d| d.starts_with("size after growing")), "{why:?}");
+    assert!(why.iter().any(|d| d.starts_with("size after RELEASE")), "{why:?}");
+    let _ = k.finish();
+}
+
+#[test]
+fn the_test_kernel_is_shared_by_threads() {
+    fn sync<T: Send + Sync>(_: &T) {}
+    let k = nodefs();
+    sync(&k);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let k = &k;
+            s.spawn(move || {
+                for i in 0..20 {
+                    let (e, o) = k
+                        .create(Inode::ROOT, format!("t{t}.{i}"), REG | 0o644, libc::O_RDWR)
+                        .unwrap();
+                    k.release(Inode(e.nodeid), FileHandle(o.fh)).unwrap();
+                    k.lookup(Inode::ROOT, format!("t{t}.{i}")).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(k.list_dir(Inode::ROOT, 4096).unwrap().len(), 2 + 80);
+    finish_nodefs(k);
+}
+
+#[test]
+fn an_old_minor_offers_only_what_a_kernel_of_that_minor_knows() {
+    let setup = Setup {
+        minor: 12,
+        ..Setup::default()
+    };
+    let k = TestKernel::start_with(Arc::new(NodeFs::new(tree::root())), setup).unwrap();
+    let offered = k.negotiated().offered;
+    for newer in [
+        InitFlags::DO_READDIRPLUS,
+        InitFlags::SETXATTR_EXT,
+        InitFlags::INIT_EXT,
+        InitFlags::FLOCK_LOCKS,
+    ] {
+        assert!(!offered.contains(newer), "{newer:?} is newer than 7.12");
+    }
+    assert!(offered.contains(InitFlags::DONT_MASK | InitFlags::BIG_WRITES));
+    finish_nodefs(k);
+}
+
+// ---- the explorer ----
+
+#[test]
+fn the_explorer_finds_an_ordering_bug_no_battery_scenario_covers_and_shrinks_it() {
+    use fuse_wire::testing::explorer::{Explorer, Op};
+    // The battery passes with the bug...
+    let k = buggy(Bug::WriteAfterTruncateLost);
+    battery::run(&k).assert_passed();
+    // ...the explorer finds it, in at most 5 operations.
+    let found = Explorer::default().run(&k).unwrap_err();
+    assert!(found.ops.len() <= 5, "{found}");
+    assert!(
+        found.ops.iter().any(|op| matches!(op, Op::Truncate(..))),
+        "{found}"
+    );
+    assert!(found.ops.iter().any(|op| matches!(op, Op::Write(..))), "{found}");
+    let text = found.to_string();
+    assert!(
+        text.contains("#[test]") && text.contains("Explorer::replay(&k, &ops)"),
+        "{text}"
+    );
+    // The test it prints fails on the bug, and passes without it.
+    assert!(Explorer::replay(&k, &found.ops).is_err());
+    // The checker saw it too: the lost write shrinks the file.
+    assert!(k.take_violations().iter().all(|v| v.rule == Rule::AttrBackwards));
+    k.finish().unwrap();
+    let clean = buggy(Bug::None);
+    assert_eq!(Explorer::replay(&clean, &found.ops), Ok(()));
+    clean.finish().unwrap();
+    // Deterministic from its seed.
+    let again = buggy(Bug::WriteAfterTruncateLost);
+    assert_eq!(Explorer::default().run(&again).unwrap_err(), found);
+    let _ = again.take_violations();
+    again.finish().unwrap();
+}
+
+#[test]
+fn the_explorer_runs_ten_thousand_sequences_on_a_correct_filesystem() {
+    use fuse_wire::testing::explorer::Explorer;
+    let k = buggy(Bug::None);
+    let explorer = Explorer {
+        sequences: std::env::var("EXPLORER_N").map_or(10_000, |n| n.parse().unwrap()),
+        length: 6,
+        ..Explorer::default()
+    };
+    if let Err(f) = explorer.run(&k) {
+        panic!("{f}");
+    }
+    k.finish().unwrap();
 }

@@ -2182,6 +2182,9 @@ mod tests {
             let report = battery.run(&k);
             report.assert_passed();
             assert_eq!(report.unsupported().count(), 0, "{report}");
+            if let Err(f) = fuse_wire::testing::explorer::Explorer::default().run(&k) {
+                panic!("{f}");
+            }
             if let Err(r) = k.finish() {
                 panic!("{r}");
             }

@@ -76,6 +76,9 @@ mod tests {
         let report = battery.run(&k);
         report.assert_passed();
         assert_eq!(report.unsupported().count(), 0, "{report}");
+        if let Err(f) = fuse_wire::testing::explorer::Explorer::default().run(&k) {
+            panic!("{f}");
+        }
         k.compare_lookup_counts(|fs| fs.lookup_counts());
         if let Err(r) = k.finish_with(Some(&|fs: &NodeFs| fs.lookup_counts())) {
             panic!("{r}");

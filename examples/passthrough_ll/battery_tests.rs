@@ -19,6 +19,9 @@ fn the_conformance_battery_passes_over_a_temporary_directory() {
     let k = TestKernel::start(fs).expect("the kit starts");
     let report = battery::run(&k);
     report.assert_passed();
+    if let Err(f) = fuse_wire::testing::explorer::Explorer::default().run(&k) {
+        panic!("{f}");
+    }
     if let Err(r) = k.finish() {
         panic!("{r}");
     }

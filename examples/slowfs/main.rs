@@ -12,7 +12,8 @@
 //! It holds `files` generated read-only files `file-000`… of `size` bytes
 //! (byte `p` of `file-N` is `b'a' + (p + N) % 26`), the writable directory
 //! `rw` (files can be created, written, truncated and removed; one that is
-//! removed is gone at once, even if open), and `.stats`, answered at once:
+//! removed while open is read and written until its last close), and
+//! `.stats`, answered at once:
 //! operations running now, the most at once, completed, and cancelled (an
 //! async operation whose future was dropped, by an INTERRUPT or the end of
 //! the session). `--stats FILE` writes the session's statistics with the
@@ -29,7 +30,7 @@ use fuse_wire::reply::*;
 use fuse_wire::session::SessionConfig;
 use fuse_wire::{
     CreateRequest, Entry, Errno, FileAttr, FileHandle, Filesystem, Inode, OpenFlags, ReadRequest,
-    RequestContext, SetattrRequest, WriteRequest,
+    ReleaseRequest, RequestContext, SetattrRequest, WriteRequest,
 };
 use std::ffi::CStr;
 use std::process::ExitCode;
@@ -154,16 +155,29 @@ impl Filesystem for SyncSlow {
         }
     }
 
-    fn create(
+    fn release(
         &self,
         _: &RequestContext<'_>,
+        ino: Inode,
+        _: FileHandle,
+        _: ReleaseRequest,
+        reply: ReplyEmpty,
+    ) {
+        self.0.release(ino);
+        reply.ok()
+    }
+
+    fn create(
+        &self,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
-        _: CreateRequest,
+        req: CreateRequest,
         reply: ReplyCreate,
     ) {
+        let owner = (ctx.uid(), ctx.gid());
         reply.result(
-            self.serve(parent, false, |t| t.create(parent, name))
+            self.serve(parent, false, |t| t.create(parent, name, req.perm(), owner))
                 .map(|(e, o)| (e, o.fh, o.flags)),
         )
     }
@@ -238,14 +252,28 @@ impl AsyncFilesystem for AsyncSlow {
         self.serve(ino, false, |t| t.readdir(ino, offset)).await
     }
 
-    async fn create(
+    async fn release(
         &self,
         _: &AsyncContext,
+        ino: Inode,
+        _: FileHandle,
+        _: ReleaseRequest,
+    ) -> Result<(), Errno> {
+        self.0.release(ino);
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        ctx: &AsyncContext,
         parent: Inode,
         name: &CStr,
-        _: CreateRequest,
+        req: CreateRequest,
     ) -> Result<Created, Errno> {
-        let (entry, open) = self.serve(parent, false, |t| t.create(parent, name)).await?;
+        let owner = (ctx.uid(), ctx.gid());
+        let (entry, open) = self
+            .serve(parent, false, |t| t.create(parent, name, req.perm(), owner))
+            .await?;
         Ok(Created::new(entry, open))
     }
 
@@ -330,4 +358,67 @@ fn main() -> ExitCode {
         }
         Ok(())
     })
+}
+
+/// The test kit's conformance battery through the fake kernel (no
+/// mount), in `rw`, through both traits: what slowfs does not implement
+/// (links, renames, xattrs, directories) is unsupported, the rest passes.
+#[cfg(test)]
+mod battery_tests {
+    use super::*;
+    use fuse_wire::testing::TestKernel;
+    use fuse_wire::testing::battery::Battery;
+
+    fn setup() -> Setup {
+        Setup {
+            files: 3,
+            size: 100,
+            latency: Duration::ZERO,
+            read_latency: None,
+        }
+    }
+
+    fn run<F: Filesystem>(k: TestKernel<F>) {
+        let rw = Inode(k.lookup(Inode::ROOT, "rw").expect("rw").nodeid);
+        let battery = Battery {
+            dir: Some(rw),
+            ..Battery::default()
+        };
+        let report = battery.run(&k);
+        report.assert_passed();
+        let explorer = fuse_wire::testing::explorer::Explorer {
+            dir: rw,
+            ..Default::default()
+        };
+        if let Err(f) = explorer.run(&k) {
+            panic!("{f}");
+        }
+        assert_eq!(
+            report.outcome("create_write_read"),
+            Some(&fuse_wire::testing::battery::Outcome::Passed),
+            "{report}"
+        );
+        if let Err(r) = k.finish() {
+            panic!("{r}");
+        }
+    }
+
+    #[test]
+    fn the_conformance_battery_passes_through_the_sync_trait() {
+        run(TestKernel::start(SyncSlow(Arc::new(Tree::new(setup())))).expect("the kit starts"));
+    }
+
+    #[test]
+    fn the_conformance_battery_passes_through_the_async_trait() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let fs = AsyncFs::new(
+            AsyncSlow(Arc::new(Tree::new(setup()))),
+            TokioSpawner::new(runtime.handle().clone()),
+        );
+        run(TestKernel::start(fs).expect("the kit starts"));
+    }
 }

@@ -45,6 +45,21 @@ pub struct Setup {
 struct Rw {
     names: BTreeMap<Vec<u8>, u64>,
     data: BTreeMap<u64, Vec<u8>>,
+    /// Each file's permission bits and owner, as its creator gave them.
+    meta: BTreeMap<u64, (u16, u32, u32)>,
+    /// How many times each file is open: one unlinked while open keeps
+    /// its data until its last RELEASE.
+    open: BTreeMap<u64, usize>,
+}
+
+impl Rw {
+    /// Drops `ino`'s data once it has no name and is not open.
+    fn drop_if_unused(&mut self, ino: u64) {
+        if !self.open.contains_key(&ino) && !self.names.values().any(|&n| n == ino) {
+            self.data.remove(&ino);
+            self.meta.remove(&ino);
+        }
+    }
 }
 
 /// The tree and its counters.
@@ -142,10 +157,17 @@ impl Tree {
             RW => Ok(FileAttr::fixed(RW.0, FileKind::Directory, 0o777)),
             STATS => Ok(file(0, 0o444)),
             _ if self.index(ino).is_some() => Ok(file(self.setup.size, 0o444)),
-            _ => match self.rw().data.get(&ino.0) {
-                Some(d) => Ok(file(d.len() as u64, 0o666)),
-                None => Err(Errno::ENOENT),
-            },
+            _ => {
+                let rw = self.rw();
+                match (rw.data.get(&ino.0), rw.meta.get(&ino.0)) {
+                    (Some(d), Some(&(perm, uid, gid))) => {
+                        let mut a = file(d.len() as u64, perm);
+                        (a.uid, a.gid) = (uid, gid);
+                        Ok(a)
+                    }
+                    _ => Err(Errno::ENOENT),
+                }
+            }
         }
     }
 
@@ -205,19 +227,27 @@ impl Tree {
                 }
             }
             RW => {
-                for (i, (name, ino)) in self.rw().names.iter().enumerate() {
-                    let e = DirEntry::new(Inode(*ino), 3 + i as u64, FileKind::RegularFile, name.clone());
-                    all.push(e);
+                // Each name's cookie is its node id (above 2): a listing
+                // goes on after the last name it gave, whatever was
+                // removed or made meanwhile.
+                let mut files: Vec<(u64, Vec<u8>)> =
+                    self.rw().names.iter().map(|(n, &i)| (i, n.clone())).collect();
+                files.sort();
+                for (ino, name) in files {
+                    all.push(DirEntry::new(Inode(ino), ino, FileKind::RegularFile, name));
                 }
             }
             _ => return Err(Errno::ENOTDIR),
         }
-        Ok(all.into_iter().skip(offset as usize).take(256).collect())
+        Ok(all.into_iter().filter(|e| e.offset > offset).take(256).collect())
     }
 
     /// Every file is opened `DIRECT_IO`: each `read(2)` reaches the remote.
     pub fn open(&self, ino: Inode) -> Result<Open, Errno> {
         self.getattr(ino)?;
+        if ino.0 >= FIRST_RW {
+            *self.rw().open.entry(ino.0).or_default() += 1;
+        }
         Ok(Open::new(FileHandle(0)).with_flags(FopenFlags::DIRECT_IO))
     }
 
@@ -248,7 +278,26 @@ impl Tree {
         Ok(data.len() as u32)
     }
 
-    pub fn create(&self, parent: Inode, name: &CStr) -> Result<(Entry, Open), Errno> {
+    /// RELEASE of an open file.
+    pub fn release(&self, ino: Inode) {
+        let mut rw = self.rw();
+        if let Some(n) = rw.open.get_mut(&ino.0) {
+            *n -= 1;
+            if *n == 0 {
+                rw.open.remove(&ino.0);
+                rw.drop_if_unused(ino.0);
+            }
+        }
+    }
+
+    /// CREATE `name` in `rw` with permission bits `perm`, owned by `owner`.
+    pub fn create(
+        &self,
+        parent: Inode,
+        name: &CStr,
+        perm: u16,
+        owner: (u32, u32),
+    ) -> Result<(Entry, Open), Errno> {
         if parent != RW {
             return Err(Errno::EROFS);
         }
@@ -260,6 +309,7 @@ impl Tree {
             let ino = self.next_rw.fetch_add(1, SeqCst);
             rw.names.insert(name.to_bytes().to_vec(), ino);
             rw.data.insert(ino, Vec::new());
+            rw.meta.insert(ino, (perm, owner.0, owner.1));
             ino
         };
         Ok((self.entry(Inode(ino))?, self.open(Inode(ino))?))
@@ -271,7 +321,7 @@ impl Tree {
         }
         let mut rw = self.rw();
         let ino = rw.names.remove(name.to_bytes()).ok_or(Errno::ENOENT)?;
-        rw.data.remove(&ino);
+        rw.drop_if_unused(ino);
         Ok(())
     }
 }

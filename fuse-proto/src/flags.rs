@@ -99,7 +99,64 @@ bitflags! {
     }
 }
 
+/// Each INIT flag with the protocol minor that introduced it (the
+/// changelog of `fuse.h`; flags older than 7.12, the oldest minor this
+/// crate negotiates, with the minor their header first showed them in).
+pub const INIT_FLAG_MINORS: &[(InitFlags, u32)] = &[
+    (InitFlags::ASYNC_READ, 6),
+    (InitFlags::POSIX_LOCKS, 7),
+    (InitFlags::FILE_OPS, 9),
+    (InitFlags::ATOMIC_O_TRUNC, 9),
+    (InitFlags::EXPORT_SUPPORT, 10),
+    (InitFlags::BIG_WRITES, 10),
+    (InitFlags::DONT_MASK, 12),
+    (InitFlags::SPLICE_WRITE, 14),
+    (InitFlags::SPLICE_MOVE, 14),
+    (InitFlags::SPLICE_READ, 14),
+    (InitFlags::FLOCK_LOCKS, 17),
+    (InitFlags::HAS_IOCTL_DIR, 18),
+    (InitFlags::AUTO_INVAL_DATA, 20),
+    (InitFlags::DO_READDIRPLUS, 21),
+    (InitFlags::READDIRPLUS_AUTO, 21),
+    (InitFlags::ASYNC_DIO, 22),
+    (InitFlags::WRITEBACK_CACHE, 23),
+    (InitFlags::NO_OPEN_SUPPORT, 23),
+    (InitFlags::PARALLEL_DIROPS, 25),
+    (InitFlags::HANDLE_KILLPRIV, 26),
+    (InitFlags::POSIX_ACL, 26),
+    (InitFlags::ABORT_ERROR, 27),
+    (InitFlags::MAX_PAGES, 28),
+    (InitFlags::CACHE_SYMLINKS, 28),
+    (InitFlags::NO_OPENDIR_SUPPORT, 29),
+    (InitFlags::EXPLICIT_INVAL_DATA, 30),
+    (InitFlags::MAP_ALIGNMENT, 31),
+    (InitFlags::SUBMOUNTS, 32),
+    (InitFlags::HANDLE_KILLPRIV_V2, 33),
+    (InitFlags::SETXATTR_EXT, 33),
+    (InitFlags::INIT_EXT, 36),
+    (InitFlags::SECURITY_CTX, 36),
+    (InitFlags::HAS_INODE_DAX, 36),
+    (InitFlags::CREATE_SUPP_GROUP, 38),
+    (InitFlags::HAS_EXPIRE_ONLY, 38),
+    (InitFlags::DIRECT_IO_ALLOW_MMAP, 39),
+    (InitFlags::PASSTHROUGH, 40),
+    (InitFlags::NO_EXPORT_SUPPORT, 40),
+    (InitFlags::HAS_RESEND, 40),
+    (InitFlags::ALLOW_IDMAP, 41),
+    (InitFlags::OVER_IO_URING, 42),
+    (InitFlags::REQUEST_TIMEOUT, 43),
+];
+
 impl InitFlags {
+    /// The flags a kernel of protocol minor `minor` knows (and so may
+    /// offer): those introduced at `minor` or before ([`INIT_FLAG_MINORS`]).
+    pub fn known_at(minor: u32) -> InitFlags {
+        INIT_FLAG_MINORS
+            .iter()
+            .filter(|&&(_, m)| m <= minor)
+            .fold(InitFlags::empty(), |all, &(f, _)| all | f)
+    }
+
     /// Joins `flags` and `flags2` (`flags | flags2 << 32`), keeping unknown bits.
     pub const fn from_halves(flags: u32, flags2: u32) -> Self {
         Self::from_bits_retain(flags as u64 | (flags2 as u64) << 32)
@@ -365,6 +422,19 @@ impl NotifyCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_init_flag_has_its_minor() {
+        let listed = INIT_FLAG_MINORS
+            .iter()
+            .fold(InitFlags::empty(), |a, &(f, _)| a | f);
+        assert_eq!(listed, InitFlags::all() - InitFlags::INIT_RESERVED);
+        assert_eq!(INIT_FLAG_MINORS.len(), listed.iter().count(), "each flag once");
+        assert!(!InitFlags::known_at(12).contains(InitFlags::DO_READDIRPLUS));
+        assert!(InitFlags::known_at(21).contains(InitFlags::DO_READDIRPLUS));
+        assert!(!InitFlags::known_at(35).contains(InitFlags::INIT_EXT));
+        assert_eq!(InitFlags::known_at(45), listed);
+    }
+
     use super::*;
 
     #[test]

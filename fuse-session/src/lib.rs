@@ -143,6 +143,7 @@ pub use serve::run::{serve, serve_with, spawn};
 pub use session::{
     RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport, StartHook, StartStep,
 };
+pub use stats::HandlerPanic;
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};

@@ -6,11 +6,12 @@
 
 use fuse_wire::reply::{
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyWrite,
+    ReplyStatfs, ReplyWrite,
 };
 use fuse_wire::{
     CreateRequest, Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, Inode, LockOwner,
-    OpenFlags, ReadRequest, ReleaseRequest, RequestContext, SetattrRequest, WriteRequest,
+    OpenFlags, ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, Statfs,
+    WriteRequest,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
@@ -42,6 +43,31 @@ pub enum Bug {
     /// attr-backwards: the size is that of the last write, not the end of
     /// the furthest one.
     SizeOfLastWrite,
+    /// panic: LOOKUP of "boom" panics.
+    Panics,
+    /// lookup-count: LOOKUP of an existing name does not count the lookup.
+    UndercountsLookup,
+    /// posix: LOOKUP answers ENOENT for names it has (a cache keyed by
+    /// something else).
+    LookupEnoent,
+    /// posix: SETATTR of the size answers the old size and changes nothing.
+    IgnoresTruncate,
+    /// posix: READ answers at most 3 bytes.
+    ShortRead,
+    /// posix: STATFS answers block size 0.
+    StatfsZero,
+    /// lookup-count: a node id is handed out again, once forgotten, with
+    /// the generation it had.
+    SameGeneration,
+    /// battery: new files are owned by the server's own uid, not the
+    /// caller's.
+    OwnUid,
+    /// battery: RENAME is refused with EOPNOTSUPP (by design: the
+    /// battery is told so).
+    RefusesRename,
+    /// explorer: the first WRITE after a truncate is answered but lost
+    /// (an ordering bug no battery scenario reaches).
+    WriteAfterTruncateLost,
 }
 
 struct File {
@@ -51,6 +77,9 @@ struct File {
     size: u64,
     nlink: u32,
     perm: u16,
+    owner: (u32, u32),
+    /// Truncated since the last write.
+    truncated: bool,
 }
 
 struct Inner {
@@ -109,6 +138,7 @@ impl Buggy {
         };
         let mut a = FileAttr::at(ino, kind, f.perm, SystemTime::UNIX_EPOCH).with_size(f.size);
         a.nlink = f.nlink;
+        (a.uid, a.gid) = f.owner;
         a
     }
 
@@ -152,6 +182,9 @@ impl Filesystem for Buggy {
         if parent != Inode::ROOT {
             return reply.error(Errno::ENOTDIR);
         }
+        if name.to_bytes() == b"boom" && self.bug == Bug::Panics {
+            panic!("a seeded panic");
+        }
         if name.to_bytes() == b"hang" && self.bug == Bug::LostReply {
             let mut h = self.hang.lock().unwrap();
             while *h {
@@ -161,8 +194,12 @@ impl Filesystem for Buggy {
         }
         let mut i = self.inner.lock().unwrap();
         match i.names.get(name.to_bytes()).copied() {
+            Some(_) if self.bug == Bug::LookupEnoent => reply.error(Errno::ENOENT),
             Some(ino) => {
                 let e = self.entry(&mut i, ino);
+                if self.bug == Bug::UndercountsLookup {
+                    let _ = i.lookups.get_mut(&ino).map(|c| *c -= 1);
+                }
                 reply.entry(&e)
             }
             None if self.bug == Bug::UnknownErrno => reply.error(Errno::new(300).unwrap()),
@@ -200,9 +237,12 @@ impl Filesystem for Buggy {
         let Some(f) = i.files.get_mut(&ino.0) else {
             return reply.error(Errno::ESTALE);
         };
-        if let Some(size) = req.size {
+        if let Some(size) = req.size
+            && self.bug != Bug::IgnoresTruncate
+        {
             f.data.resize(size as usize, 0);
             f.size = size;
+            f.truncated = true;
         }
         let a = self.attr(ino.0, f, true);
         reply.attr(TTL, &a)
@@ -210,7 +250,7 @@ impl Filesystem for Buggy {
 
     fn create(
         &self,
-        _: &RequestContext<'_>,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         req: CreateRequest,
@@ -224,8 +264,18 @@ impl Filesystem for Buggy {
             return reply.error(Errno::EEXIST);
         }
         let ino = Self::new_id(&i);
-        let generation = i.next_generation;
+        let generation = if self.bug == Bug::SameGeneration {
+            1
+        } else {
+            i.next_generation
+        };
         i.next_generation += 1;
+        let owner = if self.bug == Bug::OwnUid {
+            // SAFETY: geteuid and getegid have no preconditions and cannot fail.
+            unsafe { (libc::geteuid(), libc::getegid()) }
+        } else {
+            (ctx.uid(), ctx.gid())
+        };
         i.files.insert(
             ino,
             File {
@@ -234,6 +284,8 @@ impl Filesystem for Buggy {
                 size: 0,
                 nlink: 1,
                 perm: req.perm(),
+                owner,
+                truncated: false,
             },
         );
         i.names.insert(name.to_bytes().to_vec(), ino);
@@ -281,7 +333,12 @@ impl Filesystem for Buggy {
             return reply.data(&vec![b'x'; req.size as usize + 10]);
         }
         let start = (req.offset as usize).min(f.data.len());
-        let end = start.saturating_add(req.size as usize).min(f.data.len());
+        let size = if self.bug == Bug::ShortRead {
+            3
+        } else {
+            req.size as usize
+        };
+        let end = start.saturating_add(size).min(f.data.len());
         reply.data(&f.data[start..end])
     }
 
@@ -301,6 +358,9 @@ impl Filesystem for Buggy {
             return reply.error(Errno::EIO);
         };
         let f = i.files.get_mut(&ino).expect("an open file exists");
+        if std::mem::take(&mut f.truncated) && self.bug == Bug::WriteAfterTruncateLost {
+            return reply.written(data.len() as u32);
+        }
         let end = req.offset as usize + data.len();
         if f.data.len() < end {
             f.data.resize(end, 0);
@@ -312,6 +372,22 @@ impl Filesystem for Buggy {
             f.data.len() as u64
         };
         reply.written(data.len() as u32)
+    }
+
+    fn statfs(&self, _: &RequestContext<'_>, _: Inode, reply: ReplyStatfs) {
+        let mut st = Statfs::new();
+        if self.bug == Bug::StatfsZero {
+            st.bsize = 0;
+        }
+        reply.statfs(st)
+    }
+
+    fn rename(&self, _: &RequestContext<'_>, _: &RenameRequest<'_>, reply: ReplyEmpty) {
+        reply.error(if self.bug == Bug::RefusesRename {
+            Errno::EOPNOTSUPP
+        } else {
+            Errno::ENOSYS
+        })
     }
 
     fn flush(&self, _: &RequestContext<'_>, _: Inode, fh: FileHandle, _: LockOwner, reply: ReplyEmpty) {

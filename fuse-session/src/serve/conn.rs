@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) callers: CallerPolicy,
     /// Under a keeper: the journal of requests in flight.
     pub(crate) journal: Option<Arc<crate::journal::Journal>>,
+    /// Handlers that panicked, until [`SessionHandle::take_panics`](crate::SessionHandle::take_panics).
+    pub(crate) panics: crate::stats::PanicLog,
 }
 
 /// One worker: its index in the per-worker tables and where its replies go.

@@ -132,7 +132,7 @@ fn serve_with<'a, F: Filesystem>(
                 worker,
                 crate::interrupt::Slot::NONE,
             );
-            guarded(opcode, unique, || {
+            guarded(worker, opcode, unique, || {
                 fs.forget(&ctx, Inode(req.header.nodeid), arg.nlookup)
             });
             return;
@@ -147,7 +147,7 @@ fn serve_with<'a, F: Filesystem>(
                 crate::interrupt::Slot::NONE,
             );
             let mut it = forgets.iter().map(|f| (Inode(f.nodeid), f.nlookup));
-            guarded(opcode, unique, || fs.batch_forget(&ctx, &mut it));
+            guarded(worker, opcode, unique, || fs.batch_forget(&ctx, &mut it));
             return;
         }
         _ => {}
@@ -224,7 +224,9 @@ fn serve_with<'a, F: Filesystem>(
         .with_open_in(fuse_proto::flags::OpenInFlags::from_bits_retain(open_in))
         .with_journal(replay, journal);
     let ino = Inode(req.header.nodeid);
-    guarded(opcode, unique, || call(fs, &ctx, ino, req.op, core, piped));
+    guarded(worker, opcode, unique, || {
+        call(fs, &ctx, ino, req.op, core, piped)
+    });
 }
 
 /// Operations on files the caller already holds open, which `allow_root`
@@ -254,9 +256,10 @@ fn count_refused(worker: &WorkerCore, op: Opcode) {
     worker.shared.stats.count_error(worker.index, op);
 }
 
-/// Runs a handler, turning a panic into a log line (its reply handle, dropped
-/// while unwinding, answers EIO).
-fn guarded(opcode: Opcode, unique: u64, f: impl FnOnce()) {
+/// Runs a handler, turning a panic into a log line and an entry of the
+/// session's [handler panics](crate::stats::HandlerPanic) (its reply
+/// handle, dropped while unwinding, answers EIO).
+fn guarded(worker: &WorkerCore, opcode: Opcode, unique: u64, f: impl FnOnce()) {
     if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
         let what = p
             .downcast_ref::<&str>()
@@ -264,6 +267,11 @@ fn guarded(opcode: Opcode, unique: u64, f: impl FnOnce()) {
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic".into());
         log::error!("{opcode} handler for request {unique} panicked: {what}");
+        worker.shared.panics.record(crate::stats::HandlerPanic {
+            opcode,
+            unique,
+            message: what,
+        });
     }
 }
 

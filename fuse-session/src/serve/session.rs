@@ -28,7 +28,7 @@ use crate::notify::Notifier;
 use crate::pool::{Pool, PoolConfig};
 use crate::ring_worker;
 use crate::signal::{self, Registered, Threads};
-use crate::stats::{Stats, StatsTable};
+use crate::stats::{HandlerPanic, PanicLog, Stats, StatsTable};
 use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::WorkerEnd;
@@ -456,6 +456,12 @@ impl SessionHandle {
     /// What INIT negotiated, once it has.
     pub fn negotiated(&self) -> Option<Negotiated> {
         self.0.shared.get().map(|s| s.negotiated.clone())
+    }
+
+    /// The handlers that panicked since the last call (the newest
+    /// [`PANICS_KEPT`](crate::stats::PANICS_KEPT) at most), taken: each request was answered `EIO`.
+    pub fn take_panics(&self) -> Vec<HandlerPanic> {
+        self.0.shared.get().map_or_else(Vec::new, |s| s.panics.take())
     }
 
     /// The notifier (its calls fail with `NotReady` before INIT).
@@ -897,6 +903,7 @@ impl<F: Filesystem> Session<F> {
                 self.handed_over,
                 negotiated.default_permissions,
             ),
+            panics: PanicLog::default(),
         });
         // The notifier learns the negotiation before the handle publishes it,
         // so that nobody who sees `negotiated()` gets `NotReady` from it.

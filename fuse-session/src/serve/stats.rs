@@ -1,5 +1,5 @@
 //! Per-opcode statistics: count, errors and the high-water mark of requests
-//! in flight.
+//! in flight; and the handlers that panicked ([`HandlerPanic`]).
 //!
 //! Counts and errors are kept per worker (each worker's counters on cache
 //! lines of their own), and so is each worker's high-water mark. No worker
@@ -253,5 +253,40 @@ mod tests {
             assert_eq!((w.count, w.errors), (2, 1));
             assert_eq!(w.max_inflight, if track { 2 } else { 0 }, "track {track}");
         }
+    }
+}
+
+/// A handler that panicked: the session answered its request `EIO`
+/// and went on ([`SessionHandle::take_panics`](crate::SessionHandle::take_panics)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerPanic {
+    /// The request's opcode.
+    pub opcode: Opcode,
+    /// The request's unique.
+    pub unique: u64,
+    /// The panic's message (`non-string panic` when it carried none).
+    pub message: String,
+}
+
+/// How many handler panics a session keeps until they are taken.
+pub const PANICS_KEPT: usize = 64;
+
+/// The newest handler panics (a lock taken only when a handler panicked,
+/// or when they are taken).
+#[derive(Default)]
+pub(crate) struct PanicLog(std::sync::Mutex<std::collections::VecDeque<HandlerPanic>>);
+
+impl PanicLog {
+    pub(crate) fn record(&self, p: HandlerPanic) {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() == PANICS_KEPT {
+            q.pop_front();
+        }
+        q.push_back(p);
+    }
+
+    pub(crate) fn take(&self) -> Vec<HandlerPanic> {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        q.drain(..).collect()
     }
 }

@@ -14,12 +14,13 @@
 //! and what a violation does to a user in production.
 
 use super::wire::{self, DirEntry, Malformed, ReplyBody, is_dot_or_dotdot};
+use crate::attr::FileKind;
 use crate::types::Inode;
-use fuse_proto::abi::{Attr, EntryOut, OutHeader};
+use fuse_proto::abi::{Attr, EntryOut, OpenOut, OutHeader, ReadIn, SetattrIn};
 use fuse_proto::consts::{INT_REQ_BIT, MAX_ERRNO, ROOT_ID};
-use fuse_proto::flags::{GetattrFlags, SetattrValid};
+use fuse_proto::flags::{FopenFlags, GetattrFlags, SetattrValid};
 use fuse_proto::request::ParseConfig;
-use fuse_proto::{Errno, Operation, Request};
+use fuse_proto::{Errno, Opcode, Operation, Request};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use zerocopy::FromBytes;
@@ -57,6 +58,18 @@ pub enum Rule {
     /// Attributes that move backwards: a size that shrinks without a
     /// truncate (or below what was written), a ctime that goes back.
     AttrBackwards,
+    /// Results POSIX forbids, which the kernel passes on to callers:
+    /// `ENOENT` for a name the kernel holds an entry for, RMDIR of a
+    /// directory that holds names answered 0, a SETATTR whose reply
+    /// ignores the change asked for, a short READ before the end of file,
+    /// STATFS with block size 0, a symlink whose size is not its target's
+    /// length.
+    Posix,
+    /// A handler panicked (the session answered `EIO` and went on).
+    Panic,
+    /// A step of the conformance [battery](super::battery) gave another
+    /// result than POSIX expects.
+    Battery,
 }
 
 impl Rule {
@@ -70,6 +83,9 @@ impl Rule {
         Rule::Answer,
         Rule::HandleAfterRelease,
         Rule::AttrBackwards,
+        Rule::Posix,
+        Rule::Panic,
+        Rule::Battery,
     ];
 
     /// The rule's short name, as reports print it (`lookup-count`, …).
@@ -83,6 +99,9 @@ impl Rule {
             Rule::Answer => "answer",
             Rule::HandleAfterRelease => "handle-after-release",
             Rule::AttrBackwards => "attr-backwards",
+            Rule::Posix => "posix",
+            Rule::Panic => "panic",
+            Rule::Battery => "battery",
         }
     }
 }
@@ -140,6 +159,10 @@ struct Node {
     ctime: (u64, u32),
     /// A SETATTR of ctime was sent since it was last seen.
     ctime_set: bool,
+    /// A symlink's target length, once SYMLINK or READLINK said it.
+    link_len: Option<u64>,
+    /// The directory whose entry named it (for `..`).
+    parent: Option<u64>,
 }
 
 /// One pass over a directory through one open handle.
@@ -159,7 +182,13 @@ struct Pass {
 /// A request waiting for its reply.
 struct Outstanding {
     bytes: Vec<u8>,
+    /// The epochs of the directories whose names it reads or changes, as
+    /// they were when it was sent (after its own change).
+    epochs: [(u64, u64); 2],
 }
+
+/// How many requests a lookup-count difference names as its cause.
+const BLAMED: usize = 8;
 
 /// Watches a conversation and reports what breaks the protocol's rules.
 pub struct Checker {
@@ -176,6 +205,30 @@ pub struct Checker {
     /// The names known in each directory.
     names: HashMap<u64, HashSet<Vec<u8>>>,
     passes: HashMap<(u64, u64), Pass>,
+    /// The dentries the kernel holds: directory → name → node, and the
+    /// request whose entry made it.
+    entered: HashMap<u64, HashMap<Vec<u8>, (u64, String)>>,
+    /// Per directory, how many requests that change its names were sent
+    /// or answered: a reply about a name is believed only if none was
+    /// meanwhile (requests racing in one directory).
+    epochs: HashMap<u64, u64>,
+    /// Node ids the kernel forgot: the generation and `st_ino` they had.
+    forgotten: HashMap<u64, (u64, u64)>,
+    /// The root's `st_ino`, once an attribute reply said it.
+    root_ino: Option<u64>,
+    /// Open handles whose OPEN answered `FOPEN_DIRECT_IO` (short reads
+    /// are allowed there).
+    direct_io: HashSet<(u64, u64)>,
+    /// Every request sent, as reports name it, by unique.
+    history: HashMap<u64, String>,
+    /// Per node, the requests that moved the kernel's lookup count since
+    /// the filesystem's count last agreed with it.
+    blame: HashMap<u64, Vec<String>>,
+    /// While on: the opcode and error of each answer, in order.
+    answers: Option<Vec<(Opcode, Option<Errno>)>>,
+    /// The reply being checked raced no request that changed the names
+    /// it is about.
+    quiet: bool,
     violations: Vec<Violation>,
 }
 
@@ -193,8 +246,56 @@ impl Checker {
             released: HashSet::new(),
             names: HashMap::new(),
             passes: HashMap::new(),
+            entered: HashMap::new(),
+            epochs: HashMap::new(),
+            forgotten: HashMap::new(),
+            root_ino: None,
+            direct_io: HashSet::new(),
+            history: HashMap::new(),
+            blame: HashMap::new(),
+            answers: None,
+            quiet: true,
             violations: Vec::new(),
         }
+    }
+
+    /// Says that names changed outside the conversation (a file created
+    /// or removed behind the filesystem's back, in its backing store):
+    /// the checker forgets the names it knew, so that it blames no reply
+    /// for them.
+    pub fn names_changed_outside(&mut self) {
+        self.names.clear();
+        self.entered.clear();
+        for p in self.passes.values_mut() {
+            p.expected.clear();
+        }
+    }
+
+    /// Starts (or stops, and returns) a log of each answer's opcode and
+    /// error, in order.
+    pub(crate) fn log_answers(&mut self, on: bool) -> Vec<(Opcode, Option<Errno>)> {
+        let log = std::mem::replace(&mut self.answers, on.then(Vec::new));
+        log.unwrap_or_default()
+    }
+
+    /// The opcode and error of the latest answer, while answers are logged.
+    pub(crate) fn last_answer(&self) -> Option<(Opcode, Option<Errno>)> {
+        self.answers.as_ref().and_then(|l| l.last().copied())
+    }
+
+    /// A handler panicked on request `unique` (the session answered it
+    /// `EIO`).
+    pub(crate) fn panicked(&mut self, unique: u64, opcode: Opcode, message: &str) {
+        let what = self
+            .history
+            .get(&unique)
+            .cloned()
+            .unwrap_or_else(|| format!("{opcode} #{unique}"));
+        self.violate(
+            Rule::Panic,
+            what,
+            format!("the handler panicked ({message:?}): the caller got EIO"),
+        );
     }
 
     /// The violations so far.
@@ -238,27 +339,75 @@ impl Checker {
             .collect();
         fs.sort();
         let kernel = self.lookup_counts();
-        if fs != kernel {
-            let fsm: BTreeMap<_, _> = fs.into_iter().collect();
-            let km: BTreeMap<_, _> = kernel.into_iter().collect();
-            let mut diffs = Vec::new();
-            for n in fsm
-                .keys()
-                .chain(km.keys())
-                .collect::<std::collections::BTreeSet<_>>()
-            {
-                let (a, b) = (km.get(n).copied().unwrap_or(0), fsm.get(n).copied().unwrap_or(0));
-                if a != b {
-                    diffs.push(format!(
-                        "node {n}: the kernel holds {a}, the filesystem counts {b}"
-                    ));
-                }
+        let fsm: BTreeMap<_, _> = fs.into_iter().collect();
+        let km: BTreeMap<_, _> = kernel.into_iter().collect();
+        let all: std::collections::BTreeSet<u64> = fsm.keys().chain(km.keys()).map(|n| n.0).collect();
+        for n in all {
+            let (a, b) = (
+                km.get(&Inode(n)).copied().unwrap_or(0),
+                fsm.get(&Inode(n)).copied().unwrap_or(0),
+            );
+            let blamed = self.blame.remove(&n).unwrap_or_default();
+            if a == b {
+                continue;
             }
+            // The requests that moved the kernel's count since the
+            // filesystem's last agreed: one of them it counted wrong.
+            let (request, since) = match blamed.split_last() {
+                Some((last, [])) => (last.clone(), String::new()),
+                Some((last, earlier)) => (
+                    last.clone(),
+                    format!(
+                        " (or one of the requests before it that moved the count: {})",
+                        earlier.join(", ")
+                    ),
+                ),
+                None => (String::new(), String::new()),
+            };
             self.violate(
                 Rule::LookupCount,
-                String::new(),
-                format!("{what}: {}", diffs.join("; ")),
+                request,
+                format!("{what}: node {n}: the kernel holds {a}, the filesystem counts {b}{since}"),
             );
+        }
+        self.blame.clear();
+    }
+
+    /// Notes that `what` moved the kernel's count of `node`.
+    fn moved(&mut self, node: u64, what: &str) {
+        let b = self.blame.entry(node).or_default();
+        if b.len() == BLAMED {
+            b.remove(0);
+        }
+        b.push(what.to_string());
+    }
+
+    /// The epoch of `dir` (see `epochs`).
+    fn epoch(&self, dir: u64) -> u64 {
+        self.epochs.get(&dir).copied().unwrap_or(0)
+    }
+
+    /// The directories whose names `op` changes.
+    fn changes_names(op: &Operation<'_>, node: u64) -> [Option<u64>; 2] {
+        use Operation as O;
+        match op {
+            O::Create { .. }
+            | O::Mknod { .. }
+            | O::Mkdir { .. }
+            | O::Symlink { .. }
+            | O::Link { .. }
+            | O::Unlink { .. }
+            | O::Rmdir { .. }
+            | O::AtomicOpen { .. } => [Some(node), None],
+            O::Rename { arg, .. } => [Some(node), Some(arg.newdir)],
+            O::Rename2 { arg, .. } => [Some(node), Some(arg.newdir)],
+            _ => [None, None],
+        }
+    }
+
+    fn bump(&mut self, dirs: [Option<u64>; 2]) {
+        for d in dirs.into_iter().flatten() {
+            *self.epochs.entry(d).or_default() += 1;
         }
     }
 
@@ -295,6 +444,11 @@ impl Checker {
         };
         let what = describe(&req);
         let node = req.header.nodeid;
+        self.history.insert(req.header.unique, what.clone());
+        let changes = Self::changes_names(&req.op, node);
+        self.bump(changes);
+        let dirs = [changes[0].unwrap_or(node), changes[1].unwrap_or(node)];
+        let epochs = dirs.map(|d| (d, self.epoch(d)));
         self.check_handle_use(&req, &what);
         match req.op {
             Operation::Forget { arg } => self.forget(node, arg.nlookup, &what),
@@ -337,6 +491,7 @@ impl Checker {
                 req.header.unique,
                 Outstanding {
                     bytes: bytes.to_vec(),
+                    epochs,
                 },
             );
         }
@@ -389,6 +544,12 @@ impl Checker {
             return None; // reported when it was sent
         };
         let what = describe(&req);
+        self.quiet = out.epochs.iter().all(|&(d, e)| self.epoch(d) == e);
+        self.bump(Self::changes_names(&req.op, req.header.nodeid));
+        if let Some(log) = &mut self.answers {
+            let e = (h.error != 0).then(|| Errno::new_or_eio(h.error.saturating_neg()));
+            log.push((req.op.opcode(), e));
+        }
         if h.error > 0 || h.error <= -(MAX_ERRNO + 1) {
             self.violate(
                 Rule::Errno,
@@ -490,6 +651,7 @@ impl Checker {
     }
 
     fn forget(&mut self, node: u64, n: u64, what: &str) {
+        self.moved(node, what);
         match self.nodes.get_mut(&node) {
             Some(s) if s.lookups >= n => {
                 s.lookups -= n;
@@ -517,8 +679,14 @@ impl Checker {
     /// The kernel no longer holds `node`: its id may name another node
     /// next, with other names in it.
     fn drop_node(&mut self, node: u64) {
-        self.nodes.remove(&node);
+        if let Some(n) = self.nodes.remove(&node) {
+            self.forgotten.insert(node, (n.generation, n.ino));
+        }
         self.names.remove(&node);
+        self.entered.remove(&node);
+        for names in self.entered.values_mut() {
+            names.retain(|_, (n, _)| *n != node);
+        }
     }
 
     fn check_handle_use(&mut self, req: &Request<'_>, what: &str) {
@@ -535,6 +703,27 @@ impl Checker {
             format!("handle {} of node {} was never opened", key.1, key.0)
         };
         self.violate(Rule::HandleAfterRelease, what.into(), detail);
+    }
+
+    /// A LOOKUP of `name` in `dir` found nothing (an error or a negative
+    /// entry): wrong if the kernel holds an entry for it that no request
+    /// removed.
+    fn missing(&mut self, dir: u64, name: &[u8], what: &str) {
+        if self.quiet
+            && let Some((node, by)) = self.entered.get(&dir).and_then(|m| m.get(name))
+        {
+            let detail = format!(
+                "ENOENT for {:?}, which the kernel holds as node {node} from {by} and no request removed since (the file vanishes for callers whose cache expired, and is there for the others)",
+                String::from_utf8_lossy(name)
+            );
+            self.violate(Rule::Posix, what.into(), detail);
+        }
+        if let Some(n) = self.names.get_mut(&dir) {
+            n.remove(name);
+        }
+        if let Some(n) = self.entered.get_mut(&dir) {
+            n.remove(name);
+        }
     }
 
     fn after_error(&mut self, req: &Request<'_>, errno: Errno, what: &str) {
@@ -554,9 +743,8 @@ impl Checker {
         }
         if let Operation::Lookup { name } = req.op
             && errno == Errno::ENOENT
-            && let Some(names) = self.names.get_mut(&node)
         {
-            names.remove(name.to_bytes());
+            self.missing(node, name.to_bytes(), what);
         }
     }
 
@@ -568,17 +756,26 @@ impl Checker {
         let mut accepted = true;
         match (&req.op, body) {
             (O::Lookup { name }, ReplyBody::Entry(e)) => {
-                if e.nodeid != 0 {
+                if e.nodeid == 0 {
+                    self.missing(node, name.to_bytes(), what);
+                } else if self.quiet {
                     self.add_name(node, name.to_bytes(), false);
                 }
-                accepted = self.entry(e, what, true);
+                accepted = self.entry(e, what, true, Some((node, name.to_bytes())));
             }
-            (
-                O::Mknod { name, .. } | O::Mkdir { name, .. } | O::Symlink { name, .. },
-                ReplyBody::Entry(e),
-            ) => {
-                self.add_name(node, name.to_bytes(), true);
-                accepted = self.entry(e, what, false);
+            (O::Mknod { name, arg }, ReplyBody::Entry(e)) => {
+                accepted = self.created(node, name.to_bytes(), e, arg.mode & libc::S_IFMT, what);
+            }
+            (O::Mkdir { name, .. }, ReplyBody::Entry(e)) => {
+                accepted = self.created(node, name.to_bytes(), e, libc::S_IFDIR, what);
+            }
+            (O::Symlink { name, target }, ReplyBody::Entry(e)) => {
+                accepted = self.created(node, name.to_bytes(), e, libc::S_IFLNK, what);
+                let len = target.to_bytes().len() as u64;
+                if accepted && let Some(s) = self.nodes.get_mut(&e.nodeid) {
+                    s.link_len = Some(len);
+                }
+                self.link_size(e.nodeid, &e.attr, what);
             }
             (O::Link { arg, name }, ReplyBody::Entry(e)) => {
                 self.add_name(node, name.to_bytes(), true);
@@ -598,23 +795,28 @@ impl Checker {
                         format!("nlink {} after a LINK (a second name)", e.attr.nlink),
                     );
                 }
-                accepted = self.entry(e, what, false);
+                accepted = self.entry(e, what, false, Some((node, name.to_bytes())));
             }
             (O::Create { name, .. } | O::AtomicOpen { name, .. }, ReplyBody::Created(e, o)) => {
-                self.add_name(node, name.to_bytes(), true);
-                accepted = self.entry(e, what, false);
-                *self.open.entry((e.nodeid, o.fh)).or_default() += 1;
+                accepted = self.created(node, name.to_bytes(), e, libc::S_IFREG, what);
+                if accepted {
+                    self.opened(e.nodeid, o);
+                }
             }
             (O::Tmpfile { .. }, ReplyBody::Created(e, o)) => {
-                accepted = self.entry(e, what, false);
-                *self.open.entry((e.nodeid, o.fh)).or_default() += 1;
+                accepted = self.entry(e, what, false, None);
+                if accepted {
+                    self.opened(e.nodeid, o);
+                }
             }
-            (O::Getattr { .. } | O::Setattr { .. }, ReplyBody::Attr(a)) => {
+            (O::Getattr { .. }, ReplyBody::Attr(a)) => {
                 accepted = self.attr(node, &a.attr, what);
             }
-            (O::Open { .. } | O::Opendir { .. }, ReplyBody::Open(o)) => {
-                *self.open.entry((node, o.fh)).or_default() += 1;
+            (O::Setattr { arg }, ReplyBody::Attr(a)) => {
+                accepted = self.attr(node, &a.attr, what);
+                self.setattr_applied(arg, &a.attr, what);
             }
+            (O::Open { .. } | O::Opendir { .. }, ReplyBody::Open(o)) => self.opened(node, o),
             (O::Release { arg } | O::Releasedir { arg }, _) => {
                 let key = (node, arg.fh);
                 if let Some(n) = self.open.get_mut(&key) {
@@ -623,6 +825,7 @@ impl Checker {
                         self.open.remove(&key);
                         self.released.insert(key);
                         self.passes.remove(&key);
+                        self.direct_io.remove(&key);
                     }
                 }
             }
@@ -631,7 +834,30 @@ impl Checker {
                     s.size = s.size.max(arg.offset.saturating_add(u64::from(*n)));
                 }
             }
-            (O::Unlink { name } | O::Rmdir { name }, _) => self.remove_name(node, name.to_bytes()),
+            (O::Read { arg }, ReplyBody::Data(d)) => self.short_read(node, arg, d.len(), what),
+            (O::Readlink, ReplyBody::Data(d)) => {
+                if let Some(s) = self.nodes.get_mut(&node) {
+                    s.link_len = Some(d.len() as u64);
+                    let attr = Attr {
+                        size: s.size,
+                        mode: s.kind,
+                        ..Attr::default()
+                    };
+                    self.link_size(node, &attr, what);
+                }
+            }
+            (O::Statfs, ReplyBody::Statfs(st)) if st.st.bsize == 0 => {
+                self.violate(
+                    Rule::Posix,
+                    what.into(),
+                    "block size 0: df and statvfs(3) callers divide by it (a crash, or sizes of 0)".into(),
+                );
+            }
+            (O::Unlink { name }, _) => self.remove_name(node, name.to_bytes()),
+            (O::Rmdir { name }, _) => {
+                self.rmdir_of_nonempty(node, name.to_bytes(), what);
+                self.remove_name(node, name.to_bytes());
+            }
             (O::Rename { arg, name, newname }, _) => {
                 self.rename(node, name.to_bytes(), arg.newdir, newname.to_bytes(), 0)
             }
@@ -664,15 +890,15 @@ impl Checker {
                             Rule::EntryAttr,
                             what.into(),
                             format!(
-                                "the record {:?} has d_type {} but its entry mode {:o}",
+                                "the record {:?} has d_type {} but its entry says {}",
                                 p.dirent.name_lossy(),
-                                p.dirent.kind,
-                                p.entry.attr.mode
+                                dt_name(p.dirent.kind),
+                                kind_name(p.entry.attr.mode)
                             ),
                         );
                     }
                     // A record the kernel refuses is skipped, not the listing.
-                    let _ = self.entry(&p.entry, what, false);
+                    let _ = self.entry(&p.entry, what, true, Some((node, &p.dirent.name)));
                 }
                 let records: Vec<&DirEntry> = d.iter().map(|p| &p.dirent).collect();
                 self.listing(node, arg.fh, &records, what);
@@ -680,6 +906,154 @@ impl Checker {
             _ => {}
         }
         accepted
+    }
+
+    fn opened(&mut self, node: u64, o: &OpenOut) {
+        *self.open.entry((node, o.fh)).or_default() += 1;
+        if FopenFlags::from_bits_retain(o.open_flags).contains(FopenFlags::DIRECT_IO) {
+            self.direct_io.insert((node, o.fh));
+        }
+    }
+
+    /// The entry of a request that creates `name` in `dir` as a file of
+    /// type `kind` (`S_IFREG`, …).
+    fn created(&mut self, dir: u64, name: &[u8], e: &EntryOut, kind: u32, what: &str) -> bool {
+        self.add_name(dir, name, true);
+        if e.nodeid != 0 && e.attr.mode & libc::S_IFMT != kind && FileKind::from_mode(e.attr.mode).is_some() {
+            self.violate(
+                Rule::EntryAttr,
+                what.into(),
+                format!(
+                    "the new node {} is a {}, not the {} asked for (the kernel answers EIO)",
+                    e.nodeid,
+                    kind_name(e.attr.mode),
+                    kind_name(kind)
+                ),
+            );
+            return false;
+        }
+        if let Some(s) = self.nodes.get(&e.nodeid)
+            && s.generation == e.generation
+        {
+            self.violate(
+                Rule::LookupCount,
+                what.into(),
+                format!(
+                    "the new file got node {}, which the kernel holds as another file (the two become one inode for callers)",
+                    e.nodeid
+                ),
+            );
+        }
+        self.entry(e, what, false, Some((dir, name)))
+    }
+
+    /// A symlink's size against its target's length.
+    fn link_size(&mut self, node: u64, a: &Attr, what: &str) {
+        let Some(s) = self.nodes.get(&node) else { return };
+        if a.mode & libc::S_IFMT != libc::S_IFLNK {
+            return;
+        }
+        if let Some(len) = s.link_len
+            && a.size != len
+        {
+            self.violate(
+                Rule::Posix,
+                what.into(),
+                format!(
+                    "symlink node {node} has size {} but its target is {len} bytes (programs that size their readlink(2) buffer by st_size cut the target short)",
+                    a.size
+                ),
+            );
+        }
+    }
+
+    /// A SETATTR reply's attributes against the change asked for.
+    fn setattr_applied(&mut self, arg: &SetattrIn, a: &Attr, what: &str) {
+        let valid = SetattrValid::from_bits_retain(arg.valid);
+        let mut ignored = Vec::new();
+        if valid.contains(SetattrValid::MODE) && a.mode & 0o777 != arg.mode & 0o777 {
+            ignored.push(format!(
+                "mode {:o} asked, {:o} answered",
+                arg.mode & 0o7777,
+                a.mode & 0o7777
+            ));
+        }
+        if valid.contains(SetattrValid::SIZE) && a.size != arg.size {
+            ignored.push(format!("size {} asked, {} answered", arg.size, a.size));
+        }
+        if valid.contains(SetattrValid::UID) && a.uid != arg.uid {
+            ignored.push(format!("uid {} asked, {} answered", arg.uid, a.uid));
+        }
+        if valid.contains(SetattrValid::GID) && a.gid != arg.gid {
+            ignored.push(format!("gid {} asked, {} answered", arg.gid, a.gid));
+        }
+        let now = SetattrValid::MTIME_NOW;
+        if valid.contains(SetattrValid::MTIME) && !valid.contains(now) && a.mtime != arg.mtime {
+            ignored.push(format!("mtime {} asked, {} answered", arg.mtime, a.mtime));
+        }
+        let now = SetattrValid::ATIME_NOW;
+        if valid.contains(SetattrValid::ATIME) && !valid.contains(now) && a.atime != arg.atime {
+            ignored.push(format!("atime {} asked, {} answered", arg.atime, a.atime));
+        }
+        if !ignored.is_empty() {
+            self.violate(
+                Rule::Posix,
+                what.into(),
+                format!(
+                    "the reply ignores the change asked for ({}): the caller's chmod, truncate, chown or touch succeeded and did nothing",
+                    ignored.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// A READ answered with fewer bytes than asked for, before the end
+    /// of file the kernel knows: the kernel takes it for the end of file.
+    fn short_read(&mut self, node: u64, arg: &ReadIn, got: usize, what: &str) {
+        let Some(s) = self.nodes.get(&node) else { return };
+        let end = arg.offset.saturating_add(got as u64);
+        if got < arg.size as usize
+            && end < s.size
+            && !s.truncated
+            && !self.direct_io.contains(&(node, arg.fh))
+        {
+            let size = s.size;
+            self.violate(
+                Rule::Posix,
+                what.into(),
+                format!(
+                    "{got} bytes, short of the {} asked for, ending at {end} before the end of file at {size}: the kernel takes a short read for the end of file (readers see the file cut at {end})",
+                    arg.size
+                ),
+            );
+        }
+    }
+
+    /// RMDIR of `name` in `dir` answered 0: wrong if the directory holds
+    /// names the kernel knows and no request removed.
+    fn rmdir_of_nonempty(&mut self, dir: u64, name: &[u8], what: &str) {
+        if !self.quiet {
+            return;
+        }
+        let Some(&(child, _)) = self.entered.get(&dir).and_then(|m| m.get(name)) else {
+            return;
+        };
+        let Some(inside) = self.names.get(&child).filter(|n| !n.is_empty()) else {
+            return;
+        };
+        let mut inside: Vec<String> = inside
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
+        inside.sort();
+        inside.truncate(4);
+        self.violate(
+            Rule::Posix,
+            what.into(),
+            format!(
+                "RMDIR answered 0 for node {child}, which still holds {inside:?} (rmdir(2) must fail with ENOTEMPTY: the files in it are lost)"
+            ),
+        );
     }
 
     fn add_name(&mut self, dir: u64, name: &[u8], created: bool) {
@@ -697,6 +1071,9 @@ impl Checker {
         if let Some(n) = self.names.get_mut(&dir) {
             n.remove(name);
         }
+        if let Some(n) = self.entered.get_mut(&dir) {
+            n.remove(name);
+        }
         for ((d, _), p) in self.passes.iter_mut() {
             if *d == dir {
                 p.expected.remove(name);
@@ -705,17 +1082,44 @@ impl Checker {
     }
 
     fn rename(&mut self, dir: u64, name: &[u8], newdir: u64, newname: &[u8], flags: u32) {
+        let moved = self.entered.get_mut(&dir).and_then(|m| m.remove(name));
         if flags & libc::RENAME_EXCHANGE != 0 {
-            return; // both names stay
+            // Both names stay, each naming the other's node.
+            let other = self.entered.get_mut(&newdir).and_then(|m| m.remove(newname));
+            if let Some(o) = other {
+                self.enter(dir, name, o.0, &o.1);
+            }
+            if let Some(m) = moved {
+                self.enter(newdir, newname, m.0, &m.1);
+            }
+            return;
         }
         self.remove_name(dir, name);
         self.remove_name(newdir, newname);
         self.add_name(newdir, newname, true);
+        if let Some(m) = moved
+            && self.quiet
+        {
+            self.enter(newdir, newname, m.0, &m.1);
+        }
     }
 
-    /// A positive or negative entry of a reply; false if the kernel would
-    /// refuse it (`EIO`).
-    fn entry(&mut self, e: &EntryOut, what: &str, lookup: bool) -> bool {
+    /// The kernel holds a dentry `name` in `dir` for `node`.
+    fn enter(&mut self, dir: u64, name: &[u8], node: u64, by: &str) {
+        if let Some(s) = self.nodes.get_mut(&node)
+            && s.kind == libc::S_IFDIR
+        {
+            s.parent = Some(dir);
+        }
+        self.entered
+            .entry(dir)
+            .or_default()
+            .insert(name.to_vec(), (node, by.to_string()));
+    }
+
+    /// A positive or negative entry of a reply, for `name` in `dir` if
+    /// it names one; false if the kernel would refuse it (`EIO`).
+    fn entry(&mut self, e: &EntryOut, what: &str, lookup: bool, at: Option<(u64, &[u8])>) -> bool {
         if e.nodeid == 0 {
             if !lookup {
                 self.violate(
@@ -736,8 +1140,20 @@ impl Checker {
         if !self.valid_attr(&e.attr, e.nodeid, what) {
             return false;
         }
+        let dots = at.is_some_and(|(_, n)| is_dot_or_dotdot(n));
         if e.nodeid == ROOT_ID {
-            return true; // the kernel holds the root itself
+            if dots {
+                return true; // the kernel holds the root itself
+            }
+            let name = at.map_or_else(String::new, |(_, n)| {
+                format!(" for {:?}", String::from_utf8_lossy(n))
+            });
+            self.violate(
+                Rule::EntryAttr,
+                what.into(),
+                format!("node id 1, the root's, in an entry{name} (the kernel answers EIO, or makes the name an alias of the root)"),
+            );
+            return false;
         }
         match self.nodes.get(&e.nodeid) {
             Some(s) if s.generation != e.generation => {
@@ -749,7 +1165,19 @@ impl Checker {
                 );
                 self.drop_node(e.nodeid);
             }
-            _ => {}
+            Some(_) => {}
+            None => {
+                if let Some((generation, ino)) = self.forgotten.remove(&e.nodeid)
+                    && generation == e.generation
+                    && (!lookup || ino != e.attr.ino)
+                {
+                    self.violate(
+                        Rule::LookupCount,
+                        what.into(),
+                        format!("node id {} names another file with the generation {generation} it had before the kernel forgot it: an NFS file handle of the old file now opens this one (a reused node id needs a new generation)", e.nodeid),
+                    );
+                }
+            }
         }
         // A changed type makes the kernel drop its old inode and take a
         // new one: the entry itself is accepted.
@@ -768,14 +1196,26 @@ impl Checker {
                     truncated: false,
                     ctime: (e.attr.ctime, e.attr.ctimensec),
                     ctime_set: false,
+                    link_len: None,
+                    parent: None,
                 },
             );
+        }
+        self.moved(e.nodeid, what);
+        if let Some((dir, name)) = at
+            && !dots
+        {
+            if self.quiet {
+                self.enter(dir, name, e.nodeid, what);
+            } else if let Some(m) = self.entered.get_mut(&dir) {
+                m.remove(name);
+            }
         }
         true
     }
 
     fn valid_attr(&mut self, a: &Attr, node: u64, what: &str) -> bool {
-        if crate::attr::FileKind::from_mode(a.mode).is_none() {
+        if FileKind::from_mode(a.mode).is_none() {
             self.violate(
                 Rule::EntryAttr,
                 what.into(),
@@ -806,13 +1246,17 @@ impl Checker {
         if !self.valid_attr(a, node, what) {
             return false;
         }
+        if node == ROOT_ID {
+            return self.root_attr(a, what);
+        }
+        self.link_size(node, a, what);
         let Some(s) = self.nodes.get_mut(&node) else {
             return true;
         };
         let mut found = Vec::new();
         let same_type = a.mode & libc::S_IFMT == s.kind;
         if !same_type {
-            found.push((Rule::EntryAttr, format!("node {node} changed its file type from {:o} to {:o} (the kernel marks the inode bad: EIO until it is forgotten)", s.kind, a.mode & libc::S_IFMT)));
+            found.push((Rule::EntryAttr, format!("node {node} changed its file type from {} to {} (the kernel marks the inode bad: EIO until it is forgotten)", kind_name(s.kind), kind_name(a.mode))));
             s.kind = a.mode & libc::S_IFMT;
         }
         if a.ino != s.ino {
@@ -854,10 +1298,89 @@ impl Checker {
         same_type
     }
 
-    fn listing(&mut self, dir: u64, fh: u64, records: &[&DirEntry], what: &str) {
+    /// The root's attributes: a directory, of one `st_ino`.
+    fn root_attr(&mut self, a: &Attr, what: &str) -> bool {
+        if a.mode & libc::S_IFMT != libc::S_IFDIR {
+            self.violate(
+                Rule::EntryAttr,
+                what.into(),
+                format!(
+                    "the root is a {}, not a directory (the kernel marks it bad: EIO on every path of the mount)",
+                    kind_name(a.mode)
+                ),
+            );
+            return false;
+        }
+        match self.root_ino {
+            Some(ino) if ino != a.ino => self.violate(
+                Rule::EntryAttr,
+                what.into(),
+                format!(
+                    "the root reports st_ino {} after {ino} (programs take it for another directory)",
+                    a.ino
+                ),
+            ),
+            _ => self.root_ino = Some(a.ino),
+        }
+        true
+    }
+
+    /// The `st_ino` the kernel knows for `node`.
+    fn ino_of(&self, node: u64) -> Option<u64> {
+        if node == ROOT_ID {
+            return self.root_ino;
+        }
+        self.nodes.get(&node).map(|s| s.ino)
+    }
+
+    /// `d_ino` of directory records against what the kernel knows of the
+    /// names: `.` is the directory, `..` its parent, a name the node the
+    /// kernel holds for it.
+    fn record_inos(&mut self, dir: u64, records: &[&DirEntry], what: &str) {
+        if !self.quiet {
+            return;
+        }
+        let mut found = Vec::new();
         for r in records {
-            if !is_dot_or_dotdot(&r.name) {
-                self.names.entry(dir).or_default().insert(r.name.clone());
+            let (want, whose) = match r.name.as_slice() {
+                b"." => (self.ino_of(dir), format!("the directory's (node {dir})")),
+                b".." if dir == ROOT_ID => (None, String::new()),
+                b".." => match self.nodes.get(&dir).and_then(|s| s.parent) {
+                    Some(p) => (self.ino_of(p), format!("the parent's (node {p})")),
+                    None => (None, String::new()),
+                },
+                name => match self.entered.get(&dir).and_then(|m| m.get(name)) {
+                    Some(&(n, _)) => (self.ino_of(n), format!("node {n}'s")),
+                    None => (None, String::new()),
+                },
+            };
+            // A layer that does not know a directory's parent lists `..`
+            // as the directory itself (the kernel never reads it): that
+            // is tolerated, another node is not.
+            let own = r.name == b".." && self.ino_of(dir) == Some(r.ino);
+            if let Some(want) = want
+                && r.ino != want
+                && !own
+            {
+                found.push(format!(
+                    "the record {:?} has d_ino {}, but st_ino {want} is {whose} (find, ls -i, du and pwd's walk up see another file)",
+                    r.name_lossy(),
+                    r.ino
+                ));
+            }
+        }
+        for d in found {
+            self.violate(Rule::EntryAttr, what.into(), d);
+        }
+    }
+
+    fn listing(&mut self, dir: u64, fh: u64, records: &[&DirEntry], what: &str) {
+        self.record_inos(dir, records, what);
+        if self.quiet {
+            for r in records {
+                if !is_dot_or_dotdot(&r.name) {
+                    self.names.entry(dir).or_default().insert(r.name.clone());
+                }
             }
         }
         let Some(pass) = self.passes.get_mut(&(dir, fh)) else {
@@ -905,6 +1428,28 @@ impl Checker {
     /// stops listing it).
     pub(crate) fn pass_broken(&self, dir: u64, fh: u64) -> bool {
         self.passes.get(&(dir, fh)).is_some_and(|p| p.broken)
+    }
+}
+
+/// A file type by name, from a mode (`S_IFMT` bits).
+pub(crate) fn kind_name(mode: u32) -> String {
+    match FileKind::from_mode(mode) {
+        Some(FileKind::RegularFile) => "regular file".into(),
+        Some(FileKind::Directory) => "directory".into(),
+        Some(FileKind::Symlink) => "symlink".into(),
+        Some(FileKind::CharDevice) => "character device".into(),
+        Some(FileKind::BlockDevice) => "block device".into(),
+        Some(FileKind::NamedPipe) => "fifo".into(),
+        Some(FileKind::Socket) => "socket".into(),
+        _ => format!("file of no type (mode {mode:o})"),
+    }
+}
+
+/// A `d_type` by name.
+fn dt_name(d_type: u32) -> String {
+    match d_type {
+        0 => "DT_UNKNOWN".into(),
+        t => kind_name(t << 12),
     }
 }
 

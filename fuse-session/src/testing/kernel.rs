@@ -1,14 +1,18 @@
 //! The test kernel: a [`Filesystem`] served by a real [`Session`] on the
-//! in-memory fake kernel ([`crate::transport::fake`]), driven by the test's
-//! own thread. It sends INIT at the chosen minor and capabilities, sends
-//! each request with the caller identity of the moment, waits (bounded) for
-//! the reply to that request, and passes both through the [`Checker`].
-//! At the end it forgets every node the kernel still holds, as an unmount
-//! does, and ends the session.
+//! in-memory fake kernel ([`crate::transport::fake`]), driven by the
+//! test's threads (it is `Sync`: several may send at once, as several
+//! processes do). It sends INIT at the chosen minor and capabilities,
+//! sends each request with the caller identity of the moment, waits
+//! (bounded) for the reply to that request, and passes both through the
+//! [`Checker`], in the order they crossed the fake `/dev/fuse`. At the
+//! end it compares the filesystem's lookup counts with the kernel's,
+//! forgets every node the kernel still holds, as an unmount does, and
+//! ends the session.
 //!
 //! No thread is started besides the session's own; nothing here panics on
-//! what the filesystem answers: a missing or malformed reply is a
-//! [`Violation`] and reaches the test as `EIO`, as it reaches a caller.
+//! what the filesystem answers: a missing or malformed reply, or a
+//! handler that panicked, is a [`Violation`] and reaches the test as
+//! `EIO`, as it reaches a caller.
 
 use super::checker::{Answer, Checker, Rule, Violation};
 use super::wire::{self, Caller, ReplyBody};
@@ -23,9 +27,9 @@ use fuse_proto::consts::{INT_REQ_BIT, KERNEL_MINOR_VERSION, KERNEL_VERSION, MIN_
 use fuse_proto::flags::InitFlags;
 use fuse_proto::request::ParseConfig;
 use fuse_proto::{Errno, Opcode, version};
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use zerocopy::IntoBytes;
 
@@ -36,6 +40,13 @@ pub type LookupCounts<'a, F> = dyn Fn(&F) -> Vec<(Inode, u64)> + 'a;
 /// How long [`TestKernel::compare_lookup_counts`] gives the handlers of
 /// FORGETs already read to finish.
 const FORGET_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a reply is awaited by default ([`Setup::timeout`]).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one waiting thread reads the fake `/dev/fuse` before it looks
+/// whether another thread received its reply meanwhile.
+const RECEIVE_SLICE: Duration = Duration::from_millis(5);
 
 /// What a Linux 6.18 kernel offers at INIT, less what the fake kernel
 /// cannot honour: it keeps no page cache (`WRITEBACK_CACHE`), sends no
@@ -76,9 +87,12 @@ pub const KERNEL_OFFERS: InitFlags = InitFlags::ASYNC_READ
 #[derive(Clone, Debug)]
 pub struct Setup {
     /// The kernel's protocol minor (of major 7): the session negotiates
-    /// `min(minor, 45)`. At least 12, the oldest the session speaks.
+    /// `min(minor, 45)`. At least 12, the oldest the session speaks. A
+    /// kernel of that minor offers only the flags it knows
+    /// ([`InitFlags::known_at`]): `offered` is cut to them.
     pub minor: u32,
-    /// What the kernel offers at INIT (default [`KERNEL_OFFERS`]).
+    /// What the kernel offers at INIT (default [`KERNEL_OFFERS`]), of the
+    /// flags known at `minor`.
     pub offered: InitFlags,
     /// The kernel's read-ahead limit.
     pub max_readahead: u32,
@@ -89,7 +103,10 @@ pub struct Setup {
     /// Who sends requests until [`TestKernel::set_caller`] says otherwise
     /// (default: [`Caller::current`]).
     pub caller: Caller,
-    /// How long to wait for a reply before reporting it missing.
+    /// How long to wait for a reply before reporting it missing (default
+    /// [`DEFAULT_TIMEOUT`], 10 s: long enough for a loaded CI machine; a
+    /// test of a reply that never comes sets less, see also
+    /// [`TestKernel::set_timeout`]).
     pub timeout: Duration,
 }
 
@@ -105,7 +122,7 @@ impl Default for Setup {
                 ..SessionConfig::default()
             },
             caller: Caller::current(),
-            timeout: Duration::from_secs(10),
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
@@ -140,6 +157,8 @@ pub struct Pending {
 }
 
 /// A filesystem served on the fake kernel; see the [module](super) docs.
+/// `Send` and `Sync`: share it (`&k` in scoped threads, or an `Arc`) to
+/// send requests from several threads at once.
 pub struct TestKernel<F: Filesystem> {
     fs: Arc<F>,
     kernel: FakeKernel,
@@ -147,16 +166,32 @@ pub struct TestKernel<F: Filesystem> {
     handle: SessionHandle,
     negotiated: Negotiated,
     init_out: InitOut,
-    timeout: Duration,
-    caller: Cell<Caller>,
-    next_unique: Cell<u64>,
-    pub(super) checker: RefCell<Checker>,
-    /// Answers that arrived while another was awaited.
-    parked: RefCell<HashMap<u64, Answer>>,
-    /// Notifications the filesystem sent (whole messages).
-    notifications: RefCell<Vec<Vec<u8>>>,
+    /// The reply timeout, in nanoseconds.
+    timeout: AtomicU64,
+    caller: Mutex<Caller>,
+    next_unique: AtomicU64,
+    /// The checker and what the kit keeps beside it.
+    state: Mutex<State>,
+    /// Held while a thread reads the fake `/dev/fuse` and checks what it
+    /// read, so that the checker sees replies in the order they came.
+    receiving: Mutex<()>,
     /// The end was reported already (by [`TestKernel::finish`]).
     finished: bool,
+}
+
+/// What the kit's threads share.
+pub(super) struct State {
+    pub(super) checker: Checker,
+    /// Answers that arrived while another was awaited.
+    parked: HashMap<u64, Answer>,
+    /// Notifications the filesystem sent (whole messages).
+    notifications: Vec<Vec<u8>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A test thread that panicked holding it left nothing half-done that
+    // the next one cannot read.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<F: Filesystem> TestKernel<F> {
@@ -177,6 +212,7 @@ impl<F: Filesystem> TestKernel<F> {
         let running = session.spawn().map_err(|e| KitError::Start(e.to_string()))?;
         let handle = running.handle().clone();
         let minor = setup.minor.min(KERNEL_MINOR_VERSION);
+        let offered = setup.offered & InitFlags::known_at(setup.minor);
         let mut k = TestKernel {
             fs,
             kernel,
@@ -185,7 +221,7 @@ impl<F: Filesystem> TestKernel<F> {
             negotiated: Negotiated {
                 minor,
                 kernel_minor: setup.minor,
-                offered: setup.offered,
+                offered,
                 flags: InitFlags::empty(),
                 refused: Vec::new(),
                 max_write: 0,
@@ -199,15 +235,18 @@ impl<F: Filesystem> TestKernel<F> {
                 default_permissions: false,
             },
             init_out: InitOut::default(),
-            timeout: setup.timeout,
-            caller: Cell::new(setup.caller),
-            next_unique: Cell::new(0),
-            checker: RefCell::new(Checker::new(ParseConfig::new(setup.minor))),
-            parked: RefCell::new(HashMap::new()),
-            notifications: RefCell::new(Vec::new()),
+            timeout: AtomicU64::new(nanos(setup.timeout)),
+            caller: Mutex::new(setup.caller),
+            next_unique: AtomicU64::new(0),
+            state: Mutex::new(State {
+                checker: Checker::new(ParseConfig::new(setup.minor)),
+                parked: HashMap::new(),
+                notifications: Vec::new(),
+            }),
+            receiving: Mutex::new(()),
             finished: false,
         };
-        let flags = setup.offered.bits();
+        let flags = offered.bits();
         let init = InitIn {
             major: KERNEL_VERSION,
             minor: setup.minor,
@@ -232,17 +271,58 @@ impl<F: Filesystem> TestKernel<F> {
                 k.negotiated = n;
                 break;
             }
-            if start.elapsed() > k.timeout {
+            if start.elapsed() > k.timeout() {
                 return Err(KitError::Init("INIT was answered but never took effect".into()));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        k.checker.replace(Checker::new(ParseConfig {
+        k.state().checker = Checker::new(ParseConfig {
             minor: k.negotiated.minor,
             setxattr_ext: k.negotiated.flags.contains(InitFlags::SETXATTR_EXT),
             atomic_open: false,
-        }));
+        });
         Ok(k)
+    }
+
+    /// The checker and the kit's shared state, locked.
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The checker, locked (to ask it more than the kit's methods do).
+    pub fn checker(&self) -> CheckerGuard<'_> {
+        CheckerGuard(self.state())
+    }
+
+    /// How long a reply is awaited before it is reported missing.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout.load(Ordering::Relaxed))
+    }
+
+    /// Awaits replies `timeout` long from now on (a test of a handler
+    /// that never answers sets it short); returns the previous one.
+    pub fn set_timeout(&self, timeout: Duration) -> Duration {
+        Duration::from_nanos(self.timeout.swap(nanos(timeout), Ordering::Relaxed))
+    }
+
+    /// Says that the filesystem's names changed outside the kit (files
+    /// made or removed in its backing store): the checker forgets the
+    /// names it knew, so that it blames no reply for them.
+    pub fn names_changed_outside(&self) {
+        self.state().checker.names_changed_outside();
+    }
+
+    /// Reports the handlers that panicked so far, each as a violation
+    /// naming its request.
+    fn collect_panics(&self) {
+        let panics = self.handle.take_panics();
+        if panics.is_empty() {
+            return;
+        }
+        let mut st = self.state();
+        for p in panics {
+            st.checker.panicked(p.unique, p.opcode, &p.message);
+        }
     }
 
     /// The filesystem.
@@ -271,8 +351,10 @@ impl<F: Filesystem> TestKernel<F> {
     }
 
     /// Sends the following requests as `caller`; returns the previous one.
+    /// (One caller for every thread: threads that send as different
+    /// callers at once use [`TestKernel::send_as`].)
     pub fn set_caller(&self, caller: Caller) -> Caller {
-        self.caller.replace(caller)
+        std::mem::replace(&mut lock(&self.caller), caller)
     }
 
     /// Runs `f` with requests sent as `caller`, then goes back to the
@@ -286,23 +368,25 @@ impl<F: Filesystem> TestKernel<F> {
 
     /// The caller of the moment.
     pub fn caller(&self) -> Caller {
-        self.caller.get()
+        *lock(&self.caller)
     }
 
     /// The checker's violations so far.
     pub fn violations(&self) -> Vec<Violation> {
-        self.checker.borrow().violations().to_vec()
+        self.collect_panics();
+        self.state().checker.violations().to_vec()
     }
 
     /// Takes the violations so far: a test of a filesystem that breaks a
     /// rule on purpose looks at them, and the kit no longer reports them.
     pub fn take_violations(&self) -> Vec<Violation> {
-        self.checker.borrow_mut().take_violations()
+        self.collect_panics();
+        self.state().checker.take_violations()
     }
 
     /// The lookup counts the kernel holds now, by node id.
     pub fn lookup_counts(&self) -> Vec<(Inode, u64)> {
-        self.checker.borrow().lookup_counts()
+        self.state().checker.lookup_counts()
     }
 
     /// How many lookups of `node` the kernel holds.
@@ -315,7 +399,7 @@ impl<F: Filesystem> TestKernel<F> {
 
     /// The files and directories the kernel holds open: (node, handle).
     pub fn open_handles(&self) -> Vec<(Inode, u64)> {
-        self.checker.borrow().open_handles()
+        self.state().checker.open_handles()
     }
 
     /// Compares the filesystem's own lookup counts (what `fs_counts`
@@ -339,27 +423,25 @@ impl<F: Filesystem> TestKernel<F> {
         // after them (one queue), and their handlers, which hold no reply
         // to wait for, are given a moment more to finish.
         let _ = self.statfs(Inode::ROOT);
-        let deadline = Instant::now() + self.timeout.min(FORGET_GRACE);
+        let deadline = Instant::now() + self.timeout().min(FORGET_GRACE);
         let mut got = normal(fs_counts(&self.fs));
         while got != want && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
             got = normal(fs_counts(&self.fs));
         }
-        self.checker.borrow_mut().compare_lookup_counts(&got, what);
+        self.state().checker.compare_lookup_counts(&got, what);
     }
 
     /// Notifications the filesystem sent so far (whole messages, `unique`
     /// 0 and the code in `error`), taken.
     pub fn take_notifications(&self) -> Vec<Vec<u8>> {
         self.drain(Duration::ZERO);
-        std::mem::take(&mut self.notifications.borrow_mut())
+        std::mem::take(&mut self.state().notifications)
     }
 
     fn unique(&self) -> u64 {
         // The kernel's uniques are even: bit 0 marks an INTERRUPT.
-        let u = self.next_unique.get() + 2;
-        self.next_unique.set(u);
-        u
+        self.next_unique.fetch_add(2, Ordering::Relaxed) + 2
     }
 
     /// Sends one request of `opcode` on `nodeid` whose arguments are
@@ -367,27 +449,45 @@ impl<F: Filesystem> TestKernel<F> {
     /// other), as the caller of the moment; does not wait. Requests that
     /// take no reply (FORGET…) need no [`TestKernel::wait`].
     pub fn send(&self, opcode: Opcode, nodeid: u64, args: &[&[u8]]) -> Pending {
+        self.send_as(self.caller(), opcode, nodeid, args)
+    }
+
+    /// [`TestKernel::send`] as `caller`, whoever the caller of the moment.
+    pub fn send_as(&self, caller: Caller, opcode: Opcode, nodeid: u64, args: &[&[u8]]) -> Pending {
         let unique = self.unique();
-        let bytes = wire::encode(unique, opcode, nodeid, self.caller.get(), args);
-        self.checker.borrow_mut().request(&bytes);
-        self.kernel.send(bytes);
+        let bytes = wire::encode(unique, opcode, nodeid, caller, args);
+        self.sent(bytes);
         Pending { unique }
+    }
+
+    /// Shows a request to the checker and sends it, in one step, so that
+    /// the checker sees requests in the order the session reads them.
+    fn sent(&self, bytes: Vec<u8>) {
+        let mut st = self.state();
+        st.checker.request(&bytes);
+        self.kernel.send(bytes);
+    }
+
+    /// The answer to `unique`, if some thread received it.
+    fn parked(&self, unique: u64) -> Option<Answer> {
+        self.state().parked.remove(&unique)
     }
 
     /// Waits for the reply to `p`: the decoded body, or the error. A reply
     /// that does not come within the timeout, or that the kernel would
     /// refuse, is a violation and `EIO` here.
     pub fn wait(&self, p: Pending) -> Result<ReplyBody, Errno> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.timeout();
         loop {
-            if let Some(a) = self.parked.borrow_mut().remove(&p.unique) {
+            if let Some(a) = self.parked(p.unique) {
                 return a.result;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.receive(left) {
-                self.checker.borrow_mut().unanswered(p.unique);
+            if Instant::now() >= deadline {
+                self.state().checker.unanswered(p.unique);
                 return Err(Errno::EIO);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.receive(left.min(RECEIVE_SLICE));
         }
     }
 
@@ -404,23 +504,16 @@ impl<F: Filesystem> TestKernel<F> {
         let int_unique = p.unique | INT_REQ_BIT;
         let send_interrupt = || {
             let arg = InterruptIn { unique: p.unique };
-            let bytes = wire::encode(
-                int_unique,
-                Opcode::Interrupt,
-                0,
-                self.caller.get(),
-                &[arg.as_bytes()],
-            );
-            self.checker.borrow_mut().request(&bytes);
-            self.kernel.send(bytes);
+            let bytes = wire::encode(int_unique, Opcode::Interrupt, 0, self.caller(), &[arg.as_bytes()]);
+            self.sent(bytes);
         };
         send_interrupt();
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.timeout();
         loop {
-            if let Some(a) = self.parked.borrow_mut().remove(&p.unique) {
+            if let Some(a) = self.parked(p.unique) {
                 return a.result;
             }
-            let again = self.parked.borrow_mut().remove(&int_unique);
+            let again = self.parked(int_unique);
             if let Some(Answer {
                 result: Err(Errno::EAGAIN),
                 ..
@@ -428,26 +521,30 @@ impl<F: Filesystem> TestKernel<F> {
             {
                 send_interrupt();
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.receive(left) {
-                self.checker.borrow_mut().unanswered(p.unique);
+            if Instant::now() >= deadline {
+                self.state().checker.unanswered(p.unique);
                 return Err(Errno::EIO);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.receive(left.min(RECEIVE_SLICE));
         }
     }
 
-    /// Receives one message (waiting up to `within`); false if none came.
+    /// Receives one message (waiting up to `within`) and checks it; false
+    /// if none came.
     fn receive(&self, within: Duration) -> bool {
+        let _receiving = lock(&self.receiving);
         let Some(w) = self.kernel.recv(within) else {
             return false;
         };
-        match self.checker.borrow_mut().reply(&w.bytes) {
+        let mut st = self.state();
+        match st.checker.reply(&w.bytes) {
             Some(a) => {
-                self.parked.borrow_mut().insert(a.unique, a);
+                st.parked.insert(a.unique, a);
             }
             None => {
                 if w.bytes.get(8..16).is_some_and(|u| u == [0; 8]) {
-                    self.notifications.borrow_mut().push(w.bytes);
+                    st.notifications.push(w.bytes);
                 }
             }
         }
@@ -493,13 +590,17 @@ impl<F: Filesystem> TestKernel<F> {
         self.batch_forget(&held);
     }
 
-    /// Ends the test: forgets every node the kernel holds (as an unmount
-    /// does), compares with the filesystem's own counts if `fs_counts`
-    /// reads them (after the forgets every count should be gone: one left
-    /// is a leak), ends the session (bounded), and returns its report, or
-    /// every violation the checker saw and the test did not take.
+    /// Ends the test: compares the kernel's lookup counts with the
+    /// filesystem's own if `fs_counts` reads them, forgets every node the
+    /// kernel holds (as an unmount does) and compares again (every count
+    /// should be gone: one left is a leak), ends the session (bounded),
+    /// and returns its report, or every violation the checker saw and the
+    /// test did not take (handler panics included).
     pub fn finish_with(mut self, fs_counts: Option<&LookupCounts<'_, F>>) -> Result<SessionReport, Report> {
         self.finished = true;
+        if let Some(fs_counts) = fs_counts {
+            self.compare_counts(&fs_counts, "at the end of the test");
+        }
         self.forget_all();
         if let Some(fs_counts) = fs_counts {
             self.compare_counts(&fs_counts, "after every node was forgotten");
@@ -530,12 +631,12 @@ impl<F: Filesystem> TestKernel<F> {
         let Some(running) = self.running.take() else {
             return Err(KitError::Start("the session already ended".into()));
         };
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + self.timeout();
         while !running.is_finished() {
             if Instant::now() > deadline {
                 // Dropping it would wait: keep it for the process's end.
                 std::mem::forget(running);
-                return Err(KitError::Hung(self.timeout));
+                return Err(KitError::Hung(self.timeout()));
             }
             self.drain(Duration::from_millis(5));
         }
@@ -544,8 +645,29 @@ impl<F: Filesystem> TestKernel<F> {
     }
 }
 
-/// What [`TestKernel::finish`] found wrong.
-#[derive(Debug)]
+/// The checker, locked ([`TestKernel::checker`]).
+pub struct CheckerGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for CheckerGuard<'_> {
+    type Target = Checker;
+    fn deref(&self) -> &Checker {
+        &self.0.checker
+    }
+}
+
+impl std::ops::DerefMut for CheckerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Checker {
+        &mut self.0.checker
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What [`TestKernel::finish`] found wrong. Its `Debug` is its `Display`
+/// (the readable report), so that `finish().unwrap()` prints it.
+#[must_use = "a report holds the violations found: fail the test with it"]
 pub struct Report {
     /// Every violation the test did not take.
     pub violations: Vec<Violation>,
@@ -576,6 +698,12 @@ impl std::fmt::Display for Report {
             write!(f, "\nand {e}")?;
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 

@@ -14,16 +14,26 @@
 //! - [`Checker`] and its [`Rule`]s, also usable on its own on the bytes of
 //!   another server's conversation;
 //! - [`battery`]: POSIX scenarios with their expected results, run
-//!   through a [`TestKernel`]; what the filesystem does not implement is
-//!   reported as unsupported, not as a failure.
+//!   through a [`TestKernel`], races of two threads among them; what the
+//!   filesystem does not implement, or refuses by design
+//!   ([`battery::Battery::refuses`]), is reported as unsupported, not as
+//!   a failure.
+//! - [`explorer`]: random request sequences, deterministic from a seed,
+//!   compared with a model of POSIX, a difference shrunk and printed as a
+//!   test to paste.
+//!
+//! Nothing hides a failure: the battery's differences and a handler's
+//! panic are violations too, [`Report`] is `#[must_use]` and prints as
+//! the readable report under `unwrap()`.
 //!
 //! `docs/testing.md` teaches it, and lists each rule with the kernel
 //! behaviour it protects.
 //!
 //! ```
-//! use fuse_session::node::{DirFill, Node, NodeFs, NodeRef};
-//! use fuse_session::testing::TestKernel;
-//! use fuse_session::{Errno, FileAttr, FileKind, Inode, RequestContext};
+//! # extern crate fuse_session as fuse_wire; // these docs are fuse_wire::testing's
+//! use fuse_wire::node::{DirFill, Node, NodeFs, NodeRef};
+//! use fuse_wire::testing::TestKernel;
+//! use fuse_wire::{Errno, FileAttr, FileKind, Inode, RequestContext};
 //! use std::ffi::CStr;
 //! use std::sync::Arc;
 //!
@@ -51,11 +61,14 @@
 
 pub mod battery;
 mod checker;
+pub mod explorer;
 mod kernel;
 mod ops;
 mod wire;
 
 pub use checker::{Answer, Checker, Rule, Violation};
-pub use kernel::{KERNEL_OFFERS, KitError, LookupCounts, Pending, Report, Setup, TestKernel};
+pub use kernel::{
+    CheckerGuard, DEFAULT_TIMEOUT, KERNEL_OFFERS, KitError, LookupCounts, Pending, Report, Setup, TestKernel,
+};
 pub use ops::MAX_LISTING_CALLS;
 pub use wire::{Caller, DirEntry, DirEntryPlus, ReplyBody, Xattr, decode_dir, decode_dir_plus};

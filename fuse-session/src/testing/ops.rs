@@ -366,7 +366,7 @@ impl<F: Filesystem> TestKernel<F> {
         let mut r = Ok(());
         for calls in 0.. {
             if calls == MAX_LISTING_CALLS {
-                self.checker.borrow_mut().violate(
+                self.checker().violate(
                     super::checker::Rule::ReaddirCookie,
                     format!("READDIR of node {}", dir.0),
                     format!("the listing did not end after {MAX_LISTING_CALLS} calls"),
@@ -378,7 +378,7 @@ impl<F: Filesystem> TestKernel<F> {
                 Ok(batch) => {
                     offset = batch.last().map_or(offset, &cookie);
                     all.extend(batch);
-                    if self.checker.borrow().pass_broken(dir.0, fh.0) {
+                    if self.checker().pass_broken(dir.0, fh.0) {
                         break;
                     }
                 }
