@@ -5,7 +5,7 @@
 //! A READ of 1 MiB would not fit the 1 MiB pipes with its header and be read
 //! into memory instead; the kernels we test on split even `DIRECT_IO` reads
 //! into requests of 128 KiB, so that fallback is covered by the unit tests
-//! of `fuse-session/src/splice.rs` and by `tests/splice_fallback.rs`.
+//! of `fuse-session/src/wire/splice.rs` and by `tests/splice_fallback.rs`.
 
 mod common;
 
