@@ -755,13 +755,23 @@ impl PathFilesystem for Mirror {
                 break;
             }
             // SAFETY: readdir returned a valid entry with a NUL-terminated name.
-            let (name, typ, next) =
-                unsafe { (CStr::from_ptr((*e).d_name.as_ptr()), (*e).d_type, (*e).d_off) };
+            let (name, typ, next, ino) = unsafe {
+                (
+                    CStr::from_ptr((*e).d_name.as_ptr()),
+                    (*e).d_type,
+                    (*e).d_off,
+                    (*e).d_ino,
+                )
+            };
             if matches!(name.to_bytes(), b"." | b"..") {
                 continue;
             }
             let kind = FileKind::from_mode((typ as u32) << 12).unwrap_or(FileKind::RegularFile);
-            if out.add(name.to_bytes(), kind, next as u64).is_full() {
+            // The source's d_ino is the st_ino getattr reports: no lstat per name.
+            if out
+                .add_with_ino(name.to_bytes(), kind, next as u64, ino)
+                .is_full()
+            {
                 break;
             }
         }

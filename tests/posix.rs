@@ -1189,6 +1189,65 @@ fn readdir_10k_telldir_seekdir() {
     differential("readdir_10k", check_readdir_10k, &[PT, MEM, NODE, PATH]);
 }
 
+/// `readdir(3)`'s `d_ino` is `stat`'s `st_ino`, for each entry but `..`
+/// (of a mount's root, outside it): what `find -inum` and `ls -i` use.
+fn check_readdir_d_ino(ctx: &Ctx, log: &mut Log) {
+    let d = ctx.p("inos");
+    fs::create_dir(&d).expect("mkdir inos");
+    for n in ["f1", "f2", "f3"] {
+        create(&d.join(n), b"x");
+    }
+    fs::create_dir(d.join("sub")).expect("mkdir sub");
+    link(&d.join("f1"), &d.join("f1.link")).expect("link");
+    // Some names looked up before the listing, the others only listed.
+    for n in [".", "f1", "sub"] {
+        let _ = stat(&d.join(n), false);
+    }
+    let cd = c(&d);
+    // SAFETY: valid C string.
+    let dir = unsafe { libc::opendir(cd.as_ptr()) };
+    assert!(!dir.is_null(), "opendir inos");
+    let mut listed = Vec::new();
+    loop {
+        // SAFETY: `dir` is an open DIR stream.
+        let e = unsafe { libc::readdir(dir) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: `d_name` is NUL-terminated inside the dirent.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        // SAFETY: `e` is the entry just read.
+        listed.push((name.to_string_lossy().into_owned(), unsafe { (*e).d_ino }));
+    }
+    // SAFETY: open DIR stream, closed once.
+    unsafe { libc::closedir(dir) };
+    let mut wrong = Vec::new();
+    for (name, d_ino) in &listed {
+        if name == ".." {
+            continue;
+        }
+        match stat(&d.join(name), false) {
+            Ok(st) if st.st_ino == *d_ino => {}
+            other => wrong.push(format!(
+                "{name}: d_ino {d_ino}, stat {:?}",
+                other.map(|s| s.st_ino)
+            )),
+        }
+    }
+    log.val("entries listed", listed.len());
+    log.val("entries whose d_ino is not their st_ino", wrong);
+    for n in ["f1", "f1.link", "f2", "f3"] {
+        let _ = unlink(&d.join(n));
+    }
+    log.res("rmdir sub", &rmdir(&d.join("sub")));
+    log.res("rmdir", &rmdir(&d));
+}
+
+#[test]
+fn readdir_d_ino_is_st_ino() {
+    differential("readdir_d_ino", check_readdir_d_ino, &[PT, MEM, NODE, PATH]);
+}
+
 // ---------------------------------------------------------------------------
 // extended attributes
 

@@ -1,8 +1,8 @@
 //! The conformance battery: POSIX scenarios run through a [`TestKernel`]
 //! with the results POSIX expects (create and read back, hard links,
 //! rename over an existing name, unlink of an open file, readdir during
-//! unlink, truncate, sparse writes, extended attributes, permissions as
-//! several callers). Each scenario passes, fails (a wrong result or a
+//! unlink, the inode numbers of a listing, truncate, sparse writes,
+//! extended attributes, permissions as several callers). Each scenario passes, fails (a wrong result or a
 //! protocol violation, saying which step), or is unsupported: the
 //! filesystem answered `ENOSYS` to an operation it needs (`EROFS`: it is
 //! read-only; `EOPNOTSUPP` to extended attributes), which is not a failure.
@@ -162,12 +162,13 @@ impl Battery {
             }
             break;
         }
-        let scenarios: [(&'static str, Scenario<F>); 9] = [
+        let scenarios: [(&'static str, Scenario<F>); 10] = [
             ("create_write_read", create_write_read),
             ("hard_link", hard_link),
             ("rename_over_existing", rename_over_existing),
             ("unlink_open_file", unlink_open_file),
             ("readdir_during_unlink", readdir_during_unlink),
+            ("listing_inode_numbers", listing_inode_numbers),
             ("truncate", truncate),
             ("sparse_write", sparse_write),
             ("xattrs", xattrs),
@@ -416,6 +417,78 @@ fn readdir_during_unlink<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
             count == 1 || (gone && count == 0),
             || format!("listed {count} times"),
         )?;
+    }
+    Ok(())
+}
+
+/// `d_ino` of every entry of a listing (READDIR, and READDIRPLUS where
+/// implemented) is the `st_ino` a LOOKUP of the name gives, for names the
+/// kernel holds and names it has forgotten; `.` (where listed) is the
+/// directory's own.
+fn listing_inode_numbers<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
+    // A directory of its own where MKDIR is implemented (with a
+    // subdirectory in it), the battery's otherwise.
+    let own_dir = cx.k.mkdir(cx.dir, "ino.d", 0o755).ok().map(|e| Inode(e.nodeid));
+    let dir = own_dir.unwrap_or(cx.dir);
+    let mut made = Vec::new();
+    for name in ["ino.a", "ino.b"] {
+        made.push(cx.created_in(dir, name, 0o644)?);
+    }
+    if own_dir.is_some() {
+        made.push(need("MKDIR ino.sub", cx.k.mkdir(dir, "ino.sub", 0o755))?);
+    }
+    // Forget one name: its number must come from the filesystem, not from
+    // what the layer remembers of it.
+    cx.k.forget(Inode(made[1].nodeid), 1);
+    let own = cx.attr("the listed directory", dir)?.ino;
+    let wrong = |listed: Vec<(String, u64)>| -> Step {
+        let mut bad = Vec::new();
+        let mut seen = 0;
+        for (name, d_ino) in &listed {
+            let st_ino = match name.as_str() {
+                "." => own,
+                n if n.starts_with("ino.") => {
+                    let e = need(&format!("LOOKUP {n}"), cx.k.lookup(dir, n))?;
+                    cx.k.forget(Inode(e.nodeid), 1);
+                    seen += 1;
+                    e.attr.ino
+                }
+                _ => continue,
+            };
+            if *d_ino != st_ino {
+                bad.push(format!("{name}: d_ino {d_ino}, st_ino {st_ino}"));
+            }
+        }
+        check(
+            "d_ino of each entry",
+            bad.is_empty() && seen == made.len(),
+            || format!("{bad:?} in {listed:?}"),
+        )
+    };
+    let plain = need("READDIR", cx.k.list_dir(dir, 4096))?;
+    wrong(plain.iter().map(|e| (e.name_lossy(), e.ino)).collect())?;
+    match cx.k.list_dir_plus(dir, 4096) {
+        Err(Errno::ENOSYS) => {}
+        r => {
+            let plus = need("READDIRPLUS", r)?;
+            for e in &plus {
+                if e.entry.nodeid != 0 && !is_dot_or_dotdot(&e.dirent.name) {
+                    cx.k.forget(Inode(e.entry.nodeid), 1);
+                }
+            }
+            wrong(
+                plus.iter()
+                    .map(|e| (e.dirent.name_lossy(), e.dirent.ino))
+                    .collect(),
+            )?;
+        }
+    }
+    for name in ["ino.a", "ino.b"] {
+        need("UNLINK", cx.k.unlink(dir, name))?;
+    }
+    if own_dir.is_some() {
+        need("RMDIR", cx.k.rmdir(dir, "ino.sub"))?;
+        need("RMDIR", cx.k.rmdir(cx.dir, "ino.d"))?;
     }
     Ok(())
 }
