@@ -885,14 +885,6 @@ impl PathFilesystem for Mirror {
     }
 }
 
-/// Creates files with the modes requests carry: the kernel applied the
-/// caller's umask already, and the daemon's own (022, say) must not take
-/// more bits away.
-fn no_umask() {
-    // SAFETY: umask has no preconditions and cannot fail.
-    unsafe { libc::umask(0) };
-}
-
 fn main() -> ExitCode {
     let args = match cli::start(
         "pathfs",
@@ -904,7 +896,6 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    no_umask();
     let mut fs = match Mirror::open(&args.source) {
         Ok(fs) => fs,
         Err(e) => {
@@ -1162,7 +1153,6 @@ mod battery_tests {
     #[test]
     fn the_conformance_battery_passes() {
         let s = Scratch::new("battery");
-        no_umask();
         let k = TestKernel::start(PathFs::new(Mirror::new(s.0.clone()))).expect("the kit starts");
         let battery = Battery {
             default_permissions: true,

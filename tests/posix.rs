@@ -1248,6 +1248,38 @@ fn readdir_d_ino_is_st_ino() {
     differential("readdir_d_ino", check_readdir_d_ino, &[PT, MEM, NODE, PATH]);
 }
 
+/// A caller with a umask of 0 creates a file (0666), a directory (0777)
+/// and a fifo (0666): their modes lose no bits, whatever the daemon's own
+/// umask (022 for every daemon these tests start).
+fn check_umask_of_the_caller_only(ctx: &Ctx, log: &mut Log) {
+    let d = ctx.p("masks");
+    fs::create_dir(&d).expect("mkdir masks");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 000 && : > f && mkdir d && mkfifo p && umask 027 && : > g")
+        .current_dir(&d)
+        .status()
+        .expect("run sh");
+    log.val("sh", out.success());
+    for n in ["f", "d", "p", "g"] {
+        log.res(&format!("mode of {n}"), &mode_of(&d.join(n)));
+    }
+    for n in ["f", "p", "g"] {
+        let _ = unlink(&d.join(n));
+    }
+    log.res("rmdir d", &rmdir(&d.join("d")));
+    log.res("rmdir", &rmdir(&d));
+}
+
+#[test]
+fn umask_of_the_caller_only() {
+    differential(
+        "umask",
+        check_umask_of_the_caller_only,
+        &[PT, MEM, NODE, PATH, PATH_PT],
+    );
+}
+
 // ---------------------------------------------------------------------------
 // extended attributes
 

@@ -213,6 +213,11 @@ fn serve_with<'a, F: Filesystem>(
         | Operation::AtomicOpen { arg, .. } => Some(arg.umask),
         _ => None,
     };
+    if umask.is_some() {
+        // What the filesystem creates gets the mode asked for, not less
+        // the daemon's own umask too.
+        crate::umask::clear_for_this_thread();
+    }
     let open_in = match req.op {
         Operation::Open { arg } => arg.open_flags,
         Operation::Create { arg, .. }

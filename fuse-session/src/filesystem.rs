@@ -136,7 +136,7 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// MKNOD: create a node (`mkfifo`, `mknod`, and a regular file when
     /// CREATE answered `ENOSYS`). Reply with the new entry (one lookup
-    /// reference). The umask is in [`RequestContext::umask`].
+    /// reference). The mode is as [`CreateRequest::mode`] says.
     fn mknod(
         &self,
         ctx: &RequestContext<'_>,
@@ -149,8 +149,9 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// MKDIR: create a directory (`mode`: permission bits). Reply with the
-    /// new entry (one lookup reference).
+    /// MKDIR: create a directory (`mode`: permission bits, to create with
+    /// exactly, see [`CreateRequest::mode`]). Reply with the new entry (one
+    /// lookup reference).
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
         let _ = (ctx, parent, name, mode);
         reply.error(Errno::ENOSYS);

@@ -137,6 +137,7 @@ pub mod stats;
 pub mod testing;
 pub mod transport;
 pub mod types;
+pub mod umask;
 pub mod vault;
 mod worker;
 

@@ -203,9 +203,12 @@ pub struct ReleaseRequest {
 /// What a CREATE, TMPFILE or atomic open asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct CreateRequest {
-    /// Mode of a new file: type bits and permissions (the umask is already
-    /// applied unless the filesystem asked for `DONT_MASK`; see
-    /// [`crate::RequestContext::umask`]).
+    /// Mode of a new file: type bits and permissions, the caller's umask
+    /// already applied (unless the filesystem asked for `DONT_MASK`; then
+    /// [`crate::RequestContext::umask`] gives it). Create with exactly this
+    /// mode: the thread serving the request has a umask of 0 of its own
+    /// (see [`crate::umask`]), so the daemon's umask takes nothing off. The
+    /// same holds for MKNOD, MKDIR and TMPFILE modes, in every layer.
     pub mode: u32,
     /// The open flags (`O_CREAT`, `O_EXCL`, `O_TRUNC` included).
     pub flags: OpenFlags,
@@ -221,7 +224,8 @@ impl CreateRequest {
 /// What a MKNOD asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct MknodRequest {
-    /// Type bits and permissions (umask as for [`CreateRequest::mode`]).
+    /// Type bits and permissions (umask as for [`CreateRequest::mode`]:
+    /// create with exactly this mode).
     pub mode: u32,
     /// The device number of a device node.
     pub rdev: u32,

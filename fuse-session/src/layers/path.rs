@@ -167,7 +167,8 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::EROFS)
     }
 
-    /// Creates a directory (`mode`: permission bits); its attributes.
+    /// Creates a directory (`mode`: permission bits, to create with
+    /// exactly, see [`CreateRequest::mode`]); its attributes.
     fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
         let _ = (ctx, path, mode);
         Err(Errno::EROFS)

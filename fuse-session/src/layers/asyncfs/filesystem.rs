@@ -112,7 +112,11 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// MKNOD: the new node's entry.
+    /// MKNOD: the new node's entry. Modes of MKNOD, MKDIR and CREATE are
+    /// as [`CreateRequest::mode`](crate::CreateRequest::mode) says; code
+    /// that creates after an `await` runs on the runtime's threads, which
+    /// keep the daemon's umask unless they start with
+    /// [`crate::umask::clear_for_this_thread`] (Tokio's `on_thread_start`).
     fn mknod(
         &self,
         ctx: &AsyncContext,
