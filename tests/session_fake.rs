@@ -2886,13 +2886,13 @@ fn statistics_count_requests_and_errors() {
     let o = |count, errors, max_inflight| fuse_wire::session::OpStats {
         count,
         errors,
-        max_inflight,
+        max_inflight: Some(max_inflight),
     };
     assert_eq!(st.get(Opcode::Getattr), o(4, 1, 1));
     assert_eq!(st.get(Opcode::Lookup), o(2, 1, 1));
     assert_eq!(st.get(Opcode::Forget), o(1, 0, 0));
     assert_eq!(st.get(Opcode::Access), o(1, 1, 1));
-    assert_eq!(st.get(Opcode::Read), o(0, 0, 0));
+    assert_eq!(st.get(Opcode::Read), Default::default(), "never seen");
     assert_eq!(
         st.ops.keys().copied().collect::<Vec<_>>(),
         ["ACCESS", "FORGET", "GETATTR", "LOOKUP"]
@@ -2931,6 +2931,26 @@ fn splice_write_falls_back_to_reading_where_there_is_no_splice() {
 }
 
 #[test]
+fn statistics_say_in_flight_is_not_tracked_rather_than_0() {
+    let fake = ready(SessionConfig {
+        track_inflight: false,
+        ..one_worker()
+    });
+    fake.roundtrip(getattr5(10));
+    let report = fake.unmount_and_join().unwrap();
+    let getattr = report.stats.get(Opcode::Getattr);
+    assert_eq!((getattr.count, getattr.max_inflight), (1, None));
+    assert!(
+        report
+            .stats
+            .to_json()
+            .starts_with("{\"ops\": {\"GETATTR\": {\"count\": 1, \"errors\": 0, \"max_inflight\": null}}"),
+        "{}",
+        report.stats.to_json()
+    );
+}
+
+#[test]
 fn statistics_as_json() {
     let fake = ready(one_worker());
     fake.roundtrip(getattr5(10));
@@ -2953,7 +2973,7 @@ fn statistics_max_inflight_with_two_blocked_handlers() {
         fake.fs.count(|c| c.contains("name=gate")) == 2
     });
     let live = fake.handle.stats().get(Opcode::Lookup);
-    assert_eq!((live.count, live.max_inflight), (2, 2));
+    assert_eq!((live.count, live.max_inflight), (2, Some(2)));
     fake.fs.gate.open();
     let mut got = vec![fake.recv(), fake.recv()];
     got.sort();
@@ -2961,7 +2981,7 @@ fn statistics_max_inflight_with_two_blocked_handlers() {
     want.sort();
     assert_eq!(got, want);
     let report = fake.unmount_and_join().unwrap();
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 2);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(2));
 }
 
 // ---------------------------------------------------------------------------
@@ -3077,7 +3097,7 @@ fn statistics_are_up_to_date_when_the_reply_arrives() {
         assert_eq!((live.count, live.errors), (i + 1, i + 1), "after reply {i}");
     }
     let report = fake.unmount_and_join().unwrap();
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 1);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(1));
 }
 
 // ---------------------------------------------------------------------------
@@ -3145,7 +3165,7 @@ fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
         fuse_wire::session::OpStats {
             count: 1,
             errors: 1,
-            max_inflight: 0
+            max_inflight: None
         }
     );
 }
@@ -3341,5 +3361,5 @@ fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(report.workers_started, 1, "the waits needed no worker");
     // The two waits, and the refused one while it was being answered.
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 3);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(3));
 }
