@@ -1979,7 +1979,7 @@ fn check_fallocate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn fallocate_modes() {
-    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, PATH]);
+    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -2134,6 +2134,71 @@ fn open_unlink_read() {
         check_open_unlink,
         &[PT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM, NODE, PATH, PATH_PT],
     );
+}
+
+/// Unlinking an open file changes its ctime (a name went) but not its
+/// mtime (its content did not change): `fstat` through the open file says so.
+fn check_unlinked_times(ctx: &Ctx, log: &mut Log) {
+    let f = ctx.p("f");
+    create(&f, b"content");
+    log.res(
+        "set mtime",
+        &utimens(&f, Some([ts(1_000_000_000, 0), ts(1_000_000_000, 5)]), true),
+    );
+    let fd = open(&f, libc::O_RDONLY, 0).expect("open");
+    let before = fstat(&fd).expect("fstat");
+    // The filesystems' clocks tick in at most jiffies: let one pass.
+    std::thread::sleep(Duration::from_millis(20));
+    log.res("unlink the open file", &unlink(&f));
+    let after = fstat(&fd).map(|s| {
+        (
+            (s.st_mtime, s.st_mtime_nsec),
+            (s.st_ctime, s.st_ctime_nsec) > (before.st_ctime, before.st_ctime_nsec),
+            s.st_nlink,
+        )
+    });
+    log.res("fstat: mtime, ctime moved, links", &after);
+}
+
+#[test]
+fn unlink_keeps_mtime_and_moves_ctime() {
+    differential("unlinked_times", check_unlinked_times, &[PT, MEM, NODE, PATH]);
+}
+
+/// Every operation that takes a name refuses one over 255 bytes with
+/// `ENAMETOOLONG` (the kernel passes up to 1024), existing or not.
+fn check_long_names(ctx: &Ctx, log: &mut Log) {
+    let f = ctx.p("f");
+    create(&f, b"x");
+    fs::create_dir(ctx.p("d")).expect("mkdir d");
+    for len in [256, 1000] {
+        let long = ctx.p(&"n".repeat(len));
+        log.res(&format!("{len}: stat"), &stat(&long, false).map(|_| ()));
+        log.res(&format!("{len}: unlink"), &unlink(&long));
+        log.res(&format!("{len}: rmdir"), &rmdir(&long));
+        log.res(&format!("{len}: mkdir"), &mkdir(&long, 0o755));
+        log.res(&format!("{len}: rename from"), &rename(&long, &f));
+        log.res(&format!("{len}: rename to"), &rename(&f, &long));
+        log.res(&format!("{len}: link from"), &link(&long, &ctx.p("g")));
+        log.res(&format!("{len}: link to"), &link(&f, &long));
+        log.res(&format!("{len}: symlink"), &symlink("f", &long));
+        log.res(&format!("{len}: chmod"), &chmod(&long, 0o600));
+        log.res(&format!("{len}: chown"), &chown(&long, 0, 0, true));
+        log.res(&format!("{len}: truncate"), &truncate(&long, 0));
+        log.res(
+            &format!("{len}: create"),
+            &open(&long, libc::O_CREAT | libc::O_WRONLY, 0o644).map(|_| ()),
+        );
+        log.res(&format!("{len}: utimens"), &utimens(&long, None, true));
+    }
+    log.res("listing", &names_in(&ctx.root));
+    log.res("rmdir d", &rmdir(&ctx.p("d")));
+    log.res("unlink f", &unlink(&f));
+}
+
+#[test]
+fn names_over_255_bytes() {
+    differential("long_names", check_long_names, &[PT, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
