@@ -245,6 +245,16 @@ pub trait Filesystem: Send + Sync + 'static {
     /// `close(2)`, possibly many per open). Its error is what `close`
     /// returns; drop POSIX locks of `lock_owner` here. `ENOSYS` makes the
     /// kernel stop sending it.
+    ///
+    /// What a filesystem that commits at close must know (the tutorial's
+    /// "Committing at close"): there is one FLUSH per `close` of any
+    /// duplicate of the descriptor, so several per open, and the first may
+    /// come before any data: bash runs `echo x > f` as open, `dup2` onto
+    /// stdout, `close` of the original (a FLUSH, nothing written yet),
+    /// write, and a last `close` (a second FLUSH). A FLUSH says nothing
+    /// about whether data came: commit at a FLUSH only what was written
+    /// (or truncated, `O_TRUNC` included) since the last commit, and
+    /// expect more FLUSHes and writes after it, until RELEASE.
     fn flush(
         &self,
         ctx: &RequestContext<'_>,
@@ -259,6 +269,13 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// RELEASE: the last reference to an open file is gone; free the handle.
     /// Its reply is not waited for by anyone; the default succeeds.
+    ///
+    /// It comes once per open, after every FLUSH and write, but when the
+    /// last reference goes, which may be long after the last `close` (a
+    /// mapping, a descriptor a child inherited), and `close` does not wait
+    /// for it: its error reaches nobody, and a program that reopens the
+    /// file at once may get there first. Commit where the caller waits
+    /// (FLUSH, FSYNC) if it must see the result; see [`Filesystem::flush`].
     fn release(
         &self,
         ctx: &RequestContext<'_>,

@@ -303,7 +303,10 @@ pub trait OpenFile: Any + Send + Sync {
     /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
     /// only for files opened [`Opened::with_flush`] (and, with writeback
     /// caching, for every file: the kernel then writes dirty pages back on
-    /// close); for the others the kernel skips the round trip.
+    /// close); for the others the kernel skips the round trip. Several per
+    /// open, the first possibly before any data (bash's `echo x > f`):
+    /// commit only what was written since the last commit, as
+    /// [`Filesystem::flush`] explains.
     fn flush(&self, ctx: &RequestContext<'_>, lock_owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, lock_owner);
         Ok(())
@@ -330,7 +333,8 @@ pub trait OpenFile: Any + Send + Sync {
     }
 
     /// RELEASE: the last reference is gone; the library drops the file
-    /// after this returns.
+    /// after this returns. Not awaited by `close`, and possibly long after
+    /// it: see [`Filesystem::release`].
     fn release(&self, ctx: &RequestContext<'_>) {
         let _ = ctx;
     }

@@ -255,7 +255,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
     /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
     /// only for files opened [`PathOpened::with_flush`] (and, with
     /// writeback caching, for every file); for the others the kernel skips
-    /// the round trip.
+    /// the round trip. Several per open, the first possibly before any
+    /// data (bash's `echo x > f`): commit only what was written since the
+    /// last commit, as [`Filesystem::flush`] explains.
     fn flush(&self, ctx: &RequestContext<'_>, file: &Self::File, owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, file, owner);
         Ok(())
@@ -303,7 +305,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
     }
 
     /// RELEASE: the file is closed for good. (Should a request still be
-    /// running with it, the file is dropped when that ends instead.)
+    /// running with it, the file is dropped when that ends instead.) Not
+    /// awaited by `close`, and possibly long after it: see
+    /// [`Filesystem::release`].
     fn release(&self, ctx: &RequestContext<'_>, file: Self::File) {
         let _ = (ctx, file);
     }

@@ -221,7 +221,10 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// FLUSH.
+    /// FLUSH: each `close(2)` of a descriptor of the open file (several
+    /// per open, the first possibly before any data; commit only what was
+    /// written since the last commit): as the sync trait's
+    /// [`flush`](crate::Filesystem::flush) says.
     fn flush(
         &self,
         ctx: &AsyncContext,
@@ -234,7 +237,9 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
     }
 
     /// RELEASE: never cancelled (an INTERRUPT does not reach it). The
-    /// default succeeds.
+    /// default succeeds. Once per open, after every FLUSH, but not awaited
+    /// by `close`: see the sync trait's
+    /// [`release`](crate::Filesystem::release).
     fn release(
         &self,
         ctx: &AsyncContext,
