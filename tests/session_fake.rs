@@ -571,11 +571,14 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
-        let flags = flags.bits();
-        self.rec(format!("releasedir ino={ino} fh={:#x} flags={flags:#x}", fh.0));
+        let flags = req.flags.bits();
+        self.rec(format!(
+            "releasedir ino={ino} fh={:#x} flags={flags:#x} owner={:?}",
+            fh.0, req.lock_owner
+        ));
         reply.ok()
     }
 
@@ -1312,8 +1315,13 @@ fn cases_for(op: Opcode, u: &mut Uniq) -> Vec<Case> {
             let x = u.next();
             vec![case(
                 "RELEASEDIR",
-                request(29, x, N, &B::new().u64(0x4321).u32(0o200000).u32(0).u64(0).done()),
-                &["releasedir ino=5 fh=0x4321 flags=0x10000"],
+                request(
+                    29,
+                    x,
+                    N,
+                    &B::new().u64(0x4321).u32(0o200000).u32(0).u64(0x77).done(),
+                ),
+                &["releasedir ino=5 fh=0x4321 flags=0x10000 owner=Some(LockOwner(119))"],
                 ok(x, &[]),
             )]
         }

@@ -2498,7 +2498,7 @@ impl Filesystem for PassthroughFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _flags: OpenFlags,
+        _: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
         log::debug!("releasedir ino={ino} fh={fh}");

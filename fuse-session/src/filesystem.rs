@@ -339,16 +339,18 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// RELEASEDIR: release an open directory. The default succeeds.
+    /// RELEASEDIR: release an open directory. The default succeeds. `req`
+    /// is what [`Filesystem::release`] gets (this method took only its
+    /// `flags` before: they are `req.flags`).
     fn releasedir(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, fh, flags);
+        let _ = (ctx, ino, fh, req);
         reply.ok();
     }
 

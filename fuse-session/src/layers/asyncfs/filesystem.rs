@@ -302,15 +302,17 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// RELEASEDIR: never cancelled. The default succeeds.
+    /// RELEASEDIR: never cancelled. The default succeeds. `req` is what
+    /// [`AsyncFilesystem::release`] gets (`req.flags`: the flags this
+    /// method took before).
     fn releasedir(
         &self,
         ctx: &AsyncContext,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
     ) -> impl Future<Output = Result<(), Errno>> + Send {
-        let _ = (ctx, ino, fh, flags);
+        let _ = (ctx, ino, fh, req);
         async { Ok(()) }
     }
 
