@@ -92,6 +92,11 @@ pub struct Mirror {
     /// `None` if it could not be opened (every request fails).
     source: Option<OwnedFd>,
     passthrough: bool,
+    /// The mount is `noatime`: reading through it leaves the source's
+    /// atime alone too (files are opened `O_NOATIME` where allowed; in
+    /// kernel passthrough mode the kernel's own backing file reads, and the
+    /// source's mount decides).
+    pub noatime: bool,
 }
 
 /// A name in a directory of the source: the directory, opened without
@@ -206,6 +211,7 @@ impl Mirror {
         Ok(Mirror {
             source: Some(dir.into()),
             passthrough: false,
+            noatime: false,
         })
     }
 
@@ -218,6 +224,7 @@ impl Mirror {
         Mirror {
             source,
             passthrough: false,
+            noatime: false,
         }
     }
 
@@ -419,7 +426,19 @@ impl Mirror {
         }
         let proc = format!("/proc/self/fd/{}", path.as_raw_fd());
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
-        Self::open_path(Path::new(&proc), flags, 0)
+        self.without_atime(flags, |flags| Self::open_path(Path::new(&proc), flags, 0))
+    }
+
+    /// Runs `open` with `flags`, plus `O_NOATIME` on a `noatime` mount;
+    /// again without it if that is refused (`EPERM`: the file is not ours).
+    fn without_atime(&self, flags: i32, open: impl Fn(i32) -> Result<File, Errno>) -> Result<File, Errno> {
+        if !self.noatime {
+            return open(flags);
+        }
+        match open(flags | libc::O_NOATIME) {
+            Err(e) if e == Errno::EPERM => open(flags),
+            r => r,
+        }
     }
 
     /// `file` as an open file of the layer, with a backing file in
@@ -430,10 +449,10 @@ impl Mirror {
         }
         // The backing file serves every open of the inode (the layer keeps
         // the first): open it for reading and writing when allowed.
-        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-        let rw = std::fs::OpenOptions::new().read(true).write(true).open(&proc);
-        let backing = rw
-            .or_else(|_| File::open(&proc))
+        let proc = Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())).to_path_buf();
+        let open = |flags| self.without_atime(flags, |flags| Self::open_path(&proc, flags, 0));
+        let backing = open(libc::O_RDWR)
+            .or_else(|_| open(libc::O_RDONLY))
             .ok()
             .and_then(|b| ctx.open_backing(b.as_fd()).ok());
         match backing {
@@ -904,6 +923,7 @@ fn main() -> ExitCode {
         }
     };
     fs.passthrough = args.passthrough;
+    fs.noatime = args.mount.noatime;
     let fs = PathFs::new(fs);
     let counts = fs.clone();
     match fuse_wire::serve_with(fs, &args.mountpoint, &args.mount, args.session) {

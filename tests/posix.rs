@@ -2297,3 +2297,39 @@ fn check_ownership(ctx: &Ctx, log: &mut Log) {
 fn ownership_of_files_created_by_another_user() {
     differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP, NODE, PATH]);
 }
+
+// ---------------------------------------------------------------------------
+// atime of the source
+
+/// A read through a `noatime` mount leaves the source file's atime alone
+/// (passthrough_ll and pathfs open it `O_NOATIME`); through a default
+/// (`relatime`) mount it moves an atime older than a day, as a read of the
+/// source itself does. Not in kernel passthrough mode: the kernel opens
+/// its own backing file with the caller's flags, so the source's mount
+/// decides (a limit of the kernel the daemon cannot lift).
+#[test]
+fn noatime_mounts_leave_the_source_atime_alone() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    const OLD: Time = (1_000_000_000, 0);
+    for (fs, noatime) in [
+        (Fs::Passthrough("noatime,cache=never"), true),
+        (Fs::Passthrough("cache=never"), false),
+        (Fs::Pathfs("noatime"), true),
+        (Fs::Pathfs(""), false),
+    ] {
+        let d = Daemon::start(fs);
+        let src = d.source.clone().expect("a source").join("f");
+        create(&src, b"data");
+        utimens(&src, Some([ts(OLD.0, OLD.1), ts(OLD.0, OLD.1)]), true).expect("set times");
+        assert_eq!(fs::read(d.mnt.join("f")).expect("read"), b"data", "{}", d.label());
+        let atime = times_of(&src, true).expect("stat the source").0;
+        assert_eq!(
+            atime == OLD,
+            noatime,
+            "{}: the source's atime is {atime:?}",
+            d.label()
+        );
+    }
+}
