@@ -28,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from procs import (CLK_TCK, alive, child_pids, context_switches, cpu_seconds, raise_on_signals,  # noqa: F401
+                   supports_keeper, switches_between)
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")))
@@ -110,7 +113,23 @@ TARGETS = [
          cost_of="ours", keeper=True),
     dict(id="libfuse_again", label="libfuse again", kind="libfuse", opts=[], cache="auto", base="libfuse",
          fd_per_inode=True, control=True),
+    # libfuse 3.18.2's example (the current release), built from the shared
+    # anchors (build-libfuse.sh): direct I/O with parallel_direct_writes on
+    # O_DIRECT opens. Run when asked (--targets, --base libfuse318); with
+    # --base libfuse318 every ratio "to libfuse" divides by it, Debian's
+    # libfuse row included (its ratio is then a second reference row).
+    dict(id="libfuse318", label="libfuse 3.18", kind="libfuse318", opts=[], cache="auto", base=None,
+         fd_per_inode=True, optional=True),
+    dict(id="libfuse318_again", label="libfuse 3.18 again", kind="libfuse318", opts=[], cache="auto",
+         base="libfuse318", fd_per_inode=True, control=True, optional=True),
+    # Our O_DIRECT opens as before the session's default: the page cache's
+    # direct path, writes to one file one at a time (`-o serial_o_direct`).
+    dict(id="ours_serial", label="ours serial O_DIRECT", kind="ours", opts=["serial_o_direct"], cache="auto",
+         base="libfuse", optional=True),
 ]
+
+# The libfuse 3.18.2 example's builder, beside the repository.
+ANCHORS = REPO.parent / "shared" / "anchors"
 
 SHARED_BS = 64 * 1024
 JOB_COUNTS = [1, 2, 4]
@@ -241,6 +260,23 @@ def build_libfuse(out_dir: Path) -> dict:
 # giving a HAVE_<NAME> in its config.h when the C library links it.
 LIBFUSE_PROBED_FUNCS = ("fork", "fstatat", "openat", "readlinkat", "pipe2", "splice", "vmsplice",
                         "posix_fallocate", "fdatasync", "utimensat", "copy_file_range", "fallocate")
+
+
+def build_libfuse318(out_dir: Path) -> dict:
+    """libfuse 3.18.2's passthrough_ll from the shared anchors (built once)."""
+    dest = out_dir / "libfuse-3.18"
+    binary = dest / "passthrough_ll-3.18"
+    script = ANCHORS / "build-libfuse.sh"
+    if not binary.exists():
+        if not script.exists():
+            return dict(binary=None, error=f"{script} is missing")
+        r = subprocess.run(["bash", str(script), str(dest)], capture_output=True, text=True)
+        if r.returncode != 0 or not binary.exists():
+            return dict(binary=None, error=(r.stderr or r.stdout).strip()[-400:])
+    tarball = ANCHORS / "libfuse-3.18.2.tar.gz"
+    sha = hashlib.sha256(tarball.read_bytes()).hexdigest() if tarball.exists() else None
+    return dict(binary=str(binary), error=None, version="3.18.2", source="libfuse-3.18.2.tar.gz",
+                sha256=sha, compile="build-libfuse.sh (meson, release, static)")
 
 
 def libfuse_config_defines(out_dir: Path) -> list[str]:
@@ -398,37 +434,6 @@ class Daemon:
         self.log.close()
 
 
-def child_pids(pid: int) -> list[int]:
-    """The children of pid (of all its threads)."""
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        try:
-            out += [int(p) for p in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie its parent has yet to reap."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def supports_keeper(binary: str) -> bool:
-    """Whether an example's build takes -o keeper: its --help lists the
-    option (a line `keeper ...` or `-o keeper ...`)."""
-    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
-    return re.search(r"^\s+(-o\s+)?keeper\s", r.stdout + r.stderr, re.MULTILINE) is not None
-
-
 def run_stepped(cmd: list[str], on_step, timeout: float) -> str:
     """Runs mdtest with `--step` in `cmd`: calls `on_step("before"|"after",
     PHASE)` at each handshake, then lets it go on. Returns its stdout; raises
@@ -488,25 +493,8 @@ def read_hwm_kib(pid: int) -> int | None:
 # ---------------------------------------------------------------- cost
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TRACEFS = Path("/sys/kernel/tracing")
 REQUEST_EVENT = "fuse:fuse_request_send"
-
-
-def cpu_seconds(pid: int | list[int]) -> float | None:
-    """User plus system CPU time of a whole process (or the sum over a list
-    of them): /proc/PID/stat's utime and stime, which cover all its threads,
-    those that ended included."""
-    total = 0.0
-    for p in pid if isinstance(pid, list) else [pid]:
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            return None
-        # Fields after the command name (which may hold spaces) start at state (3).
-        fields = stat[stat.rindex(")") + 2:].split()
-        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return total
 
 
 def steal_seconds() -> float | None:
@@ -518,35 +506,6 @@ def steal_seconds() -> float | None:
         return int(fields[8]) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
-
-
-def context_switches(pid: int | list[int]) -> dict[int, int]:
-    """{thread id: voluntary + involuntary context switches so far}, of one
-    process or of every process of a list."""
-    out = {}
-    for p in pid if isinstance(pid, list) else [pid]:
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                text = Path(f"/proc/{p}/task/{tid}/status").read_text()
-            except OSError:
-                continue  # ended meanwhile
-            n = 0
-            for line in text.splitlines():
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                    n += int(line.split()[1])
-            out[int(tid)] = n
-    return out
-
-
-def switches_between(before: dict[int, int], after: dict[int, int]) -> int:
-    """Context switches from one snapshot to the next. A thread that ended in
-    between counts 1 (it woke at least to end); one that started counts all."""
-    n = sum(v - before.get(tid, 0) for tid, v in after.items())
-    return n + sum(1 for tid in before if tid not in after)
 
 
 def request_counting() -> str | None:
@@ -697,6 +656,8 @@ class Suite:
         self.src = work / "src"
         self.mnt = work / "mnt"
         self.count_requests = False
+        # The workload ids to run (--workloads); None: all.
+        self.only: set[str] | None = None
         # Operations the last fio workload did (its I/Os), for the cost per operation.
         self.last_ops: int | None = None
 
@@ -758,6 +719,15 @@ class Suite:
         self.last_ops = ios
         return dict(mbps=io_bytes / secs / 1e6, kiops=ios / secs / 1e3)
 
+    def wants(self, wid: str) -> bool:
+        """Whether workload `wid` is to run (--workloads)."""
+        return self.only is None or wid in self.only
+
+    def wants_group(self, group: str) -> bool:
+        """Whether any workload of `group` is to run."""
+        return self.only is None or any(w["group"] == group and w["id"] in self.only
+                                        for w in workloads(self.cfg))
+
     def run_target(self, root: Path, daemon: Daemon | None, tid: str) -> dict:
         """All workloads once against root. Returns values, errors, peak RSS KiB
         under 4-way load, the daemon's cost per workload and its idle wake-ups."""
@@ -772,6 +742,8 @@ class Suite:
         meter = Meter(daemon, self.work, self.count_requests) if daemon else None
 
         def attempt(wid: str, fn) -> None:
+            if not self.wants(wid):
+                return
             self.last_ops = None
             try:
                 if meter:
@@ -828,13 +800,15 @@ class Suite:
             reset_hwm(daemon.pid())
         for kind, n in four_way:
             attempt(f"shared_{kind}_j{n}", lambda kind=kind, n=n: shared(kind, n))
-        self.mdtest_run(root, 4, vals, errs, costs, meter, timeout)
+        if self.wants_group("meta_t4"):
+            self.mdtest_run(root, 4, vals, errs, costs, meter, timeout)
         if daemon:
             v = read_hwm_kib(daemon.pid())
             if v is not None:
                 hwm.append(v)
-        self.mdtest_run(root, 1, vals, errs, costs, meter, timeout)
-        if tid in BONNIE_TARGETS:
+        if self.wants_group("meta_t1"):
+            self.mdtest_run(root, 1, vals, errs, costs, meter, timeout)
+        if tid in BONNIE_TARGETS and self.wants_group("bonnie"):
             self.bonnie_run(root, vals, errs, costs, meter)
         idle = idle_wakeups(daemon.pids(), c["idle_settle"], c["idle_seconds"]) if daemon else None
         return dict(vals=vals, errs=errs, hwm=(max(hwm) if hwm else None), costs=costs, idle=idle)
@@ -910,6 +884,8 @@ class Suite:
                 ("stat_many", self.src / "big", c["big_entries"]),
                 ("tree_walk", self.src / "tree", tree_entries(c)))
         for wid, src_dir, entries in runs:
+            if not self.wants(wid):
+                continue
             if t.get("fd_per_inode") and entries > self.nofile - 2000:
                 if rnd == 1:
                     skipped.append(dict(target=t["id"], workload=wid, reason=(
@@ -980,25 +956,18 @@ class Suite:
 # ---------------------------------------------------------------- main
 
 
-def raise_on_signals() -> None:
-    """Makes Ctrl-C (even when started with SIGINT ignored), SIGTERM and
-    SIGHUP raise KeyboardInterrupt, so that a run's clean-up in `finally`
-    (daemons stopped, mounts freed) always runs."""
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run, under 3 minutes")
     ap.add_argument("--rounds", type=int, help="rounds (default: 3 quick, 4 full; at least 3 for docs)")
     ap.add_argument("--runtime", type=float, help="seconds per fio workload")
     ap.add_argument("--md-seconds", type=float, help="seconds per mdtest phase")
-    ap.add_argument("--targets", help="comma-separated target ids (default: all)")
+    ap.add_argument("--targets", help="comma-separated target ids (default: all but the optional ones)")
+    ap.add_argument("--workloads", help="comma-separated workload ids or groups (data, shared, meta_t1, "
+                    "meta_t4, inodes, bonnie; default: all)")
+    ap.add_argument("--base", default="libfuse", choices=["libfuse", "libfuse318"],
+                    help="the libfuse target ratios divide by (libfuse318: 3.18.2 from the anchors; "
+                    "Debian's libfuse is then a row of its own)")
     ap.add_argument("--workdir", help="empty directory for the tmpfs and mountpoints (default: a new temp dir)")
     ap.add_argument("--out", default=str(BENCH / "results" / "latest.json"))
     ap.add_argument("--no-install", action="store_true", help="never apt-get install")
@@ -1013,17 +982,28 @@ def main() -> int:
 
     if a.list_targets:
         for t in TARGETS:
-            print(f"{t['id']:18} {t['label']:18} {' '.join(t.get('opts', []))}")
+            print(f"{t['id']:18} {t['label']:22} {' '.join(t.get('opts', []))}"
+                  + ("  (optional)" if t.get("optional") else ""))
         return 0
     mode = "quick" if a.quick else "full"
     cfg = dict(MODES[mode])
     for k in ("rounds", "runtime", "md_seconds"):
         if getattr(a, k) is not None:
             cfg[k] = getattr(a, k)
-    wanted = set(a.targets.split(",")) if a.targets else {t["id"] for t in TARGETS}
+    wanted = set(a.targets.split(",")) if a.targets else {t["id"] for t in TARGETS if not t.get("optional")}
     unknown = wanted - {t["id"] for t in TARGETS}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)} (see --list-targets)")
+    if a.base == "libfuse318":
+        wanted.add("libfuse318")
+    all_w = workloads(dict(cfg, big_entries=cfg["big_entries"]))
+    only = None
+    if a.workloads:
+        asked = set(a.workloads.split(","))
+        only = {w["id"] for w in all_w if w["id"] in asked or w["group"] in asked}
+        unknown_w = asked - {w["id"] for w in all_w} - {w["group"] for w in all_w}
+        if unknown_w or not only:
+            ap.error(f"unknown workloads {sorted(unknown_w)}")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (mount -t tmpfs, FUSE mounts, /proc/PID/clear_refs)")
     if not Path("/dev/fuse").exists():
@@ -1038,6 +1018,10 @@ def main() -> int:
     bins = TARGET_DIR / "bench"
     log("building libfuse's passthrough_ll, our passthrough_ll and mdtest (release)")
     libfuse = build_libfuse(bins)
+    libfuse318 = (build_libfuse318(bins) if any(t["kind"] == "libfuse318" for t in TARGETS if t["id"] in wanted)
+                  else None)
+    if libfuse318 and libfuse318["error"]:
+        log(f"libfuse 3.18.2 did not build: {libfuse318['error']}")
     ours = dict(binary=a.ours_bin, error=None) if a.ours_bin else build_ours()
     mdtest = build_mdtest()
     if ours["error"]:
@@ -1051,8 +1035,16 @@ def main() -> int:
         t = dict(t)
         if t["id"] not in wanted:
             continue
+        if a.base == "libfuse318" and (t["id"] == "libfuse" or (t["base"] == "libfuse" and not t.get("control"))):
+            # Ours divided by 3.18, and Debian's libfuse too: a second reference row.
+            t["base"] = "libfuse318"
         if t["kind"] == "libfuse":
             t["cmd"] = [libfuse["binary"], "-f"]
+        elif t["kind"] == "libfuse318":
+            if libfuse318 and libfuse318["binary"]:
+                t["cmd"] = [libfuse318["binary"], "-f"]
+            else:
+                t["status"] = "not built"
         elif t["kind"] == "ours":
             if not ours["binary"]:
                 t["status"] = "not built"
@@ -1076,6 +1068,7 @@ def main() -> int:
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="fuse-wire-bench."))
     work.mkdir(parents=True, exist_ok=True)
     suite = Suite(cfg, work, mdtest, nofile)
+    suite.only = only
     why_not = request_counting()
     suite.count_requests = why_not is None
     if why_not:
@@ -1158,12 +1151,14 @@ def main() -> int:
             loadavg_1min=loads, wall_seconds=round(time.time() - started, 1), commit=git_describe(),
             fio=subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip(),
             libfuse=dict((k, v) for k, v in libfuse.items() if k != "binary"),
+            libfuse318=dict((k, v) for k, v in libfuse318.items() if k != "binary") if libfuse318 else None,
+            base=a.base, workloads_only=sorted(only) if only else None,
             ours_error=ours["error"], shared_bs=SHARED_BS, daemon_nofile=nofile,
             md_files_per_thread={t: suite.md_files_per_thread(t) for t in MD_THREADS},
             request_counting=why_not or f"perf stat -e {REQUEST_EVENT}", clk_tck=CLK_TCK,
         ),
         targets=[{k: v for k, v in t.items() if k != "cmd"} for t in targets],
-        workloads=workloads(cfg), samples=samples, rss_mib=rss, errors=errors, skipped=skipped,
+        workloads=[w for w in workloads(cfg) if only is None or w["id"] in only], samples=samples, rss_mib=rss, errors=errors, skipped=skipped,
         daemon_stats=daemon_stats, costs=costs, idle_wakeups=idle,
     )
     out = Path(a.out)

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (alive, child_pids as children, context_switches, cpu_seconds, raise_on_signals,  # noqa: E402
+from procs import (alive, child_pids as children, context_switches, cpu_seconds, raise_on_signals,  # noqa: E402
                    supports_keeper, switches_between)
 
 REPO = Path(__file__).resolve().parent.parent

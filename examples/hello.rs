@@ -8,7 +8,7 @@ use fuse_wire::session::fdstore::FdStore;
 use fuse_wire::session::keeper::{KeeperLink, run_keeper};
 use fuse_wire::session::service::{ServiceEnd, serve_with_fdstore};
 use fuse_wire::{
-    Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode, ReadRequest, RequestContext,
+    Entry, Errno, FileAttr, FileHandle, FileKind, Filesystem, Inode, ReadRequest, Recovery, RequestContext,
 };
 use std::{ffi::CStr, process::ExitCode, sync::Arc, time::Duration};
 
@@ -26,6 +26,11 @@ fn attr(ino: Inode) -> Result<FileAttr, Errno> {
 }
 
 impl Filesystem for Hello {
+    // Its node ids are fixed: any daemon of it resolves them alike.
+    fn recovery(&self) -> Recovery {
+        Recovery::Durable
+    }
+
     fn lookup(&self, _: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         if parent != Inode::ROOT || name.to_bytes() != b"hello" {
             return reply.error(Errno::ENOENT);

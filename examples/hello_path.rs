@@ -3,6 +3,7 @@
 mod cli; // -f, -d, -o and --help as passthrough_ll takes them; errors printed with their text
 
 use fuse_wire::path::{PathDirFill as Dir, PathFilesystem, PathFs, PathOpened};
+use fuse_wire::session::keeper::{KeeperLink, run_keeper};
 use fuse_wire::{Errno, FileAttr, FileKind::*, OpenFlags, ReadRequest, RequestContext as Ctx};
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,16 +41,38 @@ impl PathFilesystem for Hello {
 
 const COMMAND: cli::Command = cli::Command {
     name: "hello_path",
-    about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT, on the path layer.",
-    own_options: false,
+    about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT, on the path layer.
+
+    -o keeper   run under a keeper (refused for now: the path layer does not keep
+                its node table for a successor; see docs/recovery.md)",
+    own_options: true,
     stats: false,
 };
 
 fn main() -> ExitCode {
+    // Started by a keeper: the library refuses to serve the path layer
+    // there, and says why (its node ids would mean other files to a successor).
+    if let Some(link) = KeeperLink::from_env() {
+        cli::init_logging(std::env::args().any(|a| a == "-d"));
+        let served = link.serve(|_| Ok(PathFs::new(Hello)), |_| Vec::new(), Default::default());
+        return COMMAND.finish(served.map(drop).map_err(Into::into));
+    }
     COMMAND.run(|args| {
+        let keeper = match args.options.as_slice() {
+            [] => false,
+            [o] if o == "keeper" => true,
+            [o, ..] => return Err(cli::UsageError(format!("unknown option `{o}`")).into()),
+        };
         let mut opts = args.mount;
-        (opts.read_only, opts.auto_unmount) = (true, true);
-        fuse_wire::serve(PathFs::new(Hello), &args.mountpoint, &opts)?;
+        opts.read_only = true;
+        if keeper {
+            let program = std::env::current_exe().unwrap_or_else(|_| "hello_path".into());
+            let child_args = if args.debug { vec!["-d".into()] } else { Vec::new() };
+            run_keeper(&args.mountpoint, &opts, program, child_args)?;
+        } else {
+            opts.auto_unmount = true;
+            fuse_wire::serve(PathFs::new(Hello), &args.mountpoint, &opts)?;
+        }
         Ok(())
     })
 }

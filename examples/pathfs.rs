@@ -1027,7 +1027,11 @@ default_permissions is always on: the kernel checks every access.
             stats,
         } = flags;
         let (mut mount, rest) = MountOptions::parse_known(&opts.join(",")).map_err(|e| e.to_string())?;
-        let mut session = SessionConfig::default();
+        let mut session = SessionConfig {
+            // The statistics file reports the peaks of requests in flight.
+            track_inflight: stats.is_some(),
+            ..SessionConfig::default()
+        };
         if single {
             session.workers = 1;
         }

@@ -56,6 +56,21 @@ impl Manager {
         }
     }
 
+    /// Waits (5 s at most) for `name` in the store: the daemon stores it
+    /// right after mounting, and this manager's thread takes it in a
+    /// moment later.
+    fn wait_for(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.names().iter().any(|n| n == name) {
+            assert!(
+                Instant::now() < deadline,
+                "no {name} in the store after 5 s: {:?}",
+                self.names()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn names(&self) -> Vec<String> {
         self.store
             .lock()
@@ -175,7 +190,12 @@ fn reap(child: &mut Child, mnt: &Path) -> (std::process::ExitStatus, String) {
         if Instant::now() > deadline {
             let _ = abort_fuse_connection(mnt);
             let _ = child.kill();
-            panic!("the daemon did not end within 10 s");
+            let _ = child.wait();
+            let mut log = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut log);
+            }
+            panic!("the daemon did not end within 10 s; its log:\n{log}");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -210,11 +230,7 @@ fn crashes_and_upgrades_under_systemds_store_lose_no_request() {
         mnt,
     };
     wait_for_mount(d.child.as_mut().unwrap(), mnt, "hello -o fdstore");
-    assert!(
-        manager.names().contains(&"fw-dev".to_string()),
-        "the connection is not in the store: {:?}",
-        manager.names()
-    );
+    manager.wait_for("fw-dev");
     let readers = Readers::start(mnt, 4);
     let mut logs = String::new();
     // Five crashes, then two upgrades; after each, "systemd" starts the
@@ -265,4 +281,112 @@ fn crashes_and_upgrades_under_systemds_store_lose_no_request() {
         manager.ready.load(Ordering::Relaxed) >= 8,
         "READY=1 from every start"
     );
+}
+
+/// The store's name of a vault key of the service (`fw-k` and the key in
+/// hex): what INIT negotiated is key 2 of the reserved ones, the journal 1.
+fn reserved_record(key: u64) -> String {
+    format!("fw-k{:x}", fuse_wire::session::vault::RESERVED_KEYS | key)
+}
+
+/// Starts `hello -o fdstore`, waits for its mount, kills it, and drops the
+/// record `name` from the store, as a store that lost it would.
+fn crash_and_lose(manager: &Manager, mnt: &Path, name: &str) {
+    let mut child = manager.start(mnt);
+    wait_for_mount(&mut child, mnt, "hello -o fdstore");
+    // Served: INIT is answered, and what it negotiated recorded.
+    assert_eq!(std::fs::read_to_string(mnt.join("hello")).unwrap(), CONTENT);
+    manager.wait_for("fw-dev");
+    manager.wait_for(name);
+    signal(child.id(), libc::SIGKILL);
+    let _ = reap(&mut child, mnt);
+    manager.store.lock().unwrap().retain(|(n, _)| n != name);
+}
+
+/// A start handed the connection without what INIT negotiated on it sees
+/// a request where INIT should come first: it answers nothing (before, it
+/// answered EIO to every request for good), says why, and ends the mount,
+/// so the client gets an error at once instead of EIO forever.
+#[test]
+fn a_start_without_the_init_record_ends_the_mount_instead_of_failing_every_request() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("fdstore-no-init");
+    let mnt = tmp.path();
+    let manager = Manager::new(tmp.root());
+    crash_and_lose(&manager, mnt, &reserved_record(2));
+    let mut d = Daemon {
+        child: Some(manager.start(mnt)),
+        mnt,
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // A request for the daemon to find first.
+    let file = mnt.join("hello");
+    let client = std::thread::spawn(move || std::fs::read_to_string(file));
+    let mut child = d.child.take().unwrap();
+    let (status, log) = reap(&mut child, mnt);
+    assert!(!status.success(), "the daemon served on: {status:?}\n{log}");
+    assert!(
+        log.contains("came before INIT") && log.contains("unmounting it"),
+        "the daemon does not say why:\n{log}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client.is_finished() {
+        assert!(Instant::now() < deadline, "the client still waits\n{log}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let got = client.join().unwrap();
+    assert!(
+        got.is_err(),
+        "the client read {got:?} from a connection nobody serves"
+    );
+    assert!(
+        !fuse_mounted_at(mnt),
+        "the refused connection is still mounted\n{log}"
+    );
+    assert!(
+        !manager.names().contains(&"fw-dev".to_string()),
+        "the refused connection is still in the store"
+    );
+    assert!(
+        !log.contains("answering EIO"),
+        "the daemon answered requests it cannot serve:\n{log}"
+    );
+}
+
+/// A start that finds the connection and what INIT negotiated, but not the
+/// journal, is refused before it serves: a blank journal taken for a new
+/// one would carry out again what the dead daemon had done. The mount
+/// stays with the store, for a start that has everything.
+#[test]
+fn a_start_without_the_journal_is_refused_and_the_connection_stays_stored() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("fdstore-no-journal");
+    let mnt = tmp.path();
+    let manager = Manager::new(tmp.root());
+    crash_and_lose(&manager, mnt, &reserved_record(1));
+    let mut d = Daemon {
+        child: Some(manager.start(mnt)),
+        mnt,
+    };
+    let mut child = d.child.take().unwrap();
+    let (status, log) = reap(&mut child, mnt);
+    assert!(
+        !status.success(),
+        "the daemon served with a blank journal: {status:?}\n{log}"
+    );
+    assert!(
+        log.contains("the kept journal is blank"),
+        "the daemon does not say why:\n{log}"
+    );
+    assert!(
+        manager.names().contains(&"fw-dev".to_string()),
+        "the connection left the store"
+    );
+    // The connection is still there for a start with everything: none
+    // here, so it is ended by hand.
+    let _ = abort_fuse_connection(mnt);
 }

@@ -71,7 +71,7 @@ fn symlink(unique: u64, name: &str) -> Vec<u8> {
 fn journaled(region: &SharedRegion, fresh: bool) -> SessionConfig {
     let mine = SharedRegion::from_fd(region.fd().try_clone_to_owned().unwrap()).unwrap();
     SessionConfig {
-        journal: Some(Arc::new(Journal::open(mine, fresh).unwrap())),
+        journal: Some(Arc::new(Journal::open(mine, fresh, None).unwrap())),
         ..SessionConfig::default()
     }
 }

@@ -336,3 +336,112 @@ fn a_first_daemon_dying_in_init_leaves_init_to_its_successor() {
         );
     }
 }
+
+/// A filesystem on the path layer under a keeper: the layer keeps its node
+/// ids (node id to path) in the daemon only, so a successor would give the
+/// ids the kernel holds to other files. The daemon refuses to serve, says
+/// why, and the keeper ends the mount at once instead of starting daemons
+/// that would write into the wrong files.
+#[test]
+fn a_path_layer_filesystem_is_refused_under_a_keeper_and_the_mount_ends() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-path-refused");
+    let mut child = std::process::Command::new(example_binary("hello_path"))
+        .arg(tmp.path())
+        .args(["-o", "keeper"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start hello_path -o keeper");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        match child.try_wait().unwrap() {
+            Some(s) => break Some(s),
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            None => break None,
+        }
+    };
+    if status.is_none() {
+        let _ = abort_fuse_connection(tmp.path());
+        let _ = child.kill();
+    }
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let _ = child.wait();
+    let status = status.unwrap_or_else(|| panic!("the keeper still ran after 20 s; its log:\n{log}"));
+    assert!(!status.success(), "the keeper exited 0; its log:\n{log}");
+    assert!(
+        log.contains("refused to serve under a keeper: the path layer keeps its node table"),
+        "the keeper's error does not say why; its log:\n{log}"
+    );
+    assert_logged(&log, "refused under a keeper: the path layer", 1);
+    assert!(
+        !fuse_mounted_at(tmp.path()),
+        "the refused mount was left behind; its log:\n{log}"
+    );
+}
+
+/// An upgrade whose daemon cannot retire (a request it serves does not end
+/// by the deadline) is called off: the daemon, which may hold the only copy
+/// of a filesystem's state, serves on instead of being killed, and the
+/// request it was stuck in still gets its answer.
+#[test]
+fn a_retirement_past_its_deadline_is_called_off_and_the_daemon_serves_on() {
+    if !require_mount_capability() {
+        return;
+    }
+    let tmp = TempMountpoint::new("keeper-retire-deadline");
+    let opts = if over_uring() { "keeper,uring" } else { "keeper" };
+    let keeper = Keeper::start_with(
+        std::process::Command::new(example_binary("hello"))
+            .arg(tmp.path())
+            .args(["-o", opts])
+            // The first OPEN stalls 6 s in the daemon; the keeper gives a
+            // retiring daemon 1 s.
+            .env("FUSE_WIRE_FAULT", "effect:OPEN")
+            .env("FUSE_WIRE_FAULT_STALL_MS", "6000")
+            .env("FUSE_WIRE_RETIRE_DEADLINE_MS", "1000"),
+        tmp.path(),
+    );
+    let daemon = daemon_of(keeper.pid(), &[]);
+    // Run through the binary the keeper holds open (/proc/self/fd/N), it
+    // still goes by its program's name, for ps, top and pgrep.
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{daemon}/comm")).unwrap(),
+        "hello\n",
+        "the daemon's process name"
+    );
+    let read = |what: &'static str| {
+        let file = tmp.path().join("hello");
+        let reader = std::thread::spawn(move || std::fs::read_to_string(file));
+        (what, reader)
+    };
+    let wait = |(what, reader): (&str, std::thread::JoinHandle<std::io::Result<String>>), secs: u64| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !reader.is_finished() {
+            if Instant::now() > deadline {
+                let _ = abort_fuse_connection(tmp.path());
+                panic!("{what}: no answer within {secs} s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let got = reader.join().unwrap();
+        assert_eq!(got.as_deref().map_err(|e| e.to_string()), Ok(CONTENT), "{what}");
+    };
+    let stuck = read("the read whose OPEN stalls");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(keeper.pid(), libc::SIGUSR2);
+    // Past the deadline the daemon serves again: a read now is answered
+    // long before the stalled OPEN ends.
+    std::thread::sleep(Duration::from_millis(1500));
+    wait(read("a read after the upgrade was called off"), 3);
+    assert!(alive(daemon), "the daemon that could not retire was killed");
+    assert_eq!(daemon_of(keeper.pid(), &[]), daemon, "another daemon serves");
+    wait(stuck, 15);
+    let log = keeper.stop();
+    assert_logged(&log, "calling the upgrade off: it serves on", 1);
+    assert_logged(&log, "the keeper called the retirement off: serving on", 1);
+}

@@ -3,8 +3,14 @@
 //! per-opcode counts, errors and the most requests in flight at once, plus
 //! the inodes the kernel still held at exit):
 //!
-//! - parallel direct writes reach the daemon concurrently only with
-//!   `-o parallel_direct_writes`, and the data is right either way;
+//! - `O_DIRECT` writes to one file reach passthrough_ll concurrently by
+//!   default (the session answers `O_DIRECT` opens `DIRECT_IO |
+//!   PARALLEL_DIRECT_WRITES`) and with `-o parallel_direct_writes`, and
+//!   one at a time with
+//!   `-o serial_o_direct`; the data is right in every case, read back
+//!   through a new buffered descriptor and through one that had the old
+//!   content in the page cache before the writes, and through a shared
+//!   mapping of an `O_DIRECT` descriptor;
 //! - creates in several directories and in one shared directory proceed
 //!   concurrently and lose nothing (the inode table's own concurrency is
 //!   proved in `examples/passthrough_ll/inode_table_tests.rs`);
@@ -65,51 +71,128 @@ fn killer(d: &Daemon) -> impl FnOnce() + use<> {
 const WRITERS: usize = 4;
 const WRITE_ROUNDS: usize = 16;
 
-/// 4 threads, each writing its own 1 MiB range of a preallocated 4 MiB file
-/// with `O_DIRECT`, [`WRITE_ROUNDS`] times. Returns the daemon's exit and a
-/// list of problems with the data or the writes.
-fn direct_writes(opts: &'static str) -> (DaemonExit, Vec<String>) {
-    let d = Daemon::start(Fs::Passthrough(opts));
+/// The pattern writer `t` writes in `round` of pass `pass`.
+fn round_pattern(pass: usize, t: usize, round: usize) -> Vec<u8> {
+    pattern(MIB, (pass * 97 + t * 31 + round) as u8)
+}
+
+/// Whether `data` holds every writer's last round of `pass` in its range;
+/// the ranges that do not, named after `what`.
+fn last_rounds(what: &str, pass: usize, data: &[u8], problems: &mut Vec<String>) {
+    if data.len() != WRITERS * MIB {
+        problems.push(format!("{what}: {} bytes, not {}", data.len(), WRITERS * MIB));
+        return;
+    }
+    for t in 0..WRITERS {
+        if data[t * MIB..(t + 1) * MIB] != round_pattern(pass, t, WRITE_ROUNDS - 1)[..] {
+            problems.push(format!("{what}: range {t} does not hold writer {t}'s last round"));
+        }
+    }
+}
+
+/// [`WRITERS`] threads, each writing its own 1 MiB range of `path` with
+/// `O_DIRECT`, [`WRITE_ROUNDS`] times; what went wrong.
+fn o_direct_writers(path: &Path, pass: usize) -> Vec<String> {
+    let handles: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let path = path.to_path_buf();
+            std::thread::spawn(move || -> Result<(), String> {
+                let fd = open(&path, libc::O_RDWR | libc::O_DIRECT, 0)
+                    .map_err(|e| format!("writer {t}: open O_DIRECT: {}", errno_name(e)))?;
+                for round in 0..WRITE_ROUNDS {
+                    let buf = AlignedBuf::from_slice(&round_pattern(pass, t, round));
+                    match pwrite(&fd, &buf, (t * MIB) as i64) {
+                        Ok(n) if n as usize == MIB => {}
+                        Ok(n) => return Err(format!("writer {t} round {round}: short write {n}")),
+                        Err(e) => return Err(format!("writer {t} round {round}: {}", errno_name(e))),
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .filter_map(|h| h.join().expect("writer panicked").err())
+        .collect()
+}
+
+/// An `O_DIRECT` descriptor of `path` mapped `MAP_SHARED` (as it could be
+/// before the session answered such opens `DIRECT_IO`, which needs
+/// `DIRECT_IO_ALLOW_MMAP`), read through the mapping: writer 0's last
+/// round of pass 1.
+fn mapped_shared(path: &Path) -> Result<(), String> {
+    let fd = open(path, libc::O_RDWR | libc::O_DIRECT, 0)
+        .map_err(|e| format!("open O_DIRECT: {}", errno_name(e)))?;
+    // SAFETY: a fresh shared mapping of MIB bytes of an open descriptor;
+    // nothing else refers to that address range.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MIB,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.0,
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(format!(
+            "mmap MAP_SHARED of an O_DIRECT descriptor: {}",
+            errno_name(errno())
+        ));
+    }
+    // SAFETY: `at` is a readable mapping of MIB bytes until the munmap below.
+    let same = unsafe { std::slice::from_raw_parts(at as *const u8, MIB) }
+        == &round_pattern(1, 0, WRITE_ROUNDS - 1)[..];
+    // SAFETY: unmaps the mapping made above, no longer referred to.
+    unsafe { libc::munmap(at, MIB) };
+    if same {
+        Ok(())
+    } else {
+        Err("mmap MAP_SHARED of an O_DIRECT descriptor: not the last data written".into())
+    }
+}
+
+/// Two passes of [`o_direct_writers`] over a preallocated 4 MiB file: the
+/// first alone (where the writes may overlap), the second while a buffered
+/// descriptor holds the first pass's content in the page cache (the kernel
+/// then writes one at a time); after each, the data is read back without
+/// `O_DIRECT`, after the second through that descriptor too. Returns the
+/// daemon's exit and a list of problems with the data or the writes.
+fn direct_writes(which: Fs) -> (DaemonExit, Vec<String>) {
+    let d = Daemon::start(which);
     let f = d.mnt.join("big");
     fs::write(&f, vec![0u8; WRITERS * MIB]).expect("preallocate 4 MiB");
     let path = f.clone();
     let problems = bounded("direct writes", Duration::from_secs(120), killer(&d), move || {
-        let mut problems = Vec::new();
-        let handles: Vec<_> = (0..WRITERS)
-            .map(|t| {
-                let path = path.clone();
-                std::thread::spawn(move || -> Result<(), String> {
-                    let fd = open(&path, libc::O_RDWR | libc::O_DIRECT, 0)
-                        .map_err(|e| format!("writer {t}: open O_DIRECT: {}", errno_name(e)))?;
-                    for round in 0..WRITE_ROUNDS {
-                        let buf = AlignedBuf::from_slice(&pattern(MIB, (t * 31 + round) as u8));
-                        match pwrite(&fd, &buf, (t * MIB) as i64) {
-                            Ok(n) if n as usize == MIB => {}
-                            Ok(n) => return Err(format!("writer {t} round {round}: short write {n}")),
-                            Err(e) => return Err(format!("writer {t} round {round}: {}", errno_name(e))),
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in handles {
-            if let Err(e) = h.join().expect("writer panicked") {
-                problems.push(e);
-            }
-        }
-        // Read back through the mount (no O_DIRECT: the page cache was invalidated by the direct writes).
+        let mut problems = o_direct_writers(&path, 0);
         match fs::read(&path) {
-            Ok(data) if data.len() == WRITERS * MIB => {
-                for t in 0..WRITERS {
-                    let want = pattern(MIB, (t * 31 + WRITE_ROUNDS - 1) as u8);
-                    if data[t * MIB..(t + 1) * MIB] != want[..] {
-                        problems.push(format!("range {t} does not hold writer {t}'s last round"));
-                    }
-                }
-            }
-            Ok(data) => problems.push(format!("file is {} bytes, not {}", data.len(), WRITERS * MIB)),
-            Err(e) => problems.push(format!("read back: {e}")),
+            Ok(data) => last_rounds("pass 0, new buffered descriptor", 0, &data, &mut problems),
+            Err(e) => problems.push(format!("pass 0: read back: {e}")),
+        }
+        // Opened and read before the second pass: its pages are cached.
+        let cached = open(&path, libc::O_RDONLY, 0).expect("buffered open");
+        match pread(&cached, WRITERS * MIB, 0) {
+            Ok(data) => last_rounds("pass 1, buffered read before", 0, &data, &mut problems),
+            Err(e) => problems.push(format!("pass 1: buffered read before: {}", errno_name(e))),
+        }
+        problems.extend(o_direct_writers(&path, 1));
+        match pread(&cached, WRITERS * MIB, 0) {
+            Ok(data) => last_rounds(
+                "pass 1, buffered descriptor opened before",
+                1,
+                &data,
+                &mut problems,
+            ),
+            Err(e) => problems.push(format!("pass 1: buffered read after: {}", errno_name(e))),
+        }
+        match fs::read(&path) {
+            Ok(data) => last_rounds("pass 1, new buffered descriptor", 1, &data, &mut problems),
+            Err(e) => problems.push(format!("pass 1: read back: {e}")),
+        }
+        if let Err(e) = mapped_shared(&path) {
+            problems.push(e);
         }
         problems
     });
@@ -117,18 +200,25 @@ fn direct_writes(opts: &'static str) -> (DaemonExit, Vec<String>) {
     // And in the source directory itself.
     if let Some(src) = &d.source {
         match fs::read(src.join("big")) {
-            Ok(data) if data.len() == WRITERS * MIB => {
-                for t in 0..WRITERS {
-                    let want = pattern(MIB, (t * 31 + WRITE_ROUNDS - 1) as u8);
-                    if data[t * MIB..(t + 1) * MIB] != want[..] {
-                        problems.push(format!("source file: range {t} is wrong"));
-                    }
-                }
-            }
-            other => problems.push(format!("source file: {:?}", other.map(|d| d.len()))),
+            Ok(data) => last_rounds("source file", 1, &data, &mut problems),
+            Err(e) => problems.push(format!("source file: {e}")),
         }
     }
     (d.finish(), problems)
+}
+
+/// [`direct_writes`] until a run shows two WRITEs in the daemon at once (or
+/// a problem), three runs at most: on a loaded two-core machine one run can
+/// happen not to show it. Returns the last run and how many there were.
+fn direct_writes_overlapping(which: Fs) -> (DaemonExit, Vec<String>, usize) {
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        let (exit, problems) = direct_writes(which);
+        if exit.op("WRITE", "max_inflight") > 1 || !problems.is_empty() || runs == 3 {
+            return (exit, problems, runs);
+        }
+    }
 }
 
 #[test]
@@ -136,48 +226,49 @@ fn parallel_direct_writes_reach_the_daemon_concurrently() {
     if !common::require_mount_capability() {
         return;
     }
-    // Overlap needs two workers inside WRITE at once; on a loaded two-core
-    // machine one run can happen not to show it, so up to three runs may
-    // try. Without the flag no run may ever show it (checked below).
-    let mut runs = 0;
-    let (with, with_problems) = loop {
-        runs += 1;
-        let (exit, problems) = direct_writes("threads=8,parallel_direct_writes");
-        if exit.op("WRITE", "max_inflight") > 1 || !problems.is_empty() || runs == 3 {
-            break (exit, problems);
+    // Two workers inside WRITE at once in some run, for the default and the
+    // option; never without the flag (serial_o_direct).
+    let cases = [
+        ("passthrough_ll by default", Fs::Passthrough("threads=8")),
+        (
+            "passthrough_ll -o parallel_direct_writes",
+            Fs::Passthrough("threads=8,parallel_direct_writes"),
+        ),
+    ];
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for (what, which) in cases {
+        let (exit, problems, runs) = direct_writes_overlapping(which);
+        let max = exit.op("WRITE", "max_inflight");
+        let line = format!(
+            "{what} ({runs} runs): WRITE count {} errors {} max_inflight {max}; problems {problems:?}\n",
+            exit.op("WRITE", "count"),
+            exit.op("WRITE", "errors"),
+        );
+        report.push_str(&line);
+        if max < 2
+            || !problems.is_empty()
+            || exit.op("WRITE", "errors") != 0
+            || exit.op("WRITE", "count") < (2 * WRITERS * WRITE_ROUNDS) as u64
+        {
+            failures.push(what);
         }
-    };
-    let (without, without_problems) = direct_writes("threads=8");
-    let with_max = with.op("WRITE", "max_inflight");
-    let without_max = without.op("WRITE", "max_inflight");
-    let report = format!(
-        "with parallel_direct_writes ({runs} runs): WRITE count {} errors {} max_inflight {with_max}; problems {with_problems:?}\n\
-         without: WRITE count {} errors {} max_inflight {without_max}; problems {without_problems:?}",
-        with.op("WRITE", "count"),
-        with.op("WRITE", "errors"),
-        without.op("WRITE", "count"),
-        without.op("WRITE", "errors"),
-    );
-    eprintln!("{report}");
+    }
+    let (serial, serial_problems) = direct_writes(Fs::Passthrough("threads=8,serial_o_direct"));
+    let serial_max = serial.op("WRITE", "max_inflight");
+    report.push_str(&format!(
+        "passthrough_ll -o serial_o_direct: WRITE count {} errors {} max_inflight {serial_max}; problems {serial_problems:?}\n",
+        serial.op("WRITE", "count"),
+        serial.op("WRITE", "errors"),
+    ));
+    eprint!("{report}");
     assert!(
-        with.op("WRITE", "count") >= (WRITERS * WRITE_ROUNDS) as u64,
-        "{report}"
+        failures.is_empty(),
+        "no overlap, or wrong data, for {failures:?}\n{report}"
     );
+    assert_eq!(serial_max, 1, "serial_o_direct: the kernel serialises\n{report}");
     assert!(
-        with_max > 1,
-        "parallel_direct_writes: the kernel never sent two WRITEs at once\n{report}"
-    );
-    assert_eq!(
-        without_max, 1,
-        "without parallel_direct_writes the kernel serialises\n{report}"
-    );
-    assert!(
-        with_problems.is_empty() && without_problems.is_empty(),
-        "{report}"
-    );
-    assert_eq!(
-        (with.op("WRITE", "errors"), without.op("WRITE", "errors")),
-        (0, 0),
+        serial_problems.is_empty() && serial.op("WRITE", "errors") == 0,
         "{report}"
     );
 }

@@ -1940,7 +1940,7 @@ fn init_at_7_12_short_reply_and_old_layouts() {
             max_pages: 0,
             ..BASE
         },
-        refused: [10, 12, 15, 18, 22, 29, 30]
+        refused: [10, 12, 15, 18, 22, 29, 30, 36]
             .iter()
             .map(|&b| (1u64 << b, Refusal::NotOffered))
             .collect(),
@@ -2000,6 +2000,7 @@ fn init_at_7_22_short_reply_and_splice_refused() {
             (1 << 22, Refusal::NotOffered),
             (1 << 29, Refusal::NotOffered),
             (1 << 30, Refusal::NotOffered),
+            (1 << 36, Refusal::NotOffered),
         ],
     });
     let x = 100;
@@ -2047,6 +2048,7 @@ fn init_at_7_31_full_reply_without_flags2() {
             (1 << 26, Refusal::NotOffered),
             (1 << 29, Refusal::NotOffered),
             (1 << 30, Refusal::NotOffered),
+            (1 << 36, Refusal::NotOffered),
         ],
     });
     // Without SETXATTR_EXT the kernel sends the 8-byte fuse_setxattr_in.
@@ -2078,7 +2080,8 @@ fn init_at_7_36_flags2_with_init_ext() {
             flags2: 1,
             ..BASE
         },
-        refused: vec![],
+        // DIRECT_IO_ALLOW_MMAP (wanted by default) came with 7.39.
+        refused: vec![(1 << 36, Refusal::NotOffered)],
     });
     // SETXATTR_EXT: the 16-byte fuse_setxattr_in.
     let x = 100;
@@ -2146,7 +2149,7 @@ fn init_at_7_45_everything_new() {
         reply_size: 64,
         out: InitOutFields {
             flags: bits(&[0, 5, 12, 15, 18, 22, 29, 30]) as u32,
-            flags2: bits(&[2, 3, 7, 8, 10]) as u32,
+            flags2: bits(&[2, 3, 4, 7, 8, 10]) as u32,
             request_timeout: 30,
             ..BASE
         },
@@ -2279,6 +2282,7 @@ fn init_flags2_is_ignored_without_init_ext() {
         [
             (InitFlags::INIT_EXT, Refusal::NotOffered),
             (InitFlags::SECURITY_CTX, Refusal::NotOffered),
+            (InitFlags::DIRECT_IO_ALLOW_MMAP, Refusal::NotOffered),
         ]
     );
 }
@@ -2294,32 +2298,37 @@ fn init_too_old_minor_is_refused() {
     }
 }
 
+/// The kernel sends nothing before INIT is answered; a request that comes
+/// first means another process answered INIT on this connection (a
+/// descriptor handed over without its INIT record). The session answers
+/// nothing (an error would fail every caller of a live mount for good) and
+/// ends, saying why. A malformed message is answered EIO and reading goes
+/// on.
 #[test]
-fn requests_before_init_get_eio() {
-    let fake = Fake::start(TestFs::new(), one_worker());
-    assert_bytes(
-        "LOOKUP before INIT",
-        &fake.roundtrip(lookup(2, "x")),
-        &err_reply(2, libc::EIO),
-    );
-    fake.send(request(2, 4, 1, &B::new().u64(1).done()));
-    fake.expect_silence("FORGET before INIT");
-    assert_bytes(
-        "a malformed request before INIT",
-        &fake.roundtrip(request(1, 6, 1, b"no-nul")),
-        &err_reply(6, libc::EIO),
-    );
-    fake.init_ready(45, offer_745());
-    assert!(
-        fake.fs.take().is_empty(),
-        "nothing reached the filesystem before INIT"
-    );
-    let x = 8;
-    assert_bytes(
-        "LOOKUP after INIT",
-        &fake.roundtrip(lookup(x, "x")),
-        &ok_reply(x, &entry_bytes(10)),
-    );
+fn a_request_before_init_ends_the_session_unanswered() {
+    for (what, first) in [
+        ("LOOKUP", lookup(2, "x")),
+        ("FORGET", request(2, 4, 1, &B::new().u64(1).done())),
+    ] {
+        let mut fake = Fake::start(TestFs::new(), one_worker());
+        assert_bytes(
+            "a malformed request before INIT",
+            &fake.roundtrip(request(1, 6, 1, b"no-nul")),
+            &err_reply(6, libc::EIO),
+        );
+        fake.send(first);
+        match fake.join_within(TIMEOUT).expect("run() returns") {
+            Err(e @ SessionError::AlreadyInitialised(_)) => {
+                assert!(e.to_string().contains(&format!("{what} came before INIT")), "{e}")
+            }
+            other => panic!("{what} before INIT: expected AlreadyInitialised, got {other:?}"),
+        }
+        fake.expect_silence(&format!("{what} before INIT is not answered"));
+        assert!(
+            fake.fs.take().is_empty(),
+            "nothing reached the filesystem before INIT"
+        );
+    }
 }
 
 #[test]
@@ -3370,4 +3379,53 @@ fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
     assert_eq!(report.workers_started, 1, "the waits needed no worker");
     // The two waits, and the refused one while it was being answered.
     assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(3));
+}
+
+/// A stop or a retire asked for at any step of the start (before, during
+/// or after INIT, while the state the workers share is being made) ends
+/// the session: none may be lost between the session reading the stop flag
+/// and publishing what a later stop marks (a keeper's successor that lost a
+/// retire would be killed at the deadline, with the only copy of a state).
+/// The fake kernel's reads do not end on the wake-up signal a stop sends,
+/// so FORGETs, which have no answer, are sent to let a blocked worker see
+/// the stop; a session that lost it serves them on.
+#[test]
+fn a_stop_at_each_step_of_the_start_is_honoured() {
+    use fuse_wire::session::{Session, SessionHandle, StartHook, StartStep};
+    for step in StartStep::ALL {
+        for retire in [false, true] {
+            let handle = Arc::new(std::sync::OnceLock::<SessionHandle>::new());
+            let at = handle.clone();
+            let config = SessionConfig {
+                on_start_step: Some(StartHook(Arc::new(move |now| {
+                    if now == step {
+                        let h = at.get().expect("the handle is set before the session runs");
+                        if retire { h.retire() } else { h.stop() }
+                    }
+                }))),
+                ..one_worker()
+            };
+            let (kernel, chan) = fuse_wire::session::transport::fake::FakeKernel::new();
+            let session = Session::from_arc(TestFs::new(), chan, config).expect("session");
+            let _ = handle.set(session.handle());
+            let running = session.spawn().expect("spawn");
+            kernel.send(request(OP_INIT, 1, 0, &init_body(7, 45, 131072, offer_745())));
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(running.join());
+            });
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut unique = 2;
+            while rx.recv_timeout(Duration::from_millis(5)).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "a {} at {step:?} was lost: the session serves on",
+                    if retire { "retire" } else { "stop" }
+                );
+                kernel.send(request(2, unique, 1, &B::new().u64(1).done()));
+                unique += 1;
+            }
+            assert_eq!(handle.get().unwrap().is_retiring(), retire, "{step:?}");
+        }
+    }
 }

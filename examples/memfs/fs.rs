@@ -79,7 +79,7 @@ use fuse_wire::session::reply::{
 use fuse_wire::session::{
     CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle, FileKind,
     Filesystem, InitConfig, Inode, LockOwner, LockRequest, LseekRequest, MknodRequest, OpenFlags,
-    ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
+    ReadRequest, Recovery, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
     WriteRequest,
 };
 use std::collections::HashMap;
@@ -1455,6 +1455,12 @@ fn sticky_forbids(caller: &Caller, dir: &Data, owner: u32) -> bool {
 }
 
 impl Filesystem for MemFs {
+    // Its tree goes to the successor at an upgrade (keep.rs); after a crash
+    // node ids it lost answer ESTALE and are never given out again.
+    fn recovery(&self) -> Recovery {
+        Recovery::HandedOver
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         // DONT_MASK: we apply the umask ourselves (create_node); the rest:
         // `ls -l` gets names and attributes in one round trip.

@@ -35,6 +35,9 @@ pub struct Args {
     /// smallest such payload (`splice_write_min=`, 0: the session's default).
     pub splice_write: bool,
     pub splice_write_min: usize,
+    /// `serial_o_direct`: turn off the session's `O_DIRECT` default
+    /// (`SessionConfig::o_direct_parallel_writes`).
+    pub serial_o_direct: bool,
     pub stats: Option<PathBuf>,
     pub debug: bool,
     /// Keep the mount in this process and serve it from a child that a
@@ -105,7 +108,11 @@ filesystem options (-o):
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
     passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
                        not with writeback)
-    parallel_direct_writes    open files with DIRECT_IO | PARALLEL_DIRECT_WRITES
+    parallel_direct_writes    open every file with DIRECT_IO | PARALLEL_DIRECT_WRITES
+                       (O_DIRECT opens get both by default, buffered ones keep the
+                       page cache)
+    serial_o_direct    O_DIRECT opens without the session's DIRECT_IO |
+                       PARALLEL_DIRECT_WRITES: their writes to one file run one at a time
     splice, no_splice  answer reads of 32 KiB and more with splice(2) from the source
                        file, so their data does not pass through the daemon's memory
                        (default on; O_DIRECT handles always read into memory)
@@ -179,6 +186,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut uring = false;
     let mut splice_write = false;
     let mut splice_write_min = 0;
+    let mut serial_o_direct = false;
     let mut no_default_permissions = false;
     let mut keeper = false;
     for o in &rest {
@@ -234,6 +242,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "no_readdirplus" => fs.readdirplus = flag(false)?,
             "passthrough" => fs.passthrough = flag(true)?,
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
+            "serial_o_direct" => serial_o_direct = flag(true)?,
             "inode_file_handles" => {
                 fs.inode_file_handles = match value()? {
                     "never" => HandleMode::Never,
@@ -385,6 +394,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         uring,
         splice_write,
         splice_write_min,
+        serial_o_direct,
         stats,
         debug,
         keeper,
@@ -494,12 +504,12 @@ mod tests {
             "--stats",
             "/tmp/s.json",
             "-o",
-            "writeback,no_writeback,no_readdirplus,flock,posix_lock,no_clone_fd,parallel_direct_writes",
+            "writeback,no_writeback,no_readdirplus,flock,posix_lock,no_clone_fd,parallel_direct_writes,serial_o_direct",
             "/m",
         ])
         .unwrap();
         assert!(a.debug && !a.fs.writeback && !a.fs.readdirplus && a.fs.flock && a.fs.posix_lock);
-        assert!(!a.clone_fd && a.fs.parallel_direct_writes);
+        assert!(!a.clone_fd && a.fs.parallel_direct_writes && a.serial_o_direct);
         assert_eq!(a.threads, 1);
         assert_eq!(a.stats, Some(PathBuf::from("/tmp/s.json")));
         assert!(matches!(parse(&["-h".to_string()]), Ok(Command::Help)));

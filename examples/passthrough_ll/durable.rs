@@ -234,8 +234,15 @@ impl OpenRecords {
 
 impl Mirror {
     /// The mirror in `region`: a new one if the region is zeroed, else the
-    /// one a predecessor wrote, which must have this layout.
-    pub fn new(region: Arc<dyn Words>, shards: usize, per_shard: usize) -> io::Result<Mirror> {
+    /// one a predecessor wrote, which must have this layout. On a takeover
+    /// (`takeover`) a zeroed region is refused: the table the kernel's node
+    /// ids refer to is lost, and a new one would give them to other files.
+    pub fn new(
+        region: Arc<dyn Words>,
+        shards: usize,
+        per_shard: usize,
+        takeover: bool,
+    ) -> io::Result<Mirror> {
         let w = region.words();
         if w.len() * 8 < region_len(shards, per_shard) {
             return Err(io::Error::new(
@@ -253,6 +260,13 @@ impl Mirror {
             (HANDLE_SHARDS_WORD, HANDLE_SHARDS as u64),
         ];
         match w[0].load(Ordering::Acquire) {
+            0 if takeover => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the kept node table is blank on a takeover: the record of the node ids the kernel \
+                     holds is lost, and a new table would give them to other files; refusing to serve",
+                ));
+            }
             0 => {
                 for (i, v) in want {
                     w[i].store(v, Ordering::Relaxed);

@@ -91,7 +91,7 @@ fn daemon(dir: &Path, words: &SharedWords, vault: &Arc<FakeVault>) -> Option<(In
         eprintln!("skipped: no file handles on {}", dir.display());
         return None;
     }
-    let mirror = Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD).unwrap();
+    let mirror = Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD, false).unwrap();
     let deposits = vault.deposits();
     let anchors = deposits
         .iter()
@@ -257,16 +257,23 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
 }
 
 #[test]
-fn a_region_of_another_layout_is_refused() {
+fn a_blank_region_on_a_takeover_or_one_of_another_layout_is_refused() {
     let words = SharedWords::zeroed(durable::region_len(SHARDS, PER_SHARD));
-    Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD).unwrap();
-    let e = match Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD / 2) {
+    // A blank region on a takeover: the table is lost, refused.
+    let e = match Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD, true) {
+        Ok(_) => panic!("a blank table taken over"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("the kept node table is blank on a takeover"), "{e}");
+    Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD, false).unwrap();
+    Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD, true).unwrap();
+    let e = match Mirror::new(Arc::new(words.clone()), SHARDS, PER_SHARD / 2, true) {
         Ok(_) => panic!("a layout with other sizes accepted"),
         Err(e) => e.to_string(),
     };
     assert!(e.contains("another layout"), "{e}");
     let small = SharedWords::zeroed(128);
-    assert!(Mirror::new(Arc::new(small), SHARDS, PER_SHARD).is_err());
+    assert!(Mirror::new(Arc::new(small), SHARDS, PER_SHARD, false).is_err());
 }
 
 /// Two live nodes of one source key (the source gave a removed inode's

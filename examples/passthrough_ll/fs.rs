@@ -16,7 +16,7 @@ use fuse_wire::session::reply::*;
 use fuse_wire::session::{
     BackingFile, CopyFileRangeRequest, CreateRequest, Entry, Errno, FallocateRequest, FileAttr, FileHandle,
     Filesystem, InitConfig, Inode, Lock, LockOwner, LockRequest, LseekRequest, MknodRequest, OpenFlags,
-    ReadRequest, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
+    ReadRequest, Recovery, ReleaseRequest, RenameRequest, RequestContext, SetattrRequest, SetxattrRequest,
     StatxRequest, WriteRequest,
 };
 use std::collections::HashMap;
@@ -278,15 +278,18 @@ impl PassthroughFs {
     /// table's records, and `deposits`, the descriptors it left with the
     /// vault) is taken up first, so the node ids, generations, lookup
     /// counts and file handles the kernel holds stay valid.
+    /// `takeover`: a predecessor served the connection, so its table must
+    /// be there.
     pub fn kept(
         root: OwnedFd,
         opts: FsOptions,
         region: Arc<dyn Words>,
         keep: Arc<dyn Keep>,
         deposits: Vec<(u64, OwnedFd)>,
+        takeover: bool,
     ) -> Res<Self> {
         check_keeper_options(&opts).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS))?;
+        let mirror = Mirror::new(region, SHARDS, opts.keeper_nodes.div_ceil(SHARDS), takeover)?;
         let (mut anchors, mut files) = (HashMap::new(), Vec::new());
         let kept = Kept::new(keep.clone(), &mirror);
         for (key, fd) in deposits {
@@ -2190,6 +2193,16 @@ fn reply_xattr(reply: ReplyXattr, r: Res<XattrOut>) {
 }
 
 impl Filesystem for PassthroughFs {
+    // Under a keeper its node table and open files are mirrored in memory
+    // the keeper holds (durable.rs); otherwise they die with the process.
+    fn recovery(&self) -> Recovery {
+        if self.kept {
+            Recovery::Durable
+        } else {
+            Recovery::Unsupported("passthrough_ll keeps its node table for a successor only with -o keeper")
+        }
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         if self.opts.writeback {
             config.want(InitFlags::WRITEBACK_CACHE);

@@ -121,6 +121,7 @@ fn run() -> i32 {
         track_inflight: args.stats.is_some(),
         splice_write: args.splice_write,
         splice_write_min: args.splice_write_min,
+        o_direct_parallel_writes: !args.serial_o_direct,
         transport: if args.uring {
             Transport::Uring
         } else {
@@ -309,7 +310,15 @@ fn serve_kept(
             durable::region_len(inodes::SHARDS, per_shard),
         )?;
         let deposits = r.vault.take_deposits();
-        let fs = PassthroughFs::kept(root, opts, Arc::new(region), Arc::new(r.vault), deposits)?;
+        let takeover = r.state.is_some();
+        let fs = PassthroughFs::kept(
+            root,
+            opts,
+            Arc::new(region),
+            Arc::new(r.vault),
+            deposits,
+            takeover,
+        )?;
         log::info!(
             "serving under a keeper: {} inodes and {} open files taken up",
             fs.live_inodes(),

@@ -121,6 +121,12 @@ pub const fn has_request_extensions(minor: u32) -> bool {
     minor >= 38
 }
 
+/// Whether an open reply's `FOPEN_PARALLEL_DIRECT_WRITES` means anything
+/// (since 7.38, Linux 6.2; older kernels ignore the bit).
+pub const fn has_parallel_direct_writes(minor: u32) -> bool {
+    minor >= 38
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

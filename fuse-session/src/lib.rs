@@ -100,53 +100,31 @@
 //!   checks every reply against the protocol's rules (`docs/testing.md`).
 #![deny(missing_docs)]
 
-pub mod attr;
-pub mod backing;
-mod buffer;
-mod conn;
-pub mod context;
-pub mod credentials;
-pub mod deferred;
-mod dispatch;
-pub mod fault;
-pub mod fdstore;
-pub mod filesystem;
-pub mod handover;
-pub mod init;
-pub mod inodes;
-mod interrupt;
-pub mod journal;
-pub mod keeper;
+mod api;
 pub mod layers;
 pub mod mount;
-pub mod notify;
-pub mod ops;
-mod payload;
-mod pool;
-mod recv_pipe;
-pub mod region;
-pub mod reply;
-mod ring_worker;
+mod recovery;
 mod serve;
-pub mod service;
-pub mod session;
-mod signal;
-mod splice;
-pub mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod transport;
-pub mod types;
-pub mod umask;
-pub mod vault;
-mod worker;
+mod wire;
+
+// The modules keep the paths they had before they were grouped by concern
+// (`fuse_session::reply`, `crate::conn`): users, examples and the rest of
+// the crate name them here.
+pub use api::{attr, backing, context, credentials, filesystem, init, inodes, notify, ops, reply, types};
+pub use recovery::{fault, fdstore, handover, journal, keeper, region, service, vault};
+use serve::{conn, dispatch, interrupt, pool, ring_worker, worker};
+pub use serve::{deferred, session, stats, umask};
+pub use wire::transport;
+use wire::{buffer, payload, recv_pipe, signal, splice};
 
 pub use attr::{FileAttr, FileKind, Statfs};
 pub use backing::{BackingError, BackingFile};
 pub use context::RequestContext;
 pub use credentials::{ActingAs, Caller, ProcCredentials};
 pub use deferred::{RefuseReason, Refused, Wait};
-pub use filesystem::Filesystem;
+pub use filesystem::{Filesystem, Recovery};
 /// The kernel ABI crate, for the raw structs and flags.
 pub use fuse_proto as proto;
 pub use fuse_proto::Errno;
@@ -161,8 +139,10 @@ pub use ops::{
     RenameRequest, SetattrRequest, SetxattrRequest, StatxRequest, TimeOrNow, WriteData, WriteRequest,
 };
 pub use reply::{DirAdd, DirPlusAdd};
-pub use serve::{serve, serve_with, spawn};
-pub use session::{RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport};
+pub use serve::run::{serve, serve_with, spawn};
+pub use session::{
+    RunningSession, Session, SessionConfig, SessionError, SessionHandle, SessionReport, StartHook, StartStep,
+};
 pub use stats::{OpStats, Stats, TransportStats};
 pub use transport::{Transport, TransportInfo};
 pub use types::{Entry, FileHandle, Inode, Lock, LockOwner, PollHandle};

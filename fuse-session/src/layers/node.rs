@@ -344,7 +344,9 @@ pub trait OpenFile: Any + Send + Sync {
 pub struct Opened {
     /// The file.
     pub file: Box<dyn OpenFile>,
-    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    /// `DIRECT_IO`, `KEEP_CACHE`, … (the session may add `DIRECT_IO |
+    /// PARALLEL_DIRECT_WRITES` for an `O_DIRECT` open: see
+    /// [`SessionConfig::o_direct_parallel_writes`](crate::SessionConfig::o_direct_parallel_writes))
     pub flags: FopenFlags,
     /// A passthrough backing file: the kernel reads and writes it directly
     /// (see [`RequestContext::open_backing`]); the library keeps it until
@@ -590,6 +592,13 @@ impl NodeFs {
 }
 
 impl Filesystem for NodeFs {
+    fn recovery(&self) -> crate::Recovery {
+        crate::Recovery::Unsupported(
+            "the node layer keeps its node table and open files in this process only: a successor would \
+             give the node ids the kernel holds to other nodes (not yet supported under a keeper)",
+        )
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         config.wanted |= self.opts.wanted;
         if self.opts.readdirplus {

@@ -376,7 +376,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
 pub struct PathOpened<F> {
     /// The file.
     pub file: F,
-    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    /// `DIRECT_IO`, `KEEP_CACHE`, … (the session may add `DIRECT_IO |
+    /// PARALLEL_DIRECT_WRITES` for an `O_DIRECT` open: see
+    /// [`SessionConfig::o_direct_parallel_writes`](crate::SessionConfig::o_direct_parallel_writes))
     pub flags: FopenFlags,
     /// A passthrough backing file (see [`RequestContext::open_backing`];
     /// the kernel must have granted `PASSTHROUGH`, asked for in
@@ -824,6 +826,14 @@ impl<F: PathFilesystem> PathFs<F> {
 }
 
 impl<F: PathFilesystem> Filesystem for PathFs<F> {
+    fn recovery(&self) -> crate::Recovery {
+        crate::Recovery::Unsupported(
+            "the path layer keeps its node table (node ids to paths) and open files in this process only: \
+             a successor would give the node ids the kernel holds to other files (not yet supported under \
+             a keeper)",
+        )
+    }
+
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         self.shared.fs.init(config)?;
         if config.wanted.contains(InitFlags::DO_READDIRPLUS) {

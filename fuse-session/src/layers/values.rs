@@ -20,7 +20,9 @@ use std::sync::Arc;
 pub struct Open {
     /// The handle.
     pub fh: FileHandle,
-    /// `DIRECT_IO`, `KEEP_CACHE`, …
+    /// `DIRECT_IO`, `KEEP_CACHE`, … (the session may add `DIRECT_IO |
+    /// PARALLEL_DIRECT_WRITES` for an `O_DIRECT` open: see
+    /// [`SessionConfig::o_direct_parallel_writes`](crate::SessionConfig::o_direct_parallel_writes))
     pub flags: FopenFlags,
     /// The backing file the kernel is to pass through to, if any (keep a
     /// clone until RELEASE; see [`ReplyOpen::passthrough`](crate::reply::ReplyOpen::passthrough)).

@@ -248,6 +248,16 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         self.fs.destroy()
     }
 
+    fn recovery(&self) -> crate::Recovery {
+        match self.fs.recovery() {
+            crate::Recovery::HandedOver => crate::Recovery::Unsupported(
+                "an async filesystem cannot hand its state over yet: its futures still running at a \
+                 retirement could change the state after it is saved (state Recovery::Durable instead)",
+            ),
+            r => r,
+        }
+    }
+
     fn forget(&self, _: &RequestContext<'_>, ino: Inode, nlookup: u64) {
         self.fs.forget(ino, nlookup)
     }

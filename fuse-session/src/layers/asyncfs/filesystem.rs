@@ -44,6 +44,18 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
     /// still running).
     fn destroy(&self) {}
 
+    /// The recovery contract, as [`Filesystem::recovery`](crate::Filesystem::recovery).
+    /// Under a keeper the adapter serves only
+    /// [`Recovery::Durable`](crate::Recovery::Durable) async filesystems:
+    /// futures still running when a session retires could change a state
+    /// handed over ([`Recovery::HandedOver`](crate::Recovery::HandedOver))
+    /// after it was saved, so that is refused; a request whose future a
+    /// retirement or a crash cut short is sent again to the successor, as
+    /// after a crash.
+    fn recovery(&self) -> crate::Recovery {
+        crate::Recovery::Unstated
+    }
+
     /// FORGET: drop `nlookup` lookup references of `ino`. Not `async`: it
     /// has no answer and runs on the thread that reads requests, which must
     /// not wait; update a counter and return (spawn a task of your own for

@@ -72,6 +72,11 @@ pub enum KeeperError {
     /// A socket or signal set-up failed.
     #[error("keeper: {0}")]
     Io(#[from] io::Error),
+    /// The daemon refused to serve under a keeper, and said why (a
+    /// filesystem that states no recovery contract,
+    /// [`crate::Filesystem::recovery`]). The mount is ended.
+    #[error("the daemon refused to serve under a keeper: {0} (the mount is ended)")]
+    Refused(String),
     /// Daemons keep dying before they serve.
     #[error("the daemon died {0} times in a row before serving; giving up (the mount is ended)")]
     CrashLoop(u32),
@@ -88,7 +93,9 @@ pub struct KeeperReport {
     pub upgrades: u32,
     /// Upgrades that did not go through: refused (the program could not be
     /// started; the running daemon served on) or undone (the upgraded
-    /// daemon failed to take over; the previous binary served again).
+    /// daemon failed to take over; the previous binary served again) or
+    /// called off (the daemon did not retire by the deadline, a request it
+    /// served not ending, and served on).
     pub failed_upgrades: u32,
 }
 
@@ -221,6 +228,9 @@ struct Running {
     source: Source,
     /// It reported what INIT negotiated: it serves.
     serving: bool,
+    /// It refused to serve, and said why (`X`): starting another from the
+    /// same binary would be refused the same way.
+    refused: Option<String>,
 }
 
 impl Running {
@@ -229,7 +239,7 @@ impl Running {
     /// that replaces it after a crash must not start from it (it would
     /// serve the files as they were at the upgrade).
     fn pump(&mut self, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
-        if pump_messages(&mut self.sock, negotiated, state) {
+        if pump_messages(&mut self.sock, negotiated, state, &mut self.refused) {
             self.serving = true;
             *state = Vec::new();
         }
@@ -324,7 +334,10 @@ pub fn run_keeper(
                     continue;
                 }
                 log::info!("keeper: upgrade requested; retiring daemon {}", run.child.id());
-                retire(&mut run, &mut negotiated, &mut state);
+                if retire(&mut run, &mut negotiated, &mut state, true) == Retired::CalledOff {
+                    report.failed_upgrades += 1;
+                    continue;
+                }
                 run.drain_all(&mut store);
                 report.upgrades += 1;
                 let previous = run.source.clone();
@@ -354,7 +367,7 @@ pub fn run_keeper(
             }
             sig => {
                 log::info!("keeper: signal {sig}; retiring the daemon and unmounting");
-                retire(&mut run, &mut negotiated, &mut state);
+                retire(&mut run, &mut negotiated, &mut state, false);
                 drop(dev);
                 if let Err(e) = guard.unmount() {
                     log::warn!("keeper: unmount: {e}");
@@ -383,6 +396,16 @@ pub fn run_keeper(
             Some(status) => {
                 run.pump(&mut negotiated, &mut state);
                 run.drain_all(&mut store);
+                if let Some(why) = run.refused.take()
+                    && fallback.is_none()
+                {
+                    // Another daemon from the same binary would refuse the
+                    // same way: end the connection with the reason.
+                    log::error!("keeper: the daemon refused to serve: {why}; unmounting");
+                    drop(dev);
+                    let _ = guard.unmount();
+                    return Err(KeeperError::Refused(why));
+                }
                 report.crashes += 1;
                 let mut from = run.source.clone();
                 // SIGKILL comes from outside (an operator, the OOM killer, a
@@ -558,6 +581,7 @@ fn start_child(
         drained: std::cell::Cell::new(Instant::now()),
         source: Source::Held(exe),
         serving: false,
+        refused: None,
     })
 }
 
@@ -630,7 +654,12 @@ fn report_serving(sock: &UnixStream, n: &Negotiated) -> io::Result<()> {
 
 /// Reads what the child has sent so far: `N` + negotiated, `S` + state.
 /// Returns whether an INIT report came.
-fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) -> bool {
+fn pump_messages(
+    sock: &mut UnixStream,
+    negotiated: &mut Option<Negotiated>,
+    state: &mut Vec<u8>,
+    refused: &mut Option<String>,
+) -> bool {
     let mut reported = false;
     loop {
         let mut tag = [0u8; 1];
@@ -652,6 +681,10 @@ fn pump_messages(sock: &mut UnixStream, negotiated: &mut Option<Negotiated>, sta
             b'S' => match read_blob(sock) {
                 Ok(b) => *state = b,
                 Err(e) => log::warn!("keeper: reading the daemon's state: {e}"),
+            },
+            b'X' => match read_blob(sock) {
+                Ok(b) => *refused = Some(String::from_utf8_lossy(&b).into_owned()),
+                Err(e) => log::warn!("keeper: reading why the daemon refused to serve: {e}"),
             },
             t => log::warn!("keeper: unknown message {t:#x} from the daemon"),
         }
@@ -679,32 +712,78 @@ fn write_blob(sock: &UnixStream, tag: u8, b: &[u8]) -> io::Result<()> {
     w.flush()
 }
 
-/// Asks the child to retire and waits for it (killing it after 30 s, as a
-/// wedged handler would otherwise hold the upgrade forever; its requests are
-/// then sent again to the successor like a crash's).
-fn retire(run: &mut Running, negotiated: &mut Option<Negotiated>, state: &mut Vec<u8>) {
+/// How long a retiring daemon may take before the keeper calls the
+/// retirement off ([`RETIRE_DEADLINE_ENV`] overrides it).
+const RETIRE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The environment variable that sets the retire deadline in milliseconds
+/// (the tests shorten it).
+pub const RETIRE_DEADLINE_ENV: &str = "FUSE_WIRE_RETIRE_DEADLINE_MS";
+
+fn retire_deadline() -> Duration {
+    std::env::var(RETIRE_DEADLINE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(RETIRE_DEADLINE, Duration::from_millis)
+}
+
+/// What became of a retirement the keeper asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum Retired {
+    /// The daemon ended (retired, or otherwise: its exit says).
+    Ended,
+    /// It did not end by the deadline (a handler that does not return):
+    /// the retirement was called off and the daemon serves on.
+    CalledOff,
+}
+
+/// Asks the child to retire and waits for it. When `keep_serving` and the
+/// child has not ended by the deadline (a wedged handler holds it), the
+/// retirement is called off: the daemon holds the only copy of whatever
+/// state a filesystem keeps in memory, so it serves on instead of being
+/// killed. Otherwise (unmounting) a child past the deadline is killed.
+fn retire(
+    run: &mut Running,
+    negotiated: &mut Option<Negotiated>,
+    state: &mut Vec<u8>,
+    keep_serving: bool,
+) -> Retired {
     let _ = run.sock.set_nonblocking(false);
     if (&run.sock).write_all(b"R").is_err() {
         log::debug!("keeper: the daemon is gone already");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let limit = retire_deadline();
+    let deadline = Instant::now() + limit;
     loop {
         let _ = run.sock.set_nonblocking(true);
-        pump_messages(&mut run.sock, negotiated, state);
+        pump_messages(&mut run.sock, negotiated, state, &mut run.refused);
         match run.child.try_wait() {
             Ok(Some(status)) => {
-                pump_messages(&mut run.sock, negotiated, state);
+                pump_messages(&mut run.sock, negotiated, state, &mut run.refused);
                 if status.code() != Some(RETIRED) {
                     log::warn!("keeper: the retiring daemon {}", describe(status));
                 }
-                return;
+                return Retired::Ended;
             }
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) if keep_serving => {
+                log::error!(
+                    "keeper: daemon {} did not retire within {limit:?} (a request it serves does not end); \
+                     calling the upgrade off: it serves on",
+                    run.child.id()
+                );
+                let _ = run.sock.set_nonblocking(false);
+                if (&run.sock).write_all(b"C").is_err() {
+                    log::debug!("keeper: the daemon is gone already");
+                }
+                let _ = run.sock.set_nonblocking(true);
+                return Retired::CalledOff;
+            }
             _ => {
-                log::warn!("keeper: the daemon did not retire within 30 s; killing it");
+                log::warn!("keeper: the daemon did not retire within {limit:?}; killing it");
                 let _ = run.child.kill();
                 let _ = run.child.wait();
-                return;
+                return Retired::Ended;
             }
         }
     }
@@ -768,6 +847,27 @@ pub enum Connection {
     TakenOver(Handover),
 }
 
+/// Names this process after its program (`argv[0]`'s last part). The
+/// keeper runs each daemon through the binary it holds open
+/// (`/proc/self/fd/N`), so the kernel names the process "N"; `ps`, `top`
+/// and `pgrep` look for the program's name.
+fn name_after_program() {
+    let Some(arg0) = std::env::args_os().next() else {
+        return;
+    };
+    let Some(base) = std::path::Path::new(&arg0).file_name() else {
+        return;
+    };
+    // The kernel keeps 15 bytes of it.
+    let mut name: Vec<u8> = std::os::unix::ffi::OsStrExt::as_bytes(base).to_vec();
+    name.truncate(15);
+    if let Ok(c) = std::ffi::CString::new(name)
+        && let Err(e) = nix::sys::prctl::set_name(&c)
+    {
+        log::debug!("naming the daemon after its program: {e}");
+    }
+}
+
 /// A daemon's link to its keeper.
 #[derive(Debug)]
 pub struct KeeperLink {
@@ -783,6 +883,7 @@ impl KeeperLink {
         // SAFETY: called at start, before other threads read the environment.
         unsafe { std::env::remove_var(KEEPER_FD_ENV) };
         let fd: i32 = v.to_str()?.parse().ok()?;
+        name_after_program();
         // SAFETY: the keeper left this descriptor open for us and nothing
         // else in this process owns it. Checked to be a socket below.
         let sock = unsafe { UnixStream::from_raw_fd(fd) };
@@ -838,6 +939,14 @@ impl KeeperLink {
     /// used: a [`SessionConfig::transport`]
     /// asking for it is overridden, and the log says why ([`URING_REFUSED`]).
     ///
+    /// The filesystem must state how the node ids and file handles the
+    /// kernel holds stay valid in a successor ([`Filesystem::recovery`]):
+    /// one that states nothing, or a layer that cannot, is refused with
+    /// [`SessionError::NotRecoverable`] before it serves, and the keeper,
+    /// told why, ends the mount ([`KeeperError::Refused`]). A retirement
+    /// the keeper calls off (its deadline passed) leaves the session
+    /// serving ([`SessionHandle::cancel_retire`]).
+    ///
     /// Returns `Ok(true)` when the daemon retired (exit with
     /// [`KeeperLink::exit_retired`]), `Ok(false)` when the mount went.
     pub fn serve<F: Filesystem>(
@@ -860,13 +969,25 @@ impl KeeperLink {
         );
         dev_fuse_only(&mut config, fresh);
         let region = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
-        config.journal = Some(Arc::new(Journal::open(region, fresh)?));
+        let connection = match &conn {
+            Connection::Fresh(dev, _) => crate::handover::connection_of(dev.as_fd()),
+            Connection::TakenOver(h) => crate::handover::connection_of(h.dev.as_fd()),
+        }
+        .flatten();
+        config.journal = Some(Arc::new(Journal::open(region, fresh, connection)?));
+        let refuse = |why: String| {
+            if let Err(e) = write_blob(&self.sock, b'X', why.as_bytes()) {
+                log::warn!("telling the keeper why this daemon refuses to serve: {e}");
+            }
+            SessionError::NotRecoverable(why)
+        };
         let (session, resumed, taken_over) = match conn {
             Connection::Fresh(dev, default_permissions) => {
                 let fs = Arc::new(restore(Restore {
                     state: None,
                     vault: vault.clone(),
                 })?);
+                fs.recovery().check().map_err(refuse)?;
                 // The keeper learns what INIT negotiated before the kernel
                 // has the answer: a daemon dying in between leaves it INIT
                 // to send again, never a connection it cannot hand over.
@@ -888,6 +1009,7 @@ impl KeeperLink {
                     state: Some(&h.state),
                     vault: vault.clone(),
                 })?);
+                fs.recovery().check().map_err(refuse)?;
                 let negotiated = h.negotiated.clone();
                 (
                     Session::resume(fs.clone(), h.dev, h.negotiated, config)?,
@@ -910,6 +1032,12 @@ impl KeeperLink {
         let watcher = self.watch(handle.clone());
         let result = running.join();
         let retired = handle.is_retiring();
+        // Retired before INIT was answered: INIT waits in the kernel for
+        // the successor, which gets a fresh connection; nothing to save.
+        if retired && matches!(result, Err(SessionError::EndedBeforeInit)) {
+            drop(watcher);
+            return Ok(true);
+        }
         if retired {
             let state = save(&resumed);
             if let Err(e) = write_blob(&self.sock, b'S', &state) {
@@ -929,12 +1057,27 @@ impl KeeperLink {
             .name("keeper-link".into())
             .spawn(move || {
                 let mut b = [0u8; 1];
-                match sock.read(&mut b) {
-                    Ok(1) if b[0] == b'R' => handle.retire(),
-                    Ok(1) => log::warn!("unknown message {:#x} from the keeper; ignoring the link", b[0]),
-                    _ => log::warn!(
-                        "the keeper is gone: serving on without it (if this daemon dies now, the mount goes)"
-                    ),
+                loop {
+                    match sock.read(&mut b) {
+                        Ok(1) if b[0] == b'R' => handle.retire(),
+                        Ok(1) if b[0] == b'C' => {
+                            if handle.cancel_retire() {
+                                log::warn!("the keeper called the retirement off: serving on");
+                            } else {
+                                log::info!("the keeper called the retirement off too late: retiring");
+                            }
+                        }
+                        Ok(1) => {
+                            log::warn!("unknown message {:#x} from the keeper; ignoring the link", b[0]);
+                            return;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        _ => {
+                            return log::warn!(
+                                "the keeper is gone: serving on without it (if this daemon dies now, the mount goes)"
+                            );
+                        }
+                    }
                 }
             })
             .ok()

@@ -335,6 +335,12 @@ fn open_flags(flags: u32) -> OpenFlags {
     OpenFlags::from_bits(flags as i32)
 }
 
+/// `core` of an open with `flags`, marked if the caller asked for `O_DIRECT`.
+fn o_direct(mut core: ReplyCore, flags: OpenFlags) -> ReplyCore {
+    core.set_o_direct(flags.direct());
+    core
+}
+
 fn owner_if(set: bool, owner: u64) -> Option<LockOwner> {
     set.then_some(LockOwner(owner))
 }
@@ -390,7 +396,10 @@ fn call<'a, F: Filesystem>(
             fs.rename(ctx, &req, ReplyEmpty::new(core))
         }
         O::Link { arg, name } => fs.link(ctx, Inode(arg.oldnodeid), ino, name, ReplyEntry::new(core)),
-        O::Open { arg } => fs.open(ctx, ino, open_flags(arg.flags), ReplyOpen::new(core)),
+        O::Open { arg } => {
+            let flags = open_flags(arg.flags);
+            fs.open(ctx, ino, flags, ReplyOpen::new(o_direct(core, flags)))
+        }
         O::Read { arg } => {
             let req = ReadRequest {
                 offset: arg.offset,
@@ -498,21 +507,21 @@ fn call<'a, F: Filesystem>(
                 mode: arg.mode,
                 flags: open_flags(arg.flags),
             };
-            fs.create(ctx, ino, name, req, ReplyCreate::new(core))
+            fs.create(ctx, ino, name, req, ReplyCreate::new(o_direct(core, req.flags)))
         }
         O::AtomicOpen { arg, name } => {
             let req = CreateRequest {
                 mode: arg.mode,
                 flags: open_flags(arg.flags),
             };
-            fs.atomic_open(ctx, ino, name, req, ReplyCreate::new(core))
+            fs.atomic_open(ctx, ino, name, req, ReplyCreate::new(o_direct(core, req.flags)))
         }
         O::Tmpfile { arg, .. } => {
             let req = CreateRequest {
                 mode: arg.mode,
                 flags: open_flags(arg.flags),
             };
-            fs.tmpfile(ctx, ino, req, ReplyCreate::new(core))
+            fs.tmpfile(ctx, ino, req, ReplyCreate::new(o_direct(core, req.flags)))
         }
         O::Bmap { arg } => fs.bmap(ctx, ino, arg.blocksize, arg.block, ReplyBmap::new(core)),
         O::Ioctl { arg, data } => {

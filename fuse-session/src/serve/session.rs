@@ -33,7 +33,7 @@ use crate::transport::uring::{self, Unavailable};
 use crate::transport::{Channel, Transport, TransportInfo};
 use crate::worker::WorkerEnd;
 use fuse_proto::abi::InitIn;
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 use fuse_proto::request::{ParseConfig, peek_unique};
 use fuse_proto::{Errno, Opcode, Operation, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -105,6 +105,23 @@ pub struct SessionConfig {
     /// [`SessionConfig::splice_write`] (0:
     /// [`SPLICE_WRITE_MIN`]).
     pub splice_write_min: usize,
+    /// Answer every `O_DIRECT` OPEN, CREATE and TMPFILE with
+    /// [`Negotiated::o_direct_flags`] added to the flags the filesystem
+    /// chose, unless it passed the file through to a backing file (on by
+    /// default). Such a descriptor bypasses the page cache, as its caller
+    /// asked, and its non-extending writes to one file run at once instead
+    /// of one after another; buffered opens keep the page cache. It
+    /// applies only where [`Negotiated::o_direct_flags`] is not empty: to
+    /// filesystems that clear set-ID bits on writes themselves (they asked
+    /// for `HANDLE_KILLPRIV_V2`; the kernel leaves that to the filesystem
+    /// for a `DIRECT_IO` write), from 7.38 on. Turn it off for a filesystem whose writes to one file must not overlap in
+    /// time, or whose `O_DIRECT` descriptors must be mappable shared
+    /// without [`InitFlags::DIRECT_IO_ALLOW_MMAP`](crate::proto::flags::InitFlags::DIRECT_IO_ALLOW_MMAP)
+    /// (the kernel refuses `MAP_SHARED` on a `DIRECT_IO` file without it).
+    /// The kernel does not tell the filesystem about a later
+    /// `fcntl(F_SETFL, O_DIRECT)`: such a descriptor keeps the flags of its
+    /// open (page cache, writes one at a time).
+    pub o_direct_parallel_writes: bool,
     /// The journal of requests in flight, which makes requests that a dead
     /// predecessor carried out take effect once ([`crate::journal`]). Set
     /// by [`crate::keeper::KeeperLink::serve`].
@@ -113,6 +130,11 @@ pub struct SessionConfig {
     /// written, so that whoever keeps the connection knows it even if this
     /// process dies a moment later (a keeper: [`crate::keeper`]).
     pub on_negotiated: Option<NegotiatedHook>,
+    /// For tests: called at each step of the start ([`StartStep`]), on the
+    /// thread that runs it, so that a test can stop or retire the session
+    /// at that very moment.
+    #[doc(hidden)]
+    pub on_start_step: Option<StartHook>,
     /// Channels for the workers after the first, by worker index (worker
     /// `i` reads `worker_channels[i - 1]`): clones of the session fd that
     /// someone else made and holds too (a keeper, so that the requests a
@@ -138,6 +160,49 @@ pub struct NegotiatedHook(pub Arc<dyn Fn(&Negotiated) + Send + Sync>);
 impl std::fmt::Debug for NegotiatedHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("NegotiatedHook")
+    }
+}
+
+/// The steps of a session's start, in order, at which
+/// [`SessionConfig::on_start_step`] is called.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartStep {
+    /// `run` has begun; nothing is read yet.
+    Begun,
+    /// INIT is answered (or the connection was taken over).
+    Negotiated,
+    /// The state every worker shares is made, not yet published: a stop
+    /// now finds nothing to mark.
+    SharedMade,
+    /// The shared state is published.
+    SharedPublished,
+    /// The `/dev/fuse` workers run.
+    WorkersStarted,
+    /// The transport is published; the pool's manager takes over.
+    Serving,
+}
+
+impl StartStep {
+    /// Every step, in order.
+    pub const ALL: [StartStep; 6] = [
+        StartStep::Begun,
+        StartStep::Negotiated,
+        StartStep::SharedMade,
+        StartStep::SharedPublished,
+        StartStep::WorkersStarted,
+        StartStep::Serving,
+    ];
+}
+
+/// A callback for [`SessionConfig::on_start_step`].
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct StartHook(pub Arc<dyn Fn(StartStep) + Send + Sync>);
+
+impl std::fmt::Debug for StartHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartHook")
     }
 }
 
@@ -179,8 +244,10 @@ impl Default for SessionConfig {
             track_inflight: false,
             splice_write: false,
             splice_write_min: 0,
+            o_direct_parallel_writes: true,
             journal: None,
             on_negotiated: None,
+            on_start_step: None,
             worker_channels: WorkerChannels::default(),
         }
     }
@@ -191,8 +258,10 @@ impl SessionConfig {
     /// command line that mixes them with mount options (what
     /// [`MountOptions::parse_known`] leaves over): `threads=N` (N > 0, sets
     /// [`SessionConfig::workers`]), `max_threads=N` (1 to 4096, sets
-    /// [`SessionConfig::max_workers`]) or `uring` (sets
-    /// [`SessionConfig::transport`] to [`Transport::Uring`]). Returns
+    /// [`SessionConfig::max_workers`]), `uring` (sets
+    /// [`SessionConfig::transport`] to [`Transport::Uring`]) or
+    /// `serial_o_direct` (clears [`SessionConfig::o_direct_parallel_writes`]:
+    /// `O_DIRECT` opens get the filesystem's flags alone). Returns
     /// whether it took `opt`; anything else, `threads` without a positive
     /// number included, is left to the caller.
     ///
@@ -200,12 +269,13 @@ impl SessionConfig {
     /// use fuse_session::{MountOptions, SessionConfig, Transport};
     ///
     /// let (mount, ours) =
-    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,source=/srv").unwrap();
+    ///     MountOptions::parse_known("ro,threads=4,max_threads=8,uring,serial_o_direct,source=/srv").unwrap();
     /// let mut session = SessionConfig::default();
     /// let rest: Vec<String> = ours.into_iter().filter(|o| !session.take_option(o)).collect();
     /// assert!(mount.read_only);
     /// assert_eq!((session.workers, session.max_workers), (4, 8));
     /// assert_eq!(session.transport, Transport::Uring);
+    /// assert!(!session.o_direct_parallel_writes);
     /// assert_eq!(rest, ["source=/srv"]);
     /// assert!(!session.take_option("threads=0"));
     /// assert!(!session.take_option("threads=many"));
@@ -224,6 +294,7 @@ impl SessionConfig {
                 _ => return false,
             },
             None if opt == "uring" => self.transport = Transport::Uring,
+            None if opt == "serial_o_direct" => self.o_direct_parallel_writes = false,
             _ => return false,
         }
         true
@@ -300,6 +371,20 @@ pub enum SessionError {
     /// Mounting failed.
     #[error(transparent)]
     Mount(#[from] MountError),
+    /// A request other than INIT came first: the connection was
+    /// initialised already, by another process (a descriptor handed over
+    /// without what INIT negotiated). Nothing was answered: its holder may
+    /// still serve it, or it ends (`ENOTCONN`) when the last holder closes
+    /// it.
+    #[error(
+        "the connection was initialised already ({0} came before INIT): it was handed over without \
+         what INIT negotiated, and cannot be served"
+    )]
+    AlreadyInitialised(Opcode),
+    /// The filesystem may not run under a keeper or the fd store
+    /// ([`crate::Filesystem::recovery`]).
+    #[error("refused under a keeper: {0}")]
+    NotRecoverable(String),
 }
 
 /// What a finished session reports.
@@ -385,7 +470,10 @@ impl SessionHandle {
     /// topmost mount on the mountpoint is still its own (see
     /// [`MountGuard::unmount`]).
     pub fn stop(&self) {
-        self.0.stop.store(true, Ordering::Release);
+        self.0.stop.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `Session::shared_state`: either it sees
+        // `stop`, or this sees the shared state it published.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(s) = self.0.shared.get() {
             s.shutdown.store(true, Ordering::Release);
         }
@@ -411,6 +499,26 @@ impl SessionHandle {
         self.0.retiring.store(true, Ordering::Release);
         *self.0.on_stop.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.stop();
+    }
+
+    /// Calls off a [`SessionHandle::retire`] that has not finished (a
+    /// handler that does not return holds it up): the session serves on as
+    /// before, its workers started again. `false` when it came too late:
+    /// every worker had ended and the session ends retired. A keeper uses
+    /// it when a retirement passes its deadline, rather than killing the
+    /// daemon that holds the filesystem's state.
+    pub fn cancel_retire(&self) -> bool {
+        let Some(s) = self.0.shared.get() else {
+            return false;
+        };
+        if !self.is_retiring() {
+            return false;
+        }
+        s.pool.resume(|| {
+            self.0.retiring.store(false, Ordering::Release);
+            self.0.stop.store(false, Ordering::SeqCst);
+            s.shutdown.store(false, Ordering::Release);
+        })
     }
 
     /// Whether [`SessionHandle::retire`] was called.
@@ -630,6 +738,7 @@ impl<F: Filesystem> Session<F> {
             crate::fault::arm();
         }
         let _registered = self.handle.0.threads.register();
+        self.step(StartStep::Begun);
         let pool_cfg = self.config.resolved();
         let (negotiated, buf, nr_queues, mut fallback) = match self.resumed.clone() {
             Some(n) => {
@@ -643,7 +752,9 @@ impl<F: Filesystem> Session<F> {
             }
             None => self.handshake_phase()?,
         };
+        self.step(StartStep::Negotiated);
         let shared = self.shared_state(&negotiated, pool_cfg, nr_queues);
+        self.step(StartStep::SharedPublished);
         // Before any worker reads: RESEND re-queues every request read and
         // not answered, this daemon's own included. A request a worker
         // of ours had read would come again while it is being carried out
@@ -653,6 +764,7 @@ impl<F: Filesystem> Session<F> {
             self.resend_orphans(&negotiated);
         }
         let spawner = self.start_workers(&shared, pool_cfg.floor, buf)?;
+        self.step(StartStep::WorkersStarted);
         // The rings, once the /dev/fuse workers run (requests go there until
         // every queue has registered its entries).
         let rings = match nr_queues {
@@ -660,6 +772,7 @@ impl<F: Filesystem> Session<F> {
             n => self.start_rings(&shared, n, &mut fallback),
         };
         let info = self.publish_transport(&shared, rings.as_ref(), &negotiated, fallback);
+        self.step(StartStep::Serving);
         self.manage_workers(&shared, &spawner);
         let started = shared.pool.started();
         self.stop_rings(&shared, rings);
@@ -672,6 +785,12 @@ impl<F: Filesystem> Session<F> {
             transport: info,
             mount_left: self.mount_left.lock().unwrap_or_else(|e| e.into_inner()).take(),
         })
+    }
+
+    fn step(&self, step: StartStep) {
+        if let Some(h) = &self.config.on_start_step {
+            (h.0)(step);
+        }
     }
 
     /// After a takeover: the kernel queues again, marked as resent, every
@@ -770,6 +889,11 @@ impl<F: Filesystem> Session<F> {
                     n => n,
                 }),
             uring_base: slots,
+            o_direct: if self.config.o_direct_parallel_writes {
+                negotiated.o_direct_flags()
+            } else {
+                FopenFlags::empty()
+            },
             callers: CallerPolicy::new(
                 self.config.proc_credentials,
                 self.handed_over,
@@ -779,7 +903,15 @@ impl<F: Filesystem> Session<F> {
         // The notifier learns the negotiation before the handle publishes it,
         // so that nobody who sees `negotiated()` gets `NotReady` from it.
         self.handle.0.notifier.set_negotiated(negotiated.clone());
+        self.step(StartStep::SharedMade);
         let _ = self.handle.0.shared.set(shared.clone());
+        // A stop (or retire) that came between reading `stop` above and
+        // publishing found no shared state to mark: it is seen here.
+        // (Pairs with the fence in `SessionHandle::stop`.)
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.handle.0.stop.load(Ordering::SeqCst) {
+            shared.shutdown.store(true, Ordering::Release);
+        }
         shared
     }
 
@@ -967,14 +1099,12 @@ impl<F: Filesystem> Session<F> {
                     header,
                     ..
                 }) => (header.unique, arg),
+                // The kernel sends nothing before INIT is answered: any
+                // other request means someone answered INIT already.
+                // Answering it (or the ones after it) with errors would
+                // fail every caller of a live mount for good.
                 Ok(req) => {
-                    let op = req.op.opcode();
-                    log::error!("{op} request before INIT; answering EIO");
-                    if op.expects_reply() {
-                        let u = req.header.unique;
-                        self.send(op, &Reply::error(u, Errno::EIO));
-                    }
-                    continue;
+                    return Err(SessionError::AlreadyInitialised(req.op.opcode()));
                 }
                 Err(e) => {
                     log::error!("malformed request before INIT: {e}");

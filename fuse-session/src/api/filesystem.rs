@@ -46,6 +46,51 @@ use crate::types::{FileHandle, Inode};
 use fuse_proto::Errno;
 use std::ffi::CStr;
 
+/// A filesystem's recovery contract ([`Filesystem::recovery`]): how the
+/// node ids and file handles the kernel holds stay valid in a successor
+/// that takes the connection over. Whatever it states, a successor answers
+/// a node id or file handle it cannot resolve with `ESTALE` or `EBADF`,
+/// never with another object's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// Nothing stated: refused under a keeper or the fd store.
+    Unstated,
+    /// Refused under a keeper, for the reason given (a layer that does not
+    /// keep its tables where a successor finds them).
+    Unsupported(&'static str),
+    /// Node ids and file handles are durable names: any daemon of this
+    /// filesystem resolves them to the same object again, or answers
+    /// `ESTALE`/`EBADF`. Fixed node ids (hello), object ids of a backing
+    /// store, or a node table kept in memory the keeper holds
+    /// ([`crate::vault::Vault::region`], as passthrough_ll does).
+    Durable,
+    /// The filesystem's state lives in its process: it hands the whole of
+    /// it to its successor at a graceful upgrade (the `save` and `restore`
+    /// of [`crate::keeper::KeeperLink::serve`]), and after a crash answers
+    /// `ESTALE` (`EBADF` for file handles) for every node id and handle it
+    /// does not have, and never gives out again a node id the kernel may
+    /// hold (memfs keeps its next node id in the vault's shared memory).
+    HandedOver,
+}
+
+impl Recovery {
+    /// `Err(why)` when a filesystem stating this may not run under a keeper.
+    pub fn check(self) -> Result<(), String> {
+        match self {
+            Recovery::Durable | Recovery::HandedOver => Ok(()),
+            Recovery::Unsupported(why) => Err(why.to_string()),
+            Recovery::Unstated => Err(
+                "the filesystem states no recovery contract (Filesystem::recovery): a \
+                 successor could give the node ids and file handles the kernel holds to other files; say \
+                 how they stay valid (Recovery::Durable or Recovery::HandedOver, see docs/recovery.md), or \
+                 serve without a keeper"
+                    .to_string(),
+            ),
+        }
+    }
+}
+
 /// A filesystem served by a [`crate::Session`] (or [`crate::serve`]).
 ///
 /// Implement the methods the filesystem supports; the defaults answer the
@@ -62,6 +107,20 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// Called when the session ends (DESTROY, unmount or shutdown).
     fn destroy(&self) {}
+
+    /// How the node ids and file handles the kernel holds stay right when
+    /// another process takes this filesystem's connection over: a keeper's
+    /// next daemon after a crash or an upgrade ([`crate::keeper`], the fd
+    /// store of [`crate::service`]). The kernel keeps using the node ids,
+    /// generations and file handles it was given, so a successor that gave
+    /// the same numbers to other objects would read and write the wrong
+    /// files. The default, [`Recovery::Unstated`], makes
+    /// [`crate::keeper::KeeperLink::serve`] and
+    /// [`crate::service::serve_with_fdstore`] refuse to serve it, with a
+    /// message saying so; a session of its own ([`crate::serve`]) never asks.
+    fn recovery(&self) -> Recovery {
+        Recovery::Unstated
+    }
 
     /// LOOKUP: the kernel resolves `name` in directory `parent` (a path
     /// walk, `stat`, `open` of a name whose entry is not cached).
@@ -205,7 +264,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// in READ, WRITE, RELEASE…) and flags: `DIRECT_IO` for content whose
     /// size is not known in advance (else the kernel reads no further than
     /// the size in the attributes), `KEEP_CACHE` to keep cached pages of an
-    /// unchanged file. The default opens with handle 0 and no flags.
+    /// unchanged file. The default opens with handle 0 and no flags. An
+    /// `O_DIRECT` open's answer may get `DIRECT_IO | PARALLEL_DIRECT_WRITES`
+    /// added by the session (see
+    /// [`crate::SessionConfig::o_direct_parallel_writes`]), here and in
+    /// CREATE and TMPFILE.
     fn open(&self, ctx: &RequestContext<'_>, ino: Inode, flags: OpenFlags, reply: ReplyOpen) {
         let _ = (ctx, ino, flags);
         reply.opened(FileHandle(0), fuse_proto::flags::FopenFlags::empty());

@@ -10,7 +10,9 @@
 //!   (for `INIT`: the keeper was told, the kernel not answered).
 //!
 //! The process sends itself `SIGKILL` at the first request (not one sent
-//! again) that matches. Nothing happens when the variable is unset, which
+//! again) that matches. With `FUSE_WIRE_FAULT_STALL_MS=N` set too, the
+//! first matching request stalls for N ms there instead (a handler that
+//! does not return, for the tests of a retirement's deadline). Nothing happens when the variable is unset, which
 //! costs one load per journaled reply.
 
 use fuse_proto::Opcode;
@@ -28,6 +30,10 @@ pub(crate) enum Point {
 /// The environment variable.
 pub const FAULT_ENV: &str = "FUSE_WIRE_FAULT";
 
+/// The environment variable that turns the kill into a stall of this many
+/// milliseconds.
+pub const STALL_ENV: &str = "FUSE_WIRE_FAULT_STALL_MS";
+
 /// What a fault does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {
@@ -36,7 +42,12 @@ enum Action {
     /// The worker stops for good, as if its process had died, while the
     /// rest of the process goes on: tests on the fake kernel.
     Freeze,
+    /// The first matching request waits this long, then goes on.
+    Stall(std::time::Duration),
 }
+
+/// A stall happened already.
+static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 static PLAN: OnceLock<(Action, Vec<(Point, Opcode)>)> = OnceLock::new();
 
@@ -58,6 +69,11 @@ pub(crate) fn arm() {
         };
         let v = v.to_string_lossy();
         let plan = parse(&v);
+        let stall = std::env::var(STALL_ENV).ok().and_then(|ms| ms.parse().ok());
+        if let Some(ms) = stall {
+            log::warn!("{FAULT_ENV}: the first request at {plan:?} will stall for {ms} ms");
+            return (Action::Stall(std::time::Duration::from_millis(ms)), plan);
+        }
         if plan.is_empty() {
             log::warn!("{FAULT_ENV}={v}: nothing understood (want effect:OPCODE or reply:OPCODE)");
         } else {
@@ -93,6 +109,12 @@ pub(crate) fn point(opcode: Opcode, at: Point, resent: bool) {
             log::warn!("{FAULT_ENV}: killing this daemon at {at:?} of {}", opcode.name());
             // SAFETY: kill(2) of our own process; SIGKILL cannot be caught.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        Action::Stall(d) => {
+            if !STALLED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                log::warn!("{FAULT_ENV}: stalling {d:?} at {at:?} of {}", opcode.name());
+                std::thread::sleep(*d);
+            }
         }
         Action::Freeze => loop {
             log::warn!("fault: a worker stops for good at {at:?} of {}", opcode.name());

@@ -101,7 +101,13 @@ pub fn serve_with_fdstore<F: Filesystem>(
     let fresh = known.is_none();
     dev_fuse_only(&mut config, fresh);
     let journal = vault.region(JOURNAL_KEY, Journal::bytes_needed())?;
-    config.journal = Some(Arc::new(Journal::open(journal, fresh)?));
+    // The connection's number, when it is in the store (a new mount's is
+    // not known yet: its journal records none).
+    let connection = taken
+        .as_ref()
+        .and_then(|d| crate::handover::connection_of(d.as_fd()))
+        .flatten();
+    config.journal = Some(Arc::new(Journal::open(journal, fresh, connection)?));
     if fresh {
         // Recorded before the kernel has the answer, so that a daemon dying
         // in between leaves INIT to send again, never a connection its
@@ -123,6 +129,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
                 state: Some(&state),
                 vault: vault.clone(),
             })?);
+            fs.recovery().check().map_err(SessionError::NotRecoverable)?;
             let keep = dev.try_clone()?;
             log::info!(
                 "taking over the connection of {} from the fd store",
@@ -143,6 +150,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
                 state: None,
                 vault: vault.clone(),
             })?);
+            fs.recovery().check().map_err(SessionError::NotRecoverable)?;
             let keep = dev.try_clone()?;
             log::info!(
                 "the connection of {} in the fd store was never initialised; answering INIT",
@@ -155,14 +163,17 @@ pub fn serve_with_fdstore<F: Filesystem>(
             (s, fs, Some(keep))
         }
         (None, _) => {
-            let m = Mount::new(mountpoint, opts)?;
-            // Stored before any request is read: from now on a crash
-            // leaves the connection with systemd.
-            store.store(DEV_NAME, m.dev().as_fd())?;
+            // Built and checked before mounting: a filesystem refused under
+            // the store leaves nothing mounted and nothing stored.
             let fs = Arc::new(restore(Restore {
                 state: None,
                 vault: vault.clone(),
             })?);
+            fs.recovery().check().map_err(SessionError::NotRecoverable)?;
+            let m = Mount::new(mountpoint, opts)?;
+            // Stored before any request is read: from now on a crash
+            // leaves the connection with systemd.
+            store.store(DEV_NAME, m.dev().as_fd())?;
             (Session::from_mount(fs.clone(), m, opts, config)?, fs, None)
         }
     };
@@ -210,6 +221,21 @@ pub fn serve_with_fdstore<F: Filesystem>(
         if let Err(e) = store.remove(&name) {
             log::warn!("{e}");
         }
+    }
+    // A connection stored without what INIT negotiated cannot be served:
+    // it is ended (clients get ENOTCONN) rather than left mounted and dead.
+    let refused = matches!(result, Err(SessionError::AlreadyInitialised(_)));
+    if refused {
+        log::error!(
+            "the connection of {} in the fd store was initialised by a daemon whose INIT record is lost; unmounting it",
+            mountpoint.display()
+        );
+    }
+    if let Some(dev) = &resumed_dev
+        && refused
+        && check_mountpoint(dev.as_fd(), mountpoint).is_ok()
+    {
+        crate::mount::unmount(mountpoint, true)?;
     }
     let report = result?;
     if let Some(dev) = resumed_dev

@@ -20,6 +20,7 @@ use crate::notify::Notifier;
 use crate::pool::{Pool, Queued};
 use crate::stats::StatsTable;
 use crate::transport::ReplySink;
+use fuse_proto::flags::FopenFlags;
 use fuse_proto::request::ParseConfig;
 use fuse_proto::{Opcode, Reply};
 use std::sync::Arc;
@@ -47,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) destroyed: AtomicBool,
     /// The first per-worker index that belongs to an io_uring queue.
     pub(crate) uring_base: usize,
+    /// The flags an `O_DIRECT` open's answer gets added
+    /// ([`crate::SessionConfig::o_direct_parallel_writes`]; empty when off).
+    pub(crate) o_direct: FopenFlags,
     /// What can be known about callers' credentials.
     pub(crate) callers: CallerPolicy,
     /// Under a keeper: the journal of requests in flight.

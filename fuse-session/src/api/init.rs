@@ -8,7 +8,7 @@
 
 use fuse_proto::abi::{InitIn, InitOut};
 use fuse_proto::consts::{KERNEL_MINOR_VERSION, KERNEL_VERSION, MIN_MINOR_VERSION};
-use fuse_proto::flags::InitFlags;
+use fuse_proto::flags::{FopenFlags, InitFlags};
 
 /// Flags this library implements (what it must do for them is done). Others
 /// are refused even when offered: `FILE_OPS` (never implemented by the
@@ -62,6 +62,7 @@ init_flag_set! {
         MAX_PAGES: "requests as large as `max_write` (up to 1 MiB) rather than 32 pages.",
         INIT_EXT: "the second word of flags (`flags2`) is exchanged.",
         SETXATTR_EXT: "SETXATTR in its extended form (with `setxattr_flags`).",
+        DIRECT_IO_ALLOW_MMAP: "a file opened `DIRECT_IO` may still be mapped shared (through the page cache; the kernel refuses `MAP_SHARED` on it otherwise), so that an `O_DIRECT` descriptor the session answers `DIRECT_IO` ([`Negotiated::o_direct_flags`]) maps as before.",
         HAS_EXPIRE_ONLY: "informational: the kernel can expire a cached name without dropping it.",
         HAS_RESEND: "informational: the kernel can resend the requests in flight (NOTIFY_RESEND).",
     }
@@ -223,6 +224,42 @@ impl Negotiated {
     /// plus headers, and at least the kernel's minimum.
     pub fn buffer_size(&self) -> usize {
         (self.max_write as usize + PAGE as usize).max(fuse_proto::consts::MIN_READ_BUFFER)
+    }
+
+    /// The open-reply flags that let `O_DIRECT` callers of one file write
+    /// at once: `DIRECT_IO | PARALLEL_DIRECT_WRITES` from 7.38 on when
+    /// `DIRECT_IO_ALLOW_MMAP` and `HANDLE_KILLPRIV_V2` were granted, nothing
+    /// otherwise. The kernel takes the inode lock shared for non-extending
+    /// writes only on files opened with both; on an `O_DIRECT` descriptor
+    /// without `DIRECT_IO` every write takes it exclusively. Without
+    /// `DIRECT_IO_ALLOW_MMAP` a `DIRECT_IO` descriptor could no longer be
+    /// mapped shared. And a `DIRECT_IO` write does not clear set-user-ID
+    /// and set-group-ID bits in the kernel, as a write through the page
+    /// cache does (by a SETATTR): it only flags the WRITE
+    /// (`WriteFlags::KILL_SUIDGID`) for the filesystem to clear them, which
+    /// a filesystem promises by asking for `HANDLE_KILLPRIV_V2`.
+    ///
+    /// The session adds these to the answer of every `O_DIRECT` OPEN,
+    /// CREATE and TMPFILE that is not passed through
+    /// ([`crate::SessionConfig::o_direct_parallel_writes`]); a filesystem
+    /// that turned that off can still add them to the opens it chooses.
+    ///
+    /// ```
+    /// # fn doc(ctx: &fuse_session::RequestContext<'_>) {
+    /// use fuse_session::proto::flags::FopenFlags;
+    /// let f = ctx.negotiated().o_direct_flags();
+    /// assert!(f.is_empty() || f == FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES);
+    /// # }
+    /// ```
+    pub fn o_direct_flags(&self) -> FopenFlags {
+        if fuse_proto::version::has_parallel_direct_writes(self.minor)
+            && self.flags.contains(InitFlags::DIRECT_IO_ALLOW_MMAP)
+            && self.flags.contains(InitFlags::HANDLE_KILLPRIV_V2)
+        {
+            FopenFlags::DIRECT_IO | FopenFlags::PARALLEL_DIRECT_WRITES
+        } else {
+            FopenFlags::empty()
+        }
     }
 }
 

@@ -108,9 +108,14 @@ impl Journal {
         (HEADER_WORDS + SLOTS * SLOT_WORDS) * 8
     }
 
-    /// The journal in `region`: a new one when `fresh` (a new connection)
-    /// or the region is blank, else the predecessor's, in a new epoch.
-    pub fn open(region: SharedRegion, fresh: bool) -> io::Result<Journal> {
+    /// The journal in `region`: a new one when `fresh` (a new connection),
+    /// else the predecessor's, in a new epoch. `connection` is the
+    /// connection's number (its `fuse_connection` in fdinfo), when known:
+    /// a new journal records it, and a kept one recorded for another
+    /// connection is refused. A kept journal that is blank (lost, or
+    /// never written) is refused too: taking it for a new one would carry
+    /// out again what the predecessor had done.
+    pub fn open(region: SharedRegion, fresh: bool, connection: Option<u32>) -> io::Result<Journal> {
         if region.len() < Self::bytes_needed() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -119,14 +124,34 @@ impl Journal {
         }
         let w = region.words();
         let magic = w[0].load(Ordering::Acquire);
-        if fresh || magic == 0 {
+        let owner = connection.map_or(0, |c| u64::from(c) + 1);
+        if fresh {
             region.clear();
+            w[2].store(owner, Ordering::Relaxed);
             w[0].store(MAGIC, Ordering::Release);
+        } else if magic == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the kept journal is blank: the record of the requests the predecessor served is lost; \
+                 refusing to take over (what it carried out could be carried out twice)",
+            ));
         } else if magic != MAGIC {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "the kept journal is of another version",
+                "the kept journal is not one of this version",
             ));
+        } else {
+            let kept = w[2].load(Ordering::Relaxed);
+            if kept != 0 && owner != 0 && kept != owner {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the kept journal belongs to connection {}, not to this one ({}): refusing to take over",
+                        kept - 1,
+                        owner - 1
+                    ),
+                ));
+            }
         }
         let epoch = (w[1].fetch_add(1, Ordering::AcqRel) + 1) & EPOCH_MASK;
         Ok(Journal {
@@ -281,7 +306,28 @@ mod tests {
             Some(r) => SharedRegion::from_fd(r.fd().try_clone_to_owned().unwrap()).unwrap(),
             None => SharedRegion::create("journal-test", Journal::bytes_needed()).unwrap(),
         };
-        Journal::open(r, fresh).unwrap()
+        Journal::open(r, fresh, None).unwrap()
+    }
+
+    #[test]
+    fn a_blank_or_foreign_kept_journal_is_refused() {
+        let r = SharedRegion::create("journal-test", Journal::bytes_needed()).unwrap();
+        let again = || SharedRegion::from_fd(r.fd().try_clone_to_owned().unwrap()).unwrap();
+        let err = Journal::open(again(), false, Some(7)).unwrap_err();
+        assert!(err.to_string().contains("the kept journal is blank"), "{err}");
+        Journal::open(again(), true, Some(7)).unwrap();
+        let err = Journal::open(again(), false, Some(8)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("belongs to connection 7, not to this one (8)"),
+            "{err}"
+        );
+        Journal::open(again(), false, Some(7)).unwrap();
+        // Unknown on either side: not checked.
+        Journal::open(again(), false, None).unwrap();
+        r.words()[0].store(u64::from_le_bytes(*b"FWJRNL00"), Ordering::Relaxed);
+        let err = Journal::open(again(), false, Some(7)).unwrap_err();
+        assert!(err.to_string().contains("not one of this version"), "{err}");
     }
 
     #[test]

@@ -118,6 +118,11 @@ pub(crate) struct Pool<J> {
     watching: AtomicBool,
     /// The connection ended: start nothing more.
     ended: AtomicBool,
+    /// A stop was called off ([`Pool::resume`]): the manager starts the
+    /// floor's threads again.
+    refill: AtomicBool,
+    /// The manager has returned (set under its lock): the pool is over.
+    finished: AtomicBool,
     backlog: Mutex<VecDeque<J>>,
     backlog_len: AtomicUsize,
     /// Per-worker table indices not in use.
@@ -143,6 +148,8 @@ impl<J: Queued> Pool<J> {
             epoch: Instant::now(),
             watching: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            refill: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
             backlog: Mutex::new(VecDeque::new()),
             backlog_len: AtomicUsize::new(0),
             free: Mutex::new((0..cfg.slots()).rev().collect()),
@@ -361,6 +368,22 @@ impl<J: Queued> Pool<J> {
         self.notify_manager();
     }
 
+    /// Calls a stop off while the pool still runs: `unstop` (which clears
+    /// the stop flags) runs under the manager's lock, and the manager starts
+    /// the floor's threads again, even if the last one is exiting now.
+    /// `false`, and `unstop` not called, when the manager has returned
+    /// already: the stop stands.
+    pub(crate) fn resume(&self, unstop: impl FnOnce()) -> bool {
+        let _guard = self.manager.lock().unwrap_or_else(|e| e.into_inner());
+        if self.finished.load(SeqCst) {
+            return false;
+        }
+        unstop();
+        self.refill.store(true, SeqCst);
+        self.wake.notify_all();
+        true
+    }
+
     pub(crate) fn notify_manager(&self) {
         drop(self.manager.lock().unwrap_or_else(|e| e.into_inner()));
         self.wake.notify_all();
@@ -381,7 +404,14 @@ impl<J: Queued> Pool<J> {
     ) {
         let mut guard = self.manager.lock().unwrap_or_else(|e| e.into_inner());
         loop {
+            if self.refill.swap(false, SeqCst) && !self.ended.load(SeqCst) {
+                drop(guard);
+                while self.live.load(SeqCst) < self.cfg.floor.max(1) && start() {}
+                guard = self.manager.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
             if self.live.load(SeqCst) == 0 {
+                self.finished.store(true, SeqCst);
                 return;
             }
             if stopping() {

@@ -1,0 +1,312 @@
+//! Fake-kernel tests of the session's `O_DIRECT` default
+//! (`SessionConfig::o_direct_parallel_writes`): an OPEN, CREATE or TMPFILE
+//! whose flags carry `O_DIRECT` is answered with `DIRECT_IO |
+//! PARALLEL_DIRECT_WRITES` added to what the filesystem chose, a buffered
+//! one with the filesystem's flags alone, byte for byte, for
+//! passthrough_ll (the raw trait) over a scratch directory. Not before
+//! 7.38, where the flag means nothing, nor without `DIRECT_IO_ALLOW_MMAP`
+//! (a shared mapping of the descriptor would fail), nor without
+//! `HANDLE_KILLPRIV_V2` (nobody would clear set-ID bits on a `DIRECT_IO`
+//! write), so not for pathfs on the path layer, which does not ask for it;
+//! nor when the session turned the default off; passthrough_ll's
+//! `parallel_direct_writes` still sets both on every open.
+
+mod common_fake;
+
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/durable.rs"]
+mod durable;
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/fdcache.rs"]
+mod fdcache;
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/handles.rs"]
+mod handles;
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/inodes.rs"]
+mod inodes;
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/fs.rs"]
+mod passthrough_fs;
+#[allow(dead_code)]
+#[path = "../examples/pathfs.rs"]
+mod pathfs;
+#[allow(dead_code)]
+#[path = "../examples/passthrough_ll/sys.rs"]
+mod sys;
+
+use common_fake::*;
+use fuse_wire::path::PathFs;
+use fuse_wire::proto::flags::{FopenFlags, InitFlags};
+use fuse_wire::session::{Filesystem, SessionConfig};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::Arc;
+
+const LOOKUP: u32 = 1;
+const OPEN: u32 = 14;
+const RELEASE: u32 = 18;
+const CREATE: u32 = 35;
+const TMPFILE: u32 = 51;
+
+/// What an `O_DIRECT` open gets added by default.
+const PARALLEL: u32 = FopenFlags::DIRECT_IO.bits() | FopenFlags::PARALLEL_DIRECT_WRITES.bits();
+/// What the path layer answers a buffered open of pathfs with (`PathOpened::file`).
+const NOFLUSH: u32 = FopenFlags::NOFLUSH.bits();
+
+/// What the kernel offers in INIT: `DIRECT_IO_ALLOW_MMAP` (and `INIT_EXT`,
+/// which carries it) and `HANDLE_KILLPRIV_V2` (which passthrough_ll wants as
+/// root), or less.
+const MMAP: u64 = InitFlags::INIT_EXT.bits()
+    | InitFlags::DIRECT_IO_ALLOW_MMAP.bits()
+    | InitFlags::HANDLE_KILLPRIV_V2.bits();
+
+/// A session on the fake kernel after INIT at `7.minor` offering `offer`,
+/// and the next unique.
+struct Kernel<F: Filesystem> {
+    fake: Fake<F>,
+    unique: std::cell::Cell<u64>,
+}
+
+impl<F: Filesystem> Kernel<F> {
+    fn start(fs: F, minor: u32, offer: u64, config: SessionConfig) -> Self {
+        let fake = Fake::start(Arc::new(fs), config);
+        fake.init_ready(minor, offer);
+        Kernel {
+            fake,
+            unique: std::cell::Cell::new(10),
+        }
+    }
+
+    fn call(&self, opcode: u32, nodeid: u64, body: &[u8]) -> (u64, Vec<u8>) {
+        self.unique.set(self.unique.get() + 2);
+        let u = self.unique.get();
+        (u, self.fake.roundtrip(request(opcode, u, nodeid, body)))
+    }
+
+    /// LOOKUP of `name` in the root: its node id.
+    fn lookup(&self, name: &str) -> u64 {
+        let (_, r) = self.call(LOOKUP, 1, &B::new().name(name).done());
+        assert_eq!(i32_at(&r, 4), 0, "LOOKUP {name} failed");
+        u64_at(&r, 16)
+    }
+
+    /// OPEN of `nodeid` with `flags`: checks the whole answer against
+    /// `open_flags` (the handle is the filesystem's) and releases it.
+    fn open(&self, nodeid: u64, flags: i32, open_flags: u32, what: &str) {
+        let (u, r) = self.call(OPEN, nodeid, &B::new().u32(flags as u32).u32(0).done());
+        assert_eq!(r.len(), 32, "{what}: not an open answer: {}", hex(&r));
+        let fh = u64_at(&r, 16);
+        assert_bytes(what, &r, &ok_reply(u, &open_out_bytes(fh, open_flags)));
+        self.release(nodeid, fh, flags);
+    }
+
+    /// CREATE (or TMPFILE) in the root with `flags`: checks the
+    /// `fuse_open_out` after the entry against `open_flags` and releases
+    /// the file.
+    fn create(&self, opcode: u32, name: &str, flags: i32, open_flags: u32, what: &str) {
+        let body = B::new()
+            .u32(flags as u32)
+            .u32(libc::S_IFREG | 0o644)
+            .u32(0o022)
+            .u32(0)
+            .name(name)
+            .done();
+        let (u, r) = self.call(opcode, 1, &body);
+        assert_eq!(r.len(), 16 + 128 + 16, "{what}: not a create answer: {}", hex(&r));
+        let (nodeid, fh) = (u64_at(&r, 16), u64_at(&r, 16 + 128));
+        // The entry as answered (its checks are elsewhere), then the open.
+        let body = [&r[16..16 + 128], &open_out_bytes(fh, open_flags)[..]].concat();
+        assert_bytes(what, &r, &ok_reply(u, &body));
+        self.release(nodeid, fh, flags);
+    }
+
+    fn release(&self, nodeid: u64, fh: u64, flags: i32) {
+        let body = B::new().u64(fh).u32(flags as u32).u32(0).u64(0).done();
+        let (_, r) = self.call(RELEASE, nodeid, &body);
+        assert_eq!(i32_at(&r, 4), 0, "RELEASE failed");
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// A scratch directory with one file, `f`, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Scratch {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("fuse-wire-o-direct-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    std::fs::write(dir.join("f"), b"content").expect("scratch file");
+    // The fake kernel's caller is not the owner: let it open and create.
+    use std::os::unix::fs::PermissionsExt;
+    for (p, mode) in [(dir.join("f"), 0o666), (dir.clone(), 0o777)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod scratch");
+    }
+    Scratch(dir)
+}
+
+/// passthrough_ll over `dir`. `posix_lock` keeps `NOFLUSH` out of its
+/// answers, so that its buffered opens answer no flag at all.
+fn passthrough(dir: &Path, parallel_direct_writes: bool) -> passthrough_fs::PassthroughFs {
+    use std::os::unix::fs::OpenOptionsExt;
+    let root: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+        .expect("open scratch")
+        .into();
+    let opts = passthrough_fs::FsOptions {
+        posix_lock: true,
+        parallel_direct_writes,
+        ..passthrough_fs::FsOptions::default()
+    };
+    passthrough_fs::PassthroughFs::new(root, opts).expect("passthrough fs")
+}
+
+fn pathfs(dir: &Path) -> PathFs<pathfs::Mirror> {
+    PathFs::new(pathfs::Mirror::open(dir).expect("mirror"))
+}
+
+const RW: i32 = libc::O_RDWR;
+const DIRECT: i32 = libc::O_RDWR | libc::O_DIRECT;
+
+#[test]
+fn passthrough_ll_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
+    let dir = scratch();
+    let k = Kernel::start(passthrough(dir.path(), false), 45, MMAP, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, RW, 0, "buffered OPEN: the filesystem's flags alone");
+    k.open(f, DIRECT, PARALLEL, "O_DIRECT OPEN");
+    k.open(
+        f,
+        libc::O_RDONLY | libc::O_DIRECT,
+        PARALLEL,
+        "O_DIRECT read-only OPEN",
+    );
+    k.create(CREATE, "c1", RW | libc::O_CREAT, 0, "buffered CREATE");
+    k.create(CREATE, "c2", DIRECT | libc::O_CREAT, PARALLEL, "O_DIRECT CREATE");
+    k.create(TMPFILE, "", RW, 0, "buffered TMPFILE");
+    k.create(TMPFILE, "", DIRECT, PARALLEL, "O_DIRECT TMPFILE");
+    k.fake.expect_silence("nothing more");
+}
+
+/// The path layer does not clear set-ID bits on a WRITE's `KILL_SUIDGID`
+/// (it does not ask for `HANDLE_KILLPRIV_V2`), which a `DIRECT_IO` write
+/// leaves to it: its `O_DIRECT` opens keep the page cache's direct path.
+#[test]
+fn pathfs_o_direct_opens_keep_their_flags_without_killpriv() {
+    let dir = scratch();
+    let k = Kernel::start(pathfs(dir.path()), 45, MMAP, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, RW, NOFLUSH, "buffered OPEN");
+    k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN");
+    k.create(CREATE, "c2", DIRECT | libc::O_CREAT, NOFLUSH, "O_DIRECT CREATE");
+    k.fake.expect_silence("nothing more");
+}
+
+/// Without `HANDLE_KILLPRIV_V2` nobody would clear set-ID bits on a
+/// `DIRECT_IO` write: no default then.
+#[test]
+fn no_parallel_direct_writes_without_killpriv() {
+    let dir = scratch();
+    let offer = MMAP & !InitFlags::HANDLE_KILLPRIV_V2.bits();
+    let k = Kernel::start(
+        passthrough(dir.path(), false),
+        45,
+        offer,
+        SessionConfig::default(),
+    );
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN without HANDLE_KILLPRIV_V2");
+}
+
+#[test]
+fn no_parallel_direct_writes_before_7_38() {
+    let dir = scratch();
+    let k = Kernel::start(passthrough(dir.path(), false), 37, MMAP, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN at 7.37");
+    let k = Kernel::start(pathfs(dir.path()), 37, MMAP, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN at 7.37, path layer");
+}
+
+/// Without `DIRECT_IO_ALLOW_MMAP` a `DIRECT_IO` descriptor could not be
+/// mapped shared (ENODEV), where an `O_DIRECT` one can: no default then.
+#[test]
+fn no_parallel_direct_writes_without_shared_mmap_of_direct_io_files() {
+    let dir = scratch();
+    let offer = MMAP & !InitFlags::DIRECT_IO_ALLOW_MMAP.bits();
+    let k = Kernel::start(
+        passthrough(dir.path(), false),
+        45,
+        offer,
+        SessionConfig::default(),
+    );
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN without DIRECT_IO_ALLOW_MMAP");
+}
+
+#[test]
+fn the_default_can_be_turned_off() {
+    let dir = scratch();
+    let off = || SessionConfig {
+        o_direct_parallel_writes: false,
+        ..SessionConfig::default()
+    };
+    let k = Kernel::start(passthrough(dir.path(), false), 45, MMAP, off());
+    let f = k.lookup("f");
+    k.open(f, DIRECT, 0, "O_DIRECT OPEN, default off");
+    k.create(
+        CREATE,
+        "c",
+        DIRECT | libc::O_CREAT,
+        0,
+        "O_DIRECT CREATE, default off",
+    );
+    let k = Kernel::start(pathfs(dir.path()), 45, MMAP, off());
+    let f = k.lookup("f");
+    k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN, default off, path layer");
+}
+
+#[test]
+fn passthrough_ll_parallel_direct_writes_option_still_covers_every_open() {
+    let dir = scratch();
+    let k = Kernel::start(passthrough(dir.path(), true), 45, MMAP, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(f, RW, PARALLEL, "buffered OPEN with -o parallel_direct_writes");
+    k.open(
+        f,
+        DIRECT,
+        PARALLEL,
+        "O_DIRECT OPEN with -o parallel_direct_writes",
+    );
+    k.create(
+        CREATE,
+        "c",
+        RW | libc::O_CREAT,
+        PARALLEL,
+        "buffered CREATE with the option",
+    );
+}
