@@ -175,7 +175,7 @@ impl Filesystem for NotesFs {
         match ino {
             NOTES => reply.opened(FileHandle(0), FopenFlags::empty()),
             Inode::ROOT => reply.error(Errno::EISDIR),
-            _ if flags.access_mode() != AccessMode::ReadOnly => reply.error(Errno::EACCES),
+            _ if flags.access_mode() != AccessMode::Read => reply.error(Errno::EACCES),
             _ => match self.generate(ino) {
                 Ok(content) => {
                     let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);

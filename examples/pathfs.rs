@@ -92,6 +92,11 @@ pub struct Mirror {
     /// `None` if it could not be opened (every request fails).
     source: Option<OwnedFd>,
     passthrough: bool,
+    /// The mount is `noatime`: reading through it leaves the source's
+    /// atime alone too (files are opened `O_NOATIME` where allowed; in
+    /// kernel passthrough mode the kernel's own backing file reads, and the
+    /// source's mount decides).
+    pub noatime: bool,
 }
 
 /// A name in a directory of the source: the directory, opened without
@@ -206,6 +211,7 @@ impl Mirror {
         Ok(Mirror {
             source: Some(dir.into()),
             passthrough: false,
+            noatime: false,
         })
     }
 
@@ -218,6 +224,7 @@ impl Mirror {
         Mirror {
             source,
             passthrough: false,
+            noatime: false,
         }
     }
 
@@ -419,7 +426,19 @@ impl Mirror {
         }
         let proc = format!("/proc/self/fd/{}", path.as_raw_fd());
         let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
-        Self::open_path(Path::new(&proc), flags, 0)
+        self.without_atime(flags, |flags| Self::open_path(Path::new(&proc), flags, 0))
+    }
+
+    /// Runs `open` with `flags`, plus `O_NOATIME` on a `noatime` mount;
+    /// again without it if that is refused (`EPERM`: the file is not ours).
+    fn without_atime(&self, flags: i32, open: impl Fn(i32) -> Result<File, Errno>) -> Result<File, Errno> {
+        if !self.noatime {
+            return open(flags);
+        }
+        match open(flags | libc::O_NOATIME) {
+            Err(e) if e == Errno::EPERM => open(flags),
+            r => r,
+        }
     }
 
     /// `file` as an open file of the layer, with a backing file in
@@ -430,10 +449,10 @@ impl Mirror {
         }
         // The backing file serves every open of the inode (the layer keeps
         // the first): open it for reading and writing when allowed.
-        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-        let rw = std::fs::OpenOptions::new().read(true).write(true).open(&proc);
-        let backing = rw
-            .or_else(|_| File::open(&proc))
+        let proc = Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())).to_path_buf();
+        let open = |flags| self.without_atime(flags, |flags| Self::open_path(&proc, flags, 0));
+        let backing = open(libc::O_RDWR)
+            .or_else(|_| open(libc::O_RDONLY))
             .ok()
             .and_then(|b| ctx.open_backing(b.as_fd()).ok());
         match backing {
@@ -755,13 +774,23 @@ impl PathFilesystem for Mirror {
                 break;
             }
             // SAFETY: readdir returned a valid entry with a NUL-terminated name.
-            let (name, typ, next) =
-                unsafe { (CStr::from_ptr((*e).d_name.as_ptr()), (*e).d_type, (*e).d_off) };
+            let (name, typ, next, ino) = unsafe {
+                (
+                    CStr::from_ptr((*e).d_name.as_ptr()),
+                    (*e).d_type,
+                    (*e).d_off,
+                    (*e).d_ino,
+                )
+            };
             if matches!(name.to_bytes(), b"." | b"..") {
                 continue;
             }
             let kind = FileKind::from_mode((typ as u32) << 12).unwrap_or(FileKind::RegularFile);
-            if out.add(name.to_bytes(), kind, next as u64).is_full() {
+            // The source's d_ino is the st_ino getattr reports: no lstat per name.
+            if out
+                .add_with_ino(name.to_bytes(), kind, next as u64, ino)
+                .is_full()
+            {
                 break;
             }
         }
@@ -875,14 +904,6 @@ impl PathFilesystem for Mirror {
     }
 }
 
-/// Creates files with the modes requests carry: the kernel applied the
-/// caller's umask already, and the daemon's own (022, say) must not take
-/// more bits away.
-fn no_umask() {
-    // SAFETY: umask has no preconditions and cannot fail.
-    unsafe { libc::umask(0) };
-}
-
 fn main() -> ExitCode {
     let args = match cli::start(
         "pathfs",
@@ -894,7 +915,6 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    no_umask();
     let mut fs = match Mirror::open(&args.source) {
         Ok(fs) => fs,
         Err(e) => {
@@ -903,6 +923,7 @@ fn main() -> ExitCode {
         }
     };
     fs.passthrough = args.passthrough;
+    fs.noatime = args.mount.noatime;
     let fs = PathFs::new(fs);
     let counts = fs.clone();
     match fuse_wire::serve_with(fs, &args.mountpoint, &args.mount, args.session) {
@@ -1156,7 +1177,6 @@ mod battery_tests {
     #[test]
     fn the_conformance_battery_passes() {
         let s = Scratch::new("battery");
-        no_umask();
         let k = TestKernel::start(PathFs::new(Mirror::new(s.0.clone()))).expect("the kit starts");
         // A mirror gives new files the caller's owner only when it runs as
         // root (unprivileged, the host makes them the mirror's own).

@@ -614,6 +614,72 @@ fn the_layers_add_answers_dir_add_added_skipped_and_full() {
     assert_eq!(take(), expected_answers(false), "path layer, READDIR");
 }
 
+/// A path-layer directory whose `readdir` gives no inode numbers: `a`
+/// (cookie 1), `b` (the largest cookie), and two cookies past it.
+struct PathNumbered;
+impl PathFilesystem for PathNumbered {
+    type File = ();
+    fn getattr(
+        &self,
+        _: &RequestContext<'_>,
+        path: Option<&std::path::Path>,
+        _: Option<&()>,
+    ) -> Result<FileAttr, Errno> {
+        match path.and_then(|p| p.to_str()) {
+            Some("/") => Ok(FileAttr::new(1000, FileKind::Directory, 0o755)),
+            Some("/a") => Ok(FileAttr::new(1001, FileKind::RegularFile, 0o644)),
+            Some("/b") => Ok(FileAttr::new(1002, FileKind::RegularFile, 0o644)),
+            _ => Err(Errno::ENOENT),
+        }
+    }
+    fn readdir(
+        &self,
+        _: &RequestContext<'_>,
+        _: &std::path::Path,
+        offset: u64,
+        out: &mut fuse_wire::path::PathDirFill<'_>,
+    ) -> Result<(), Errno> {
+        let max = fuse_wire::path::MAX_COOKIE;
+        for (name, cookie) in [("a", 1), ("b", max), ("c", max + 1), ("d", u64::MAX)] {
+            if cookie > offset && out.add(name.as_bytes(), FileKind::RegularFile, cookie).is_full() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn path_layer_listings_carry_st_ino_and_cookies_that_cannot_collide() {
+    use fuse_wire::testing::TestKernel;
+    let k = TestKernel::start(PathFs::new(PathNumbered)).unwrap();
+    let listed = |k: &TestKernel<PathFs<PathNumbered>>| {
+        let fh = fuse_wire::FileHandle(k.opendir(Inode::ROOT).unwrap().fh);
+        let got = k.readdir(Inode::ROOT, fh, 0, 4096).unwrap();
+        k.releasedir(Inode::ROOT, fh).unwrap();
+        got.iter()
+            .map(|e| (e.name_lossy(), e.ino, e.offset))
+            .collect::<Vec<_>>()
+    };
+    let want = |a: u64| {
+        vec![
+            (".".to_string(), 1000, 1),
+            ("..".to_string(), 1000, 2),
+            ("a".to_string(), a, 3),
+            ("b".to_string(), 1002, u64::MAX),
+        ]
+    };
+    // Names the kernel has not looked up: numbers from getattr; the two
+    // cookies past MAX_COOKIE are left out, not sent as u64::MAX again.
+    assert_eq!(listed(&k), want(1001));
+    // A name the kernel knows: the number it was given.
+    let e = k.lookup(Inode::ROOT, "a").unwrap();
+    assert_eq!(e.attr.ino, 1001);
+    assert_eq!(listed(&k), want(1001));
+    k.forget(Inode(e.nodeid), 1);
+    k.finish().unwrap();
+}
+
 // ---- st_ino on the node layer ----
 
 /// A node reporting its own `st_ino`.

@@ -1189,6 +1189,97 @@ fn readdir_10k_telldir_seekdir() {
     differential("readdir_10k", check_readdir_10k, &[PT, MEM, NODE, PATH]);
 }
 
+/// `readdir(3)`'s `d_ino` is `stat`'s `st_ino`, for each entry but `..`
+/// (of a mount's root, outside it): what `find -inum` and `ls -i` use.
+fn check_readdir_d_ino(ctx: &Ctx, log: &mut Log) {
+    let d = ctx.p("inos");
+    fs::create_dir(&d).expect("mkdir inos");
+    for n in ["f1", "f2", "f3"] {
+        create(&d.join(n), b"x");
+    }
+    fs::create_dir(d.join("sub")).expect("mkdir sub");
+    link(&d.join("f1"), &d.join("f1.link")).expect("link");
+    // Some names looked up before the listing, the others only listed.
+    for n in [".", "f1", "sub"] {
+        let _ = stat(&d.join(n), false);
+    }
+    let cd = c(&d);
+    // SAFETY: valid C string.
+    let dir = unsafe { libc::opendir(cd.as_ptr()) };
+    assert!(!dir.is_null(), "opendir inos");
+    let mut listed = Vec::new();
+    loop {
+        // SAFETY: `dir` is an open DIR stream.
+        let e = unsafe { libc::readdir(dir) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: `d_name` is NUL-terminated inside the dirent.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        // SAFETY: `e` is the entry just read.
+        listed.push((name.to_string_lossy().into_owned(), unsafe { (*e).d_ino }));
+    }
+    // SAFETY: open DIR stream, closed once.
+    unsafe { libc::closedir(dir) };
+    let mut wrong = Vec::new();
+    for (name, d_ino) in &listed {
+        if name == ".." {
+            continue;
+        }
+        match stat(&d.join(name), false) {
+            Ok(st) if st.st_ino == *d_ino => {}
+            other => wrong.push(format!(
+                "{name}: d_ino {d_ino}, stat {:?}",
+                other.map(|s| s.st_ino)
+            )),
+        }
+    }
+    log.val("entries listed", listed.len());
+    log.val("entries whose d_ino is not their st_ino", wrong);
+    for n in ["f1", "f1.link", "f2", "f3"] {
+        let _ = unlink(&d.join(n));
+    }
+    log.res("rmdir sub", &rmdir(&d.join("sub")));
+    log.res("rmdir", &rmdir(&d));
+}
+
+#[test]
+fn readdir_d_ino_is_st_ino() {
+    differential("readdir_d_ino", check_readdir_d_ino, &[PT, MEM, NODE, PATH]);
+}
+
+/// A caller with a umask of 0 creates a file (0666), a directory (0777)
+/// and a fifo (0666): their modes lose no bits, whatever the daemon's own
+/// umask (022 for every daemon these tests start).
+fn check_umask_of_the_caller_only(ctx: &Ctx, log: &mut Log) {
+    let d = ctx.p("masks");
+    fs::create_dir(&d).expect("mkdir masks");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 000 && : > f && mkdir d && mkfifo p && umask 027 && : > g")
+        .current_dir(&d)
+        .status()
+        .expect("run sh");
+    log.val("sh", out.success());
+    for n in ["f", "d", "p", "g"] {
+        log.res(&format!("mode of {n}"), &mode_of(&d.join(n)));
+    }
+    for n in ["f", "p", "g"] {
+        let _ = unlink(&d.join(n));
+    }
+    log.res("rmdir d", &rmdir(&d.join("d")));
+    log.res("rmdir", &rmdir(&d));
+}
+
+#[test]
+fn umask_of_the_caller_only() {
+    differential(
+        "umask",
+        check_umask_of_the_caller_only,
+        &[PT, MEM, NODE, PATH, PATH_PT],
+    );
+}
+
 // ---------------------------------------------------------------------------
 // extended attributes
 
@@ -1888,7 +1979,7 @@ fn check_fallocate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn fallocate_modes() {
-    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, PATH]);
+    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -2045,6 +2136,71 @@ fn open_unlink_read() {
     );
 }
 
+/// Unlinking an open file changes its ctime (a name went) but not its
+/// mtime (its content did not change): `fstat` through the open file says so.
+fn check_unlinked_times(ctx: &Ctx, log: &mut Log) {
+    let f = ctx.p("f");
+    create(&f, b"content");
+    log.res(
+        "set mtime",
+        &utimens(&f, Some([ts(1_000_000_000, 0), ts(1_000_000_000, 5)]), true),
+    );
+    let fd = open(&f, libc::O_RDONLY, 0).expect("open");
+    let before = fstat(&fd).expect("fstat");
+    // The filesystems' clocks tick in at most jiffies: let one pass.
+    std::thread::sleep(Duration::from_millis(20));
+    log.res("unlink the open file", &unlink(&f));
+    let after = fstat(&fd).map(|s| {
+        (
+            (s.st_mtime, s.st_mtime_nsec),
+            (s.st_ctime, s.st_ctime_nsec) > (before.st_ctime, before.st_ctime_nsec),
+            s.st_nlink,
+        )
+    });
+    log.res("fstat: mtime, ctime moved, links", &after);
+}
+
+#[test]
+fn unlink_keeps_mtime_and_moves_ctime() {
+    differential("unlinked_times", check_unlinked_times, &[PT, MEM, NODE, PATH]);
+}
+
+/// Every operation that takes a name refuses one over 255 bytes with
+/// `ENAMETOOLONG` (the kernel passes up to 1024), existing or not.
+fn check_long_names(ctx: &Ctx, log: &mut Log) {
+    let f = ctx.p("f");
+    create(&f, b"x");
+    fs::create_dir(ctx.p("d")).expect("mkdir d");
+    for len in [256, 1000] {
+        let long = ctx.p(&"n".repeat(len));
+        log.res(&format!("{len}: stat"), &stat(&long, false).map(|_| ()));
+        log.res(&format!("{len}: unlink"), &unlink(&long));
+        log.res(&format!("{len}: rmdir"), &rmdir(&long));
+        log.res(&format!("{len}: mkdir"), &mkdir(&long, 0o755));
+        log.res(&format!("{len}: rename from"), &rename(&long, &f));
+        log.res(&format!("{len}: rename to"), &rename(&f, &long));
+        log.res(&format!("{len}: link from"), &link(&long, &ctx.p("g")));
+        log.res(&format!("{len}: link to"), &link(&f, &long));
+        log.res(&format!("{len}: symlink"), &symlink("f", &long));
+        log.res(&format!("{len}: chmod"), &chmod(&long, 0o600));
+        log.res(&format!("{len}: chown"), &chown(&long, 0, 0, true));
+        log.res(&format!("{len}: truncate"), &truncate(&long, 0));
+        log.res(
+            &format!("{len}: create"),
+            &open(&long, libc::O_CREAT | libc::O_WRONLY, 0o644).map(|_| ()),
+        );
+        log.res(&format!("{len}: utimens"), &utimens(&long, None, true));
+    }
+    log.res("listing", &names_in(&ctx.root));
+    log.res("rmdir d", &rmdir(&ctx.p("d")));
+    log.res("unlink f", &unlink(&f));
+}
+
+#[test]
+fn names_over_255_bytes() {
+    differential("long_names", check_long_names, &[PT, MEM, NODE, PATH]);
+}
+
 // ---------------------------------------------------------------------------
 // ownership of what another user creates
 
@@ -2140,4 +2296,40 @@ fn check_ownership(ctx: &Ctx, log: &mut Log) {
 #[test]
 fn ownership_of_files_created_by_another_user() {
     differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP, NODE, PATH]);
+}
+
+// ---------------------------------------------------------------------------
+// atime of the source
+
+/// A read through a `noatime` mount leaves the source file's atime alone
+/// (passthrough_ll and pathfs open it `O_NOATIME`); through a default
+/// (`relatime`) mount it moves an atime older than a day, as a read of the
+/// source itself does. Not in kernel passthrough mode: the kernel opens
+/// its own backing file with the caller's flags, so the source's mount
+/// decides (a limit of the kernel the daemon cannot lift).
+#[test]
+fn noatime_mounts_leave_the_source_atime_alone() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    const OLD: Time = (1_000_000_000, 0);
+    for (fs, noatime) in [
+        (Fs::Passthrough("noatime,cache=never"), true),
+        (Fs::Passthrough("cache=never"), false),
+        (Fs::Pathfs("noatime"), true),
+        (Fs::Pathfs(""), false),
+    ] {
+        let d = Daemon::start(fs);
+        let src = d.source.clone().expect("a source").join("f");
+        create(&src, b"data");
+        utimens(&src, Some([ts(OLD.0, OLD.1), ts(OLD.0, OLD.1)]), true).expect("set times");
+        assert_eq!(fs::read(d.mnt.join("f")).expect("read"), b"data", "{}", d.label());
+        let atime = times_of(&src, true).expect("stat the source").0;
+        assert_eq!(
+            atime == OLD,
+            noatime,
+            "{}: the source's atime is {atime:?}",
+            d.label()
+        );
+    }
 }

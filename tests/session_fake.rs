@@ -571,11 +571,14 @@ impl Filesystem for TestFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
-        let flags = flags.bits();
-        self.rec(format!("releasedir ino={ino} fh={:#x} flags={flags:#x}", fh.0));
+        let flags = req.flags.bits();
+        self.rec(format!(
+            "releasedir ino={ino} fh={:#x} flags={flags:#x} owner={:?}",
+            fh.0, req.lock_owner
+        ));
         reply.ok()
     }
 
@@ -1312,8 +1315,13 @@ fn cases_for(op: Opcode, u: &mut Uniq) -> Vec<Case> {
             let x = u.next();
             vec![case(
                 "RELEASEDIR",
-                request(29, x, N, &B::new().u64(0x4321).u32(0o200000).u32(0).u64(0).done()),
-                &["releasedir ino=5 fh=0x4321 flags=0x10000"],
+                request(
+                    29,
+                    x,
+                    N,
+                    &B::new().u64(0x4321).u32(0o200000).u32(0).u64(0x77).done(),
+                ),
+                &["releasedir ino=5 fh=0x4321 flags=0x10000 owner=Some(LockOwner(119))"],
                 ok(x, &[]),
             )]
         }
@@ -2895,13 +2903,13 @@ fn statistics_count_requests_and_errors() {
     let o = |count, errors, max_inflight| fuse_wire::session::OpStats {
         count,
         errors,
-        max_inflight,
+        max_inflight: Some(max_inflight),
     };
     assert_eq!(st.get(Opcode::Getattr), o(4, 1, 1));
     assert_eq!(st.get(Opcode::Lookup), o(2, 1, 1));
     assert_eq!(st.get(Opcode::Forget), o(1, 0, 0));
     assert_eq!(st.get(Opcode::Access), o(1, 1, 1));
-    assert_eq!(st.get(Opcode::Read), o(0, 0, 0));
+    assert_eq!(st.get(Opcode::Read), Default::default(), "never seen");
     assert_eq!(
         st.ops.keys().copied().collect::<Vec<_>>(),
         ["ACCESS", "FORGET", "GETATTR", "LOOKUP"]
@@ -2940,6 +2948,26 @@ fn splice_write_falls_back_to_reading_where_there_is_no_splice() {
 }
 
 #[test]
+fn statistics_say_in_flight_is_not_tracked_rather_than_0() {
+    let fake = ready(SessionConfig {
+        track_inflight: false,
+        ..one_worker()
+    });
+    fake.roundtrip(getattr5(10));
+    let report = fake.unmount_and_join().unwrap();
+    let getattr = report.stats.get(Opcode::Getattr);
+    assert_eq!((getattr.count, getattr.max_inflight), (1, None));
+    assert!(
+        report
+            .stats
+            .to_json()
+            .starts_with("{\"ops\": {\"GETATTR\": {\"count\": 1, \"errors\": 0, \"max_inflight\": null}}"),
+        "{}",
+        report.stats.to_json()
+    );
+}
+
+#[test]
 fn statistics_as_json() {
     let fake = ready(one_worker());
     fake.roundtrip(getattr5(10));
@@ -2962,7 +2990,7 @@ fn statistics_max_inflight_with_two_blocked_handlers() {
         fake.fs.count(|c| c.contains("name=gate")) == 2
     });
     let live = fake.handle.stats().get(Opcode::Lookup);
-    assert_eq!((live.count, live.max_inflight), (2, 2));
+    assert_eq!((live.count, live.max_inflight), (2, Some(2)));
     fake.fs.gate.open();
     let mut got = vec![fake.recv(), fake.recv()];
     got.sort();
@@ -2970,7 +2998,7 @@ fn statistics_max_inflight_with_two_blocked_handlers() {
     want.sort();
     assert_eq!(got, want);
     let report = fake.unmount_and_join().unwrap();
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 2);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(2));
 }
 
 // ---------------------------------------------------------------------------
@@ -3086,7 +3114,7 @@ fn statistics_are_up_to_date_when_the_reply_arrives() {
         assert_eq!((live.count, live.errors), (i + 1, i + 1), "after reply {i}");
     }
     let report = fake.unmount_and_join().unwrap();
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 1);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(1));
 }
 
 // ---------------------------------------------------------------------------
@@ -3154,7 +3182,7 @@ fn at_the_cap_forgets_are_served_and_an_interrupt_ends_a_queued_request() {
         fuse_wire::session::OpStats {
             count: 1,
             errors: 1,
-            max_inflight: 0
+            max_inflight: None
         }
     );
 }
@@ -3350,7 +3378,7 @@ fn deferred_waits_hold_no_worker_and_end_on_interrupt() {
     let report = fake.unmount_and_join().unwrap();
     assert_eq!(report.workers_started, 1, "the waits needed no worker");
     // The two waits, and the refused one while it was being answered.
-    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, 3);
+    assert_eq!(report.stats.get(Opcode::Lookup).max_inflight, Some(3));
 }
 
 /// A stop or a retire asked for at any step of the start (before, during

@@ -35,6 +35,11 @@ struct Slowfs {
 
 impl Slowfs {
     fn start(tag: &str, opts: &str) -> Slowfs {
+        Self::start_with(tag, opts, &[])
+    }
+
+    /// [`Slowfs::start`] with more arguments (`--stats FILE`).
+    fn start_with(tag: &str, opts: &str, extra: &[&std::ffi::OsStr]) -> Slowfs {
         let mut opts = format!("api=async,{opts}");
         if common::over_uring() {
             // Room on each queue for every request of the tests at once.
@@ -43,6 +48,7 @@ impl Slowfs {
         let mp = TempMountpoint::new(tag);
         let mut child = Command::new(common::example_binary("slowfs"))
             .args(["-o", &opts])
+            .args(extra)
             .arg(mp.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -241,7 +247,8 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
     }
     const N: usize = 1000;
     const MAX_WORKERS: usize = 4;
-    let fs = Slowfs::start(
+    let stats_file = std::env::temp_dir().join(format!("slowfs-thousand-{}.json", std::process::id()));
+    let fs = Slowfs::start_with(
         "slowfs-thousand",
         // Long enough that every reader is started before the first read
         // ends, even on a loaded machine.
@@ -250,6 +257,7 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
         &format!(
             "latency_ms=0,read_latency_ms=5000,files=1000,size=4096,threads=2,max_threads={MAX_WORKERS}"
         ),
+        &["--stats".as_ref(), stats_file.as_os_str()],
     );
     let files: Vec<File> = (0..N)
         .map(|n| File::open(fs.path(&format!("file-{n:03}"))).expect("open"))
@@ -323,6 +331,21 @@ fn a_thousand_slow_reads_at_once_are_served_by_a_handful_of_threads() {
     eprintln!(
         "{N} READs at once served by {} daemon threads: {threads:?}",
         threads.len()
+    );
+    // The session's statistics saw the same N READs at once as `.stats`.
+    drop(fs);
+    let json = std::fs::read_to_string(&stats_file).expect("slowfs --stats");
+    let _ = std::fs::remove_file(&stats_file);
+    let read = &json[json.find("\"READ\": {").expect("READ in the statistics")..];
+    let max: u64 = read["\"READ\": {".len()..]
+        .split("\"max_inflight\": ")
+        .nth(1)
+        .and_then(|r| r.split('}').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no READ max_inflight in {json}"));
+    assert!(
+        max as usize >= N,
+        "READ max_inflight {max} for {N} READs at once: {json}"
     );
 }
 

@@ -377,11 +377,20 @@ impl Caller {
 const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
 const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
 
-fn check_name(name: &CStr) -> Result<&[u8], Errno> {
-    let n = name.to_bytes();
+/// `ENAMETOOLONG` for a name longer than [`MAX_NAME`], in every operation
+/// that takes one (the kernel passes names up to 1024 bytes): a lookup of
+/// one does not answer "no such name".
+fn too_long(n: &[u8]) -> Result<&[u8], Errno> {
     if n.len() > MAX_NAME {
         Err(ENAMETOOLONG)
-    } else if n.is_empty() || n == b"." || n == b".." || n.contains(&b'/') {
+    } else {
+        Ok(n)
+    }
+}
+
+fn check_name(name: &CStr) -> Result<&[u8], Errno> {
+    let n = too_long(name.to_bytes())?;
+    if n.is_empty() || n == b"." || n == b".." || n.contains(&b'/') {
         Err(Errno::EINVAL)
     } else {
         Ok(n)
@@ -747,6 +756,7 @@ impl MemFs {
         let pd = p.read();
         let dir = pd.dir()?;
         self.may(caller, &pd, libc::X_OK)?;
+        too_long(name.to_bytes())?;
         let Some(e) = dir.get(name.to_bytes()) else {
             return Ok(None);
         };
@@ -867,6 +877,7 @@ impl MemFs {
         }
         pd.dir()?;
         self.may(caller, &pd, libc::X_OK)?;
+        too_long(name)?;
         let e = pd.dir()?.get(name).cloned().ok_or(Errno::ENOENT)?;
         self.may(caller, &pd, libc::W_OK | libc::X_OK)?;
         let is_dir = e.kind == libc::S_IFDIR;
@@ -917,7 +928,7 @@ impl MemFs {
             return Err(Errno::EINVAL); // RENAME_WHITEOUT is for overlay filesystems
         }
         let exchange = flags & RENAME_EXCHANGE != 0;
-        let (name, newname) = (name.to_bytes(), check_name(newname)?);
+        let (name, newname) = (too_long(name.to_bytes())?, check_name(newname)?);
         let cross = parent != newparent;
         let _tree = cross.then(|| self.rename_lock.lock().unwrap_or_else(|e| e.into_inner()));
         let p = self.get(parent)?;

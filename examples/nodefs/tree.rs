@@ -6,8 +6,8 @@
 use fuse_wire::node::{Children, DirFill, Node, NodeRef, OpenFile, Opened};
 use fuse_wire::reply::ReplyData;
 use fuse_wire::{
-    CreateRequest, Errno, FileAttr, FileKind, MknodRequest, OpenFlags, ReadRequest, RenameFlags,
-    RequestContext, SetattrRequest, WriteRequest,
+    CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, MknodRequest, OpenFlags, ReadRequest,
+    RenameFlags, RequestContext, SetattrRequest, WriteRequest,
 };
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -80,10 +80,20 @@ impl Inode {
         }
     }
 
+    /// A directory's entries changed: its link count by `nlink`, its
+    /// mtime and ctime now.
     fn touch(&self, nlink: i32) {
         let mut a = lock(&self.attr);
         a.nlink = a.nlink.saturating_add_signed(nlink);
         (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
+    }
+
+    /// A node gained or lost a name (link, unlink, rename): its link count
+    /// by `nlink` and its ctime; its mtime is its content's and stays.
+    fn relink(&self, nlink: i32) {
+        let mut a = lock(&self.attr);
+        a.nlink = a.nlink.saturating_add_signed(nlink);
+        a.ctime = SystemTime::now();
     }
 
     /// Adds a new child `name` of `kind`.
@@ -314,7 +324,7 @@ impl Node for Inode {
         if d.contains(name) {
             return Err(Errno::EEXIST);
         }
-        inode.touch(1);
+        inode.relink(1);
         d.insert(name.to_vec(), inode);
         self.touch(0);
         Ok(())
@@ -327,7 +337,7 @@ impl Node for Inode {
             Some(n) if n.is_dir() => Err(Errno::EISDIR),
             Some(_) => {
                 let n = d.remove(name.to_bytes()).expect("present");
-                n.touch(-1);
+                n.relink(-1);
                 self.touch(0);
                 Ok(())
             }
@@ -344,7 +354,7 @@ impl Node for Inode {
         if !lock(n.entries()?).is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        d.remove(name.to_bytes()).expect("present").touch(-2);
+        d.remove(name.to_bytes()).expect("present").relink(-2);
         self.touch(-1);
         Ok(())
     }
@@ -411,10 +421,10 @@ impl Node for Inode {
                     (false, true) => return Err(Errno::EISDIR),
                     (true, true) if !lock(old.entries()?).is_empty() => return Err(Errno::ENOTEMPTY),
                     (true, true) => {
-                        old.touch(-2);
+                        old.relink(-2);
                         to.touch(-1);
                     }
-                    _ => old.touch(-1),
+                    _ => old.relink(-1),
                 }
             }
             moves_dir(&node, self, to);
@@ -424,7 +434,8 @@ impl Node for Inode {
                 .unwrap_or(&mut src)
                 .insert(newname.to_vec(), node.clone());
         }
-        for n in [&*node, self, to] {
+        node.relink(0);
+        for n in [self, to] {
             n.touch(0);
         }
         Ok(())
@@ -467,5 +478,34 @@ impl OpenFile for Handle {
         let mut a = lock(&self.attr);
         (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
         Ok(bytes.len() as u32)
+    }
+
+    fn fallocate(&self, _: &RequestContext<'_>, req: FallocateRequest) -> Result<(), Errno> {
+        // The kernel has checked the fd's mode, the range and the flags'
+        // combinations; in memory there is nothing to reserve.
+        let keep_size = req.mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let zero = match req.mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => false,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => true,
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
+        let end = req
+            .offset
+            .checked_add(req.length)
+            .filter(|&e| e <= SIZE_MAX)
+            .ok_or(Errno::EFBIG)?;
+        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let len = data.len() as u64;
+        if zero && req.offset < len {
+            data[req.offset as usize..end.min(len) as usize].fill(0);
+        }
+        if !keep_size && end > len {
+            data.resize(end as usize, 0);
+        }
+        if zero || (!keep_size && end > len) {
+            let mut a = lock(&self.attr);
+            (a.mtime, a.ctime) = (SystemTime::now(), SystemTime::now());
+        }
+        Ok(())
     }
 }

@@ -347,6 +347,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         mount.default_permissions = true;
     }
     fs.default_permissions = mount.default_permissions;
+    fs.noatime = mount.noatime;
     if fs.passthrough && fs.writeback {
         return Err(
             "`passthrough` and `writeback` cannot be combined: the kernel refuses passthrough \

@@ -54,6 +54,11 @@ pub struct FsOptions {
     pub passthrough: bool,
     pub parallel_direct_writes: bool,
     pub default_permissions: bool,
+    /// The mount is `noatime`: reads through it leave the source's atime
+    /// alone too (files opened `O_NOATIME` where allowed; in kernel
+    /// passthrough mode the kernel's own backing file reads, and the
+    /// source's mount decides).
+    pub noatime: bool,
     /// Answer reads of buffered handles with `splice(2)` from the source file.
     pub splice: bool,
     /// Whether inodes are known by file handle (`inode_file_handles=`).
@@ -80,6 +85,7 @@ impl Default for FsOptions {
             passthrough: false,
             parallel_direct_writes: false,
             default_permissions: false,
+            noatime: false,
             splice: true,
             inode_file_handles: HandleMode::Prefer,
             fd_cache: crate::fdcache::DEFAULT_CAPACITY,
@@ -553,6 +559,20 @@ impl PassthroughFs {
         f
     }
 
+    /// Opens the source file at `path` (a `/proc/self/fd` path) with
+    /// `flags`, plus `O_NOATIME` on a `noatime` mount, and again without
+    /// it where that is refused (`EPERM`: not the opener's file, no
+    /// `CAP_FOWNER`).
+    fn open_source(&self, path: &CStr, flags: i32) -> io::Result<OwnedFd> {
+        if self.opts.noatime {
+            match sys::openat(Dir::Cwd, path, flags | libc::O_NOATIME, 0) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+                r => return r,
+            }
+        }
+        sys::openat(Dir::Cwd, path, flags, 0)
+    }
+
     fn file_open_flags(&self, inode: &InodeData, passthrough: bool) -> FopenFlags {
         let mut f = FopenFlags::empty();
         let regular = inode.kind == libc::S_IFREG;
@@ -639,11 +659,11 @@ impl PassthroughFs {
         let path = proc_path(ifd.as_fd());
         // Shared by the later opens of every caller: opened as the daemon.
         let _as_daemon = credentials::as_daemon();
-        let (fd, writable, write_errno) = match sys::openat(Dir::Cwd, &path, libc::O_RDWR, 0) {
+        let (fd, writable, write_errno) = match self.open_source(&path, libc::O_RDWR) {
             Ok(fd) => (fd, true, 0),
             Err(e) => {
                 let werr = e.raw_os_error().unwrap_or(libc::EACCES);
-                (sys::openat(Dir::Cwd, &path, libc::O_RDONLY, 0)?, false, werr)
+                (self.open_source(&path, libc::O_RDONLY)?, false, werr)
             }
         };
         if write && !writable {
@@ -1712,7 +1732,7 @@ impl PassthroughFs {
         let inode = self.inode(ino)?;
         let inode_fd = self.fd(&inode)?;
         let path = proc_path(inode_fd.as_fd());
-        let fd = match sys::openat(Dir::Cwd, &path, self.source_flags(flags), 0) {
+        let fd = match self.open_source(&path, self.source_flags(flags)) {
             Err(e) if e.raw_os_error() == Some(libc::EACCES) && self.is_exec_open(flags) => {
                 self.open_for_exec(&path, flags)?
             }
@@ -2511,7 +2531,7 @@ impl Filesystem for PassthroughFs {
         _ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        _flags: OpenFlags,
+        _: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
         log::debug!("releasedir ino={ino} fh={fh}");

@@ -17,7 +17,9 @@
 //! operations running now, the most at once, completed, and cancelled (an
 //! async operation whose future was dropped, by an INTERRUPT or the end of
 //! the session). `--stats FILE` writes the session's statistics with the
-//! same counters at exit.
+//! same counters at exit; slowfs tracks requests in flight
+//! (`SessionConfig::track_inflight`), so their `max_inflight` is the
+//! session's own count of what `.stats` calls the most at once.
 
 #[path = "../common/cli.rs"]
 mod cli;
@@ -302,7 +304,11 @@ fn options(list: &[String]) -> Result<Options, cli::UsageError> {
         },
         max_in_flight: fuse_wire::asyncfs::DEFAULT_MAX_IN_FLIGHT,
         runtime_threads: 2,
-        session: SessionConfig::default(),
+        // slowfs is for watching concurrency: worth one shared counter.
+        session: SessionConfig {
+            track_inflight: true,
+            ..SessionConfig::default()
+        },
     };
     for opt in list {
         let bad = || cli::UsageError(format!("unknown or invalid option `{opt}`"));

@@ -115,7 +115,7 @@ mod wire;
 pub use api::{attr, backing, context, credentials, filesystem, init, inodes, notify, ops, reply, types};
 pub use recovery::{fault, fdstore, handover, journal, keeper, region, service, vault};
 use serve::{conn, dispatch, interrupt, pool, ring_worker, worker};
-pub use serve::{deferred, session, stats};
+pub use serve::{deferred, session, stats, umask};
 pub use wire::transport;
 use wire::{buffer, payload, recv_pipe, signal, splice};
 

@@ -546,7 +546,17 @@ impl Daemon {
         args.extend(extra.iter().map(OsString::from));
         args.push(mnt.clone().into());
         let logf = fs::File::create(&log_path).expect("create daemon log");
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        // SAFETY: umask is async-signal-safe and cannot fail. A daemon
+        // started from a shell has a umask of 022: the creates it serves
+        // must not lose those bits too (`umask_of_the_caller_only`).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::umask(0o022);
+                Ok(())
+            })
+        };
+        let child = cmd
             .args(&args)
             .stdin(Stdio::null())
             .stdout(logf.try_clone().expect("dup log"))

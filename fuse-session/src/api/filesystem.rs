@@ -195,7 +195,7 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// MKNOD: create a node (`mkfifo`, `mknod`, and a regular file when
     /// CREATE answered `ENOSYS`). Reply with the new entry (one lookup
-    /// reference). The umask is in [`RequestContext::umask`].
+    /// reference). The mode is as [`CreateRequest::mode`] says.
     fn mknod(
         &self,
         ctx: &RequestContext<'_>,
@@ -208,8 +208,9 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// MKDIR: create a directory (`mode`: permission bits). Reply with the
-    /// new entry (one lookup reference).
+    /// MKDIR: create a directory (`mode`: permission bits, to create with
+    /// exactly, see [`CreateRequest::mode`]). Reply with the new entry (one
+    /// lookup reference).
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
         let _ = (ctx, parent, name, mode);
         reply.error(Errno::ENOSYS);
@@ -307,6 +308,16 @@ pub trait Filesystem: Send + Sync + 'static {
     /// `close(2)`, possibly many per open). Its error is what `close`
     /// returns; drop POSIX locks of `lock_owner` here. `ENOSYS` makes the
     /// kernel stop sending it.
+    ///
+    /// What a filesystem that commits at close must know (the tutorial's
+    /// "Committing at close"): there is one FLUSH per `close` of any
+    /// duplicate of the descriptor, so several per open, and the first may
+    /// come before any data: bash runs `echo x > f` as open, `dup2` onto
+    /// stdout, `close` of the original (a FLUSH, nothing written yet),
+    /// write, and a last `close` (a second FLUSH). A FLUSH says nothing
+    /// about whether data came: commit at a FLUSH only what was written
+    /// (or truncated, `O_TRUNC` included) since the last commit, and
+    /// expect more FLUSHes and writes after it, until RELEASE.
     fn flush(
         &self,
         ctx: &RequestContext<'_>,
@@ -321,6 +332,13 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// RELEASE: the last reference to an open file is gone; free the handle.
     /// Its reply is not waited for by anyone; the default succeeds.
+    ///
+    /// It comes once per open, after every FLUSH and write, but when the
+    /// last reference goes, which may be long after the last `close` (a
+    /// mapping, a descriptor a child inherited), and `close` does not wait
+    /// for it: its error reaches nobody, and a program that reopens the
+    /// file at once may get there first. Commit where the caller waits
+    /// (FLUSH, FSYNC) if it must see the result; see [`Filesystem::flush`].
     fn release(
         &self,
         ctx: &RequestContext<'_>,
@@ -384,16 +402,18 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// RELEASEDIR: release an open directory. The default succeeds.
+    /// RELEASEDIR: release an open directory. The default succeeds. `req`
+    /// is what [`Filesystem::release`] gets (this method took only its
+    /// `flags` before: they are `req.flags`).
     fn releasedir(
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
-        let _ = (ctx, ino, fh, flags);
+        let _ = (ctx, ino, fh, req);
         reply.ok();
     }
 

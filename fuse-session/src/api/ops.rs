@@ -17,25 +17,46 @@ use std::ffi::CStr;
 use std::time::SystemTime;
 
 /// How a file was opened: `O_RDONLY`, `O_WRONLY` or `O_RDWR`.
+///
+/// `ReadOnly` and `WriteOnly`, the old names of `Read` and `Write`, still
+/// work (deprecated), in expressions and patterns:
+///
+/// ```
+/// use fuse_session::{AccessMode, OpenFlags};
+///
+/// let mode = OpenFlags::from_bits(libc::O_RDONLY).access_mode();
+/// assert_eq!(mode, AccessMode::Read);
+/// #[allow(deprecated)]
+/// let old = matches!(mode, AccessMode::ReadOnly) && AccessMode::WriteOnly == AccessMode::Write;
+/// assert!(old);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AccessMode {
     /// `O_RDONLY`.
-    ReadOnly,
+    Read,
     /// `O_WRONLY`.
-    WriteOnly,
+    Write,
     /// `O_RDWR`.
     ReadWrite,
 }
 
+#[allow(non_upper_case_globals)]
 impl AccessMode {
+    /// The old name of [`AccessMode::Read`].
+    #[deprecated(note = "renamed `AccessMode::Read`")]
+    pub const ReadOnly: AccessMode = AccessMode::Read;
+    /// The old name of [`AccessMode::Write`].
+    #[deprecated(note = "renamed `AccessMode::Write`")]
+    pub const WriteOnly: AccessMode = AccessMode::Write;
+
     /// Whether the mode allows reading.
     pub fn can_read(self) -> bool {
-        self != AccessMode::WriteOnly
+        self != AccessMode::Write
     }
 
     /// Whether the mode allows writing.
     pub fn can_write(self) -> bool {
-        self != AccessMode::ReadOnly
+        self != AccessMode::Read
     }
 }
 
@@ -52,7 +73,7 @@ impl AccessMode {
 /// use fuse_session::{AccessMode, OpenFlags};
 ///
 /// let f = OpenFlags::from_bits(libc::O_WRONLY | libc::O_APPEND);
-/// assert_eq!(f.access_mode(), AccessMode::WriteOnly);
+/// assert_eq!(f.access_mode(), AccessMode::Write);
 /// assert!(f.append() && !f.truncate());
 /// // 3: no reading or writing, but both permissions needed (ioctl opens).
 /// assert_eq!(OpenFlags::from_bits(3).access_mode(), AccessMode::ReadWrite);
@@ -77,8 +98,8 @@ impl OpenFlags {
     /// read and write permission on Linux, so it reads as `ReadWrite`.
     pub const fn access_mode(self) -> AccessMode {
         match self.0 & libc::O_ACCMODE {
-            libc::O_RDONLY => AccessMode::ReadOnly,
-            libc::O_WRONLY => AccessMode::WriteOnly,
+            libc::O_RDONLY => AccessMode::Read,
+            libc::O_WRONLY => AccessMode::Write,
             _ => AccessMode::ReadWrite,
         }
     }
@@ -203,9 +224,12 @@ pub struct ReleaseRequest {
 /// What a CREATE, TMPFILE or atomic open asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct CreateRequest {
-    /// Mode of a new file: type bits and permissions (the umask is already
-    /// applied unless the filesystem asked for `DONT_MASK`; see
-    /// [`crate::RequestContext::umask`]).
+    /// Mode of a new file: type bits and permissions, the caller's umask
+    /// already applied (unless the filesystem asked for `DONT_MASK`; then
+    /// [`crate::RequestContext::umask`] gives it). Create with exactly this
+    /// mode: the thread serving the request has a umask of 0 of its own
+    /// (see [`crate::umask`]), so the daemon's umask takes nothing off. The
+    /// same holds for MKNOD, MKDIR and TMPFILE modes, in every layer.
     pub mode: u32,
     /// The open flags (`O_CREAT`, `O_EXCL`, `O_TRUNC` included).
     pub flags: OpenFlags,
@@ -221,7 +245,8 @@ impl CreateRequest {
 /// What a MKNOD asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct MknodRequest {
-    /// Type bits and permissions (umask as for [`CreateRequest::mode`]).
+    /// Type bits and permissions (umask as for [`CreateRequest::mode`]:
+    /// create with exactly this mode).
     pub mode: u32,
     /// The device number of a device node.
     pub rdev: u32,

@@ -245,6 +245,27 @@ pub(crate) fn check_name(name: &CStr) -> Result<(), Errno> {
 /// Adds the "." and ".." entries of a READDIR from `offset` (their cookies
 /// are 1 and 2; both lead to `ino`): [`DirAdd::Full`] if the reply filled
 /// up (stop there), else [`DirAdd::Added`].
+/// The largest listing cookie a layer's `readdir` may give an entry: the
+/// layers send a filesystem's cookie `c` as `c + 2` on the wire (1 and 2
+/// are "." and ".."), so cookies above this one have no wire value.
+pub const MAX_COOKIE: u64 = u64::MAX - 2;
+
+/// The wire cookie of a layer filesystem's cookie `next`, or `None` (logged)
+/// when it is 0 or above [`MAX_COOKIE`]: such an entry is left out rather
+/// than sent with a cookie another entry has.
+pub(crate) fn wire_cookie(next: u64, name: &[u8]) -> Option<u64> {
+    match next {
+        1..=MAX_COOKIE => Some(next + 2),
+        _ => {
+            log::error!(
+                "readdir: leaving out {:?}, whose cookie {next} is not in 1..={MAX_COOKIE}",
+                String::from_utf8_lossy(name)
+            );
+            None
+        }
+    }
+}
+
 pub(crate) fn add_dots(reply: &mut ReplyDirectory, ino: Inode, offset: u64) -> DirAdd {
     for (i, name) in [".", ".."].into_iter().enumerate().skip(offset as usize) {
         if reply.add(ino, i as u64 + 1, FileKind::Directory, name).is_full() {

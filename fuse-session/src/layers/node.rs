@@ -108,6 +108,8 @@ use std::any::Any;
 use std::ffi::CStr;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
+
+pub use crate::layers::core::MAX_COOKIE;
 use std::time::Duration;
 
 /// A node of the tree, shared by the tree and the library.
@@ -301,7 +303,10 @@ pub trait OpenFile: Any + Send + Sync {
     /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
     /// only for files opened [`Opened::with_flush`] (and, with writeback
     /// caching, for every file: the kernel then writes dirty pages back on
-    /// close); for the others the kernel skips the round trip.
+    /// close); for the others the kernel skips the round trip. Several per
+    /// open, the first possibly before any data (bash's `echo x > f`):
+    /// commit only what was written since the last commit, as
+    /// [`Filesystem::flush`] explains.
     fn flush(&self, ctx: &RequestContext<'_>, lock_owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, lock_owner);
         Ok(())
@@ -328,7 +333,8 @@ pub trait OpenFile: Any + Send + Sync {
     }
 
     /// RELEASE: the last reference is gone; the library drops the file
-    /// after this returns.
+    /// after this returns. Not awaited by `close`, and possibly long after
+    /// it: see [`Filesystem::release`].
     fn release(&self, ctx: &RequestContext<'_>) {
         let _ = ctx;
     }
@@ -936,17 +942,22 @@ pub struct DirFill<'r, 'c> {
 impl DirFill<'_, '_> {
     /// Adds `name` (leading to `node`) with cookie `next`: the `offset`
     /// the kernel passes back to continue the listing after this entry
-    /// (never 0). Says what it did, as [`ReplyDirectory::add`] does:
-    /// [`DirAdd::Full`] means the entry is not in the reply and none after
-    /// it will be (stop; the kernel asks again from the last entry it
-    /// got), [`DirAdd::Skipped`] an entry left out (a name the kernel
-    /// would reject, or a node whose attributes cannot be read: logged),
+    /// (1 to [`MAX_COOKIE`]; an entry with a cookie out of that range is
+    /// left out, logged, rather than sent with a cookie another entry has).
+    /// Its `d_ino` is the node's `st_ino`, as `stat` reports it. Says what
+    /// it did, as [`ReplyDirectory::add`] does: [`DirAdd::Full`] means the
+    /// entry is not in the reply and none after it will be (stop; the
+    /// kernel asks again from the last entry it got), [`DirAdd::Skipped`]
+    /// an entry left out (a name the kernel would reject, a cookie out of
+    /// range, or a node whose attributes cannot be read: logged),
     /// [`DirAdd::Added`] an entry sent.
     pub fn add(&mut self, name: &[u8], next: u64, node: &NodeRef) -> DirAdd {
         if self.full {
             return DirAdd::Full;
         }
-        let next = next.saturating_add(2);
+        let Some(next) = crate::layers::core::wire_cookie(next, name) else {
+            return DirAdd::Skipped;
+        };
         let added = match &mut self.out {
             Out::Plain(reply) => {
                 let attr = match self.fs.attr_of(node, self.ctx) {

@@ -98,6 +98,8 @@ use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
+
+pub use crate::layers::core::MAX_COOKIE;
 use fuse_proto::flags::{FopenFlags, InitFlags};
 use std::collections::HashMap;
 use std::ffi::{CStr, OsStr};
@@ -165,7 +167,8 @@ pub trait PathFilesystem: Send + Sync + 'static {
         Err(Errno::EROFS)
     }
 
-    /// Creates a directory (`mode`: permission bits); its attributes.
+    /// Creates a directory (`mode`: permission bits, to create with
+    /// exactly, see [`CreateRequest::mode`]); its attributes.
     fn mkdir(&self, ctx: &RequestContext<'_>, path: &Path, mode: u32) -> Result<FileAttr, Errno> {
         let _ = (ctx, path, mode);
         Err(Errno::EROFS)
@@ -252,7 +255,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
     /// FLUSH (each `close(2)`): its error is what `close` returns. Sent
     /// only for files opened [`PathOpened::with_flush`] (and, with
     /// writeback caching, for every file); for the others the kernel skips
-    /// the round trip.
+    /// the round trip. Several per open, the first possibly before any
+    /// data (bash's `echo x > f`): commit only what was written since the
+    /// last commit, as [`Filesystem::flush`] explains.
     fn flush(&self, ctx: &RequestContext<'_>, file: &Self::File, owner: LockOwner) -> Result<(), Errno> {
         let _ = (ctx, file, owner);
         Ok(())
@@ -300,7 +305,9 @@ pub trait PathFilesystem: Send + Sync + 'static {
     }
 
     /// RELEASE: the file is closed for good. (Should a request still be
-    /// running with it, the file is dropped when that ends instead.)
+    /// running with it, the file is dropped when that ends instead.) Not
+    /// awaited by `close`, and possibly long after it: see
+    /// [`Filesystem::release`].
     fn release(&self, ctx: &RequestContext<'_>, file: Self::File) {
         let _ = (ctx, file);
     }
@@ -496,25 +503,59 @@ impl<F: PathFilesystem> Clone for PathFs<F> {
 }
 
 /// Where [`PathFilesystem::readdir`] puts a directory's entries.
+///
+/// Each entry carries the inode number `readdir(3)` shows (`d_ino`), which
+/// must be the `st_ino` that `stat` gives the same name. [`add`](Self::add)
+/// finds it with no code of the filesystem's: the node's if the kernel
+/// knows the name, otherwise the [`FileAttr::ino`] the filesystem's
+/// [`getattr`](PathFilesystem::getattr) reports for the path (one call per
+/// such name). A filesystem that has the numbers at hand (a mirror reading
+/// its source's `d_ino`) gives them with [`add_with_ino`](Self::add_with_ino)
+/// and saves those calls.
+///
+/// Cookies (`next`) are the filesystem's, from 1 to [`MAX_COOKIE`]; the
+/// kernel passes one back as `offset` to continue after its entry. An entry
+/// with a cookie out of that range is left out (logged,
+/// [`DirAdd::Skipped`]) rather than sent with a cookie another entry has.
 pub struct PathDirFill<'r> {
     reply: &'r mut ReplyDirectory,
     full: bool,
+    ino_of: &'r mut dyn FnMut(&[u8]) -> u64,
 }
+
+/// The `d_ino` sent for a name whose `st_ino` is not known yet: one the
+/// kernel has not looked up, of a filesystem that reports no
+/// [`FileAttr::ino`] (its `st_ino` is the node id a LOOKUP will give it).
+pub const UNKNOWN_INO: u64 = 0xffff_ffff;
 
 impl PathDirFill<'_> {
     /// Adds `name` of `kind` with cookie `next`: the `offset` the kernel
-    /// passes back to continue the listing after this entry (never 0).
-    /// Says what it did, as [`ReplyDirectory::add`] does:
+    /// passes back to continue the listing after this entry (1 to
+    /// [`MAX_COOKIE`]). Its `d_ino` is found as the [type's
+    /// documentation](Self) says. Says what it did, as
+    /// [`ReplyDirectory::add`] does:
     /// [`DirAdd::Full`] means the entry is not in the reply and none after
     /// it will be (stop; the kernel asks again from the last entry it
-    /// got), [`DirAdd::Skipped`] a name the kernel would reject (logged,
-    /// left out), [`DirAdd::Added`] an entry sent.
+    /// got), [`DirAdd::Skipped`] a name the kernel would reject or a cookie
+    /// out of range (logged, left out), [`DirAdd::Added`] an entry sent.
     pub fn add(&mut self, name: &[u8], kind: FileKind, next: u64) -> DirAdd {
         if self.full {
             return DirAdd::Full;
         }
-        let next = next.saturating_add(2);
-        let added = self.reply.add(Inode(next), next, kind, name);
+        let ino = (self.ino_of)(name);
+        self.add_with_ino(name, kind, next, ino)
+    }
+
+    /// [`add`](Self::add) with the entry's inode number given: `ino` must
+    /// be the [`FileAttr::ino`] the filesystem's `getattr` reports for it.
+    pub fn add_with_ino(&mut self, name: &[u8], kind: FileKind, next: u64, ino: u64) -> DirAdd {
+        if self.full {
+            return DirAdd::Full;
+        }
+        let Some(next) = crate::layers::core::wire_cookie(next, name) else {
+            return DirAdd::Skipped;
+        };
+        let added = self.reply.add(Inode(ino), next, kind, name);
         self.full = added.is_full();
         added
     }
@@ -671,6 +712,18 @@ impl<F: PathFilesystem> PathFs<F> {
             entry_ttl: self.ttl,
             attr_ttl: self.ttl,
         })
+    }
+
+    /// The `st_ino` of node `ino` as last reported (its node id when the
+    /// filesystem reports none).
+    fn st_ino(&self, ino: Inode) -> u64 {
+        self.shared
+            .table
+            .get(ino)
+            .and_then(|n| *lock(&n.last))
+            .map(|a| a.ino)
+            .filter(|&i| i != 0)
+            .unwrap_or(ino.0)
     }
 
     /// Keeps `attr` as the last attributes of `ino`.
@@ -1116,12 +1169,32 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let path = self.path(ino)?;
-            if crate::layers::core::add_dots(&mut reply, ino, offset).is_full() {
+            let dir = self.node(ino)?;
+            let me = match self.shared.table.get(ino).and_then(|n| *lock(&n.last)) {
+                Some(_) => self.st_ino(ino),
+                None => match self.shared.fs.getattr(ctx, Some(&path), None) {
+                    Ok(a) => self.fix_attr(ino, a).1.ino,
+                    Err(_) => ino.0,
+                },
+            };
+            if crate::layers::core::add_dots(&mut reply, Inode(me), offset).is_full() {
                 return Ok(());
             }
+            let mut ino_of = |name: &[u8]| {
+                let known = lock(&dir.children).get(name).copied();
+                if let Some(k) = known.filter(|&k| self.live(k).is_some()) {
+                    return self.st_ino(Inode(k.0));
+                }
+                let child = path.join(OsStr::from_bytes(name));
+                match self.shared.fs.getattr(ctx, Some(&child), None) {
+                    Ok(a) if a.ino != 0 => a.ino,
+                    _ => UNKNOWN_INO,
+                }
+            };
             let mut fill = PathDirFill {
                 reply: &mut reply,
                 full: false,
+                ino_of: &mut ino_of,
             };
             self.shared
                 .fs

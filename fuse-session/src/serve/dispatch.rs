@@ -213,6 +213,11 @@ fn serve_with<'a, F: Filesystem>(
         | Operation::AtomicOpen { arg, .. } => Some(arg.umask),
         _ => None,
     };
+    if umask.is_some() {
+        // What the filesystem creates gets the mode asked for, not less
+        // the daemon's own umask too.
+        crate::umask::clear_for_this_thread();
+    }
     let open_in = match req.op {
         Operation::Open { arg } => arg.open_flags,
         Operation::Create { arg, .. }
@@ -227,6 +232,17 @@ fn serve_with<'a, F: Filesystem>(
     guarded(worker, opcode, unique, || {
         call(fs, &ctx, ino, req.op, core, piped)
     });
+}
+
+/// The RELEASE or RELEASEDIR `arg` as the traits get it.
+fn release_request(arg: &fuse_proto::abi::ReleaseIn) -> ReleaseRequest {
+    let rf = ReleaseFlags::from_bits_retain(arg.release_flags);
+    ReleaseRequest {
+        flags: open_flags(arg.flags),
+        lock_owner: Some(LockOwner(arg.lock_owner)),
+        flush: rf.contains(ReleaseFlags::FLUSH),
+        flock_release: rf.contains(ReleaseFlags::FLOCK_UNLOCK),
+    }
 }
 
 /// Operations on files the caller already holds open, which `allow_root`
@@ -420,16 +436,13 @@ fn call<'a, F: Filesystem>(
             fs.write(ctx, ino, FileHandle(arg.fh), req, ReplyWrite::new(core))
         }
         O::Statfs => fs.statfs(ctx, ino, ReplyStatfs::new(core)),
-        O::Release { arg } => {
-            let rf = ReleaseFlags::from_bits_retain(arg.release_flags);
-            let req = ReleaseRequest {
-                flags: open_flags(arg.flags),
-                lock_owner: Some(LockOwner(arg.lock_owner)),
-                flush: rf.contains(ReleaseFlags::FLUSH),
-                flock_release: rf.contains(ReleaseFlags::FLOCK_UNLOCK),
-            };
-            fs.release(ctx, ino, FileHandle(arg.fh), req, ReplyEmpty::new(core))
-        }
+        O::Release { arg } => fs.release(
+            ctx,
+            ino,
+            FileHandle(arg.fh),
+            release_request(&arg),
+            ReplyEmpty::new(core),
+        ),
         O::Fsync { arg } => {
             let ds = FsyncFlags::from_bits_retain(arg.fsync_flags).contains(FsyncFlags::FDATASYNC);
             fs.fsync(ctx, ino, FileHandle(arg.fh), ds, ReplyEmpty::new(core))
@@ -471,7 +484,7 @@ fn call<'a, F: Filesystem>(
             ctx,
             ino,
             FileHandle(arg.fh),
-            open_flags(arg.flags),
+            release_request(&arg),
             ReplyEmpty::new(core),
         ),
         O::Fsyncdir { arg } => {

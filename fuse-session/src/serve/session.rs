@@ -85,8 +85,10 @@ pub struct SessionConfig {
     /// (see [`crate::credentials`]).
     pub proc_credentials: ProcCredentials,
     /// Keep the per-opcode high-water mark of requests in flight
-    /// ([`crate::OpStats::max_inflight`]). Off by default: it costs every
-    /// request a write to a cache line all workers share.
+    /// ([`crate::OpStats::max_inflight`], `None` without it). Off by
+    /// default: it costs every request a write to a cache line all workers
+    /// share (an exact peak of requests across workers cannot be had
+    /// without one).
     pub track_inflight: bool,
     /// `/dev/fuse` workers receive each request with `splice(2)` into a
     /// pipe of their own and leave the data of WRITEs of at least

@@ -12,8 +12,11 @@
 //! read-modify-write when a request starts and one when it ends (the value
 //! that increment returns is the exact number in flight at that moment,
 //! which per-worker counts could not give: the peak of a sum is not the sum
-//! of the peaks). That is a cache line all workers write, so it is off
-//! unless asked for, and `max_inflight` is then 0.
+//! of the peaks, nor the largest of them). That is a cache line all workers
+//! write, once when a request starts and once when it ends: the one cost
+//! the statistics would add to every request, so it is off unless asked
+//! for, and `max_inflight` is then `None` ("not tracked"), never a 0 that
+//! would read as "nothing ran at once".
 //!
 //! The counters of `/dev/fuse` workers come first; with the io_uring
 //! transport each ring queue has its own set after them, so the statistics
@@ -122,9 +125,10 @@ pub struct OpStats {
     pub count: u64,
     /// Requests answered with an error.
     pub errors: u64,
-    /// Most requests of this opcode in flight at once (0 unless
-    /// [`SessionConfig::track_inflight`](crate::SessionConfig) is on).
-    pub max_inflight: u32,
+    /// Most requests of this opcode in flight at once; `None` ("not
+    /// tracked") unless
+    /// [`SessionConfig::track_inflight`](crate::SessionConfig) is on.
+    pub max_inflight: Option<u32>,
 }
 
 /// Requests received per transport.
@@ -172,15 +176,19 @@ impl Stats {
                 transport.queues.push(n);
             }
         }
+        let tracked = !table.inflight.is_empty();
         let mut ops = BTreeMap::new();
         for op in Opcode::ALL {
             let i = op.index();
-            let mut s = OpStats::default();
+            let mut s = OpStats {
+                max_inflight: tracked.then_some(0),
+                ..OpStats::default()
+            };
             for w in all {
                 let c = &w.ops[i];
                 s.count += c.count.load(Relaxed);
                 s.errors += c.errors.load(Relaxed);
-                s.max_inflight = s.max_inflight.max(c.max_inflight.load(Relaxed));
+                s.max_inflight = s.max_inflight.map(|m| m.max(c.max_inflight.load(Relaxed)));
             }
             if s.count > 0 {
                 ops.insert(op.name(), s);
@@ -189,13 +197,15 @@ impl Stats {
         Stats { ops, transport }
     }
 
-    /// The statistics of `op` (zero if never seen).
+    /// The statistics of `op` (zero, and in flight not tracked, if never
+    /// seen).
     pub fn get(&self, op: Opcode) -> OpStats {
         self.ops.get(op.name()).copied().unwrap_or_default()
     }
 
     /// As JSON: `{"ops": {"WRITE": {"count": N, "errors": E, "max_inflight": M}, ...},
-    /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...], "spliced_writes": N}}`.
+    /// "transport": {"dev_fuse": N, "uring": N, "queues": [N, ...], "spliced_writes": N}}`
+    /// (`M` is `null` when requests in flight are not tracked).
     pub fn to_json(&self) -> String {
         self.to_json_with(&[])
     }
@@ -218,9 +228,10 @@ impl Stats {
             if i > 0 {
                 s.push_str(", ");
             }
+            let max = o.max_inflight.map_or("null".to_string(), |m| m.to_string());
             s.push_str(&format!(
-                "\"{name}\": {{\"count\": {}, \"errors\": {}, \"max_inflight\": {}}}",
-                o.count, o.errors, o.max_inflight
+                "\"{name}\": {{\"count\": {}, \"errors\": {}, \"max_inflight\": {max}}}",
+                o.count, o.errors
             ));
         }
         let t = &self.transport;
@@ -251,7 +262,14 @@ mod tests {
             let s = Stats::collect(&t, 2);
             let w = s.ops["WRITE"];
             assert_eq!((w.count, w.errors), (2, 1));
-            assert_eq!(w.max_inflight, if track { 2 } else { 0 }, "track {track}");
+            assert_eq!(w.max_inflight, track.then_some(2), "track {track}");
+            let json = s.to_json();
+            let want = if track {
+                "\"max_inflight\": 2}"
+            } else {
+                "\"max_inflight\": null}"
+            };
+            assert!(json.contains(want), "{json}");
         }
     }
 }

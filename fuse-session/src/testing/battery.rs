@@ -1,7 +1,7 @@
 //! The conformance battery: POSIX scenarios run through a [`TestKernel`]
 //! with the results POSIX expects (the root, create and read back, hard
 //! links, rename over an existing name, unlink of an open file, readdir
-//! during unlink, truncate, sparse writes, extended attributes,
+//! during unlink, the inode numbers of a listing, truncate, sparse writes, extended attributes,
 //! permissions as several callers, and races of two threads: lookup
 //! against rename, unlink against open, readdir against create, forget
 //! against lookup). Each scenario runs every step it can and reports
@@ -179,7 +179,7 @@ pub(super) struct Ctx<'k, F: Filesystem> {
 const REG: u32 = libc::S_IFREG;
 
 /// The scenarios, in the order they run.
-fn scenarios<F: Filesystem>() -> [(&'static str, Scenario<F>); 14] {
+fn scenarios<F: Filesystem>() -> [(&'static str, Scenario<F>); 15] {
     [
         ("root", root),
         ("create_write_read", create_write_read),
@@ -187,6 +187,7 @@ fn scenarios<F: Filesystem>() -> [(&'static str, Scenario<F>); 14] {
         ("rename_over_existing", rename_over_existing),
         ("unlink_open_file", unlink_open_file),
         ("readdir_during_unlink", readdir_during_unlink),
+        ("listing_inode_numbers", listing_inode_numbers),
         ("truncate", truncate),
         ("sparse_write", sparse_write),
         ("xattrs", xattrs),
@@ -586,6 +587,78 @@ fn readdir_during_unlink<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
             count == 1 || (gone && count == 0),
             || format!("listed {count} times"),
         )?;
+    }
+    Ok(())
+}
+
+/// `d_ino` of every entry of a listing (READDIR, and READDIRPLUS where
+/// implemented) is the `st_ino` a LOOKUP of the name gives, for names the
+/// kernel holds and names it has forgotten; `.` (where listed) is the
+/// directory's own.
+fn listing_inode_numbers<F: Filesystem>(cx: &Ctx<'_, F>) -> Step {
+    // A directory of its own where MKDIR is implemented (with a
+    // subdirectory in it), the battery's otherwise.
+    let own_dir = cx.k.mkdir(cx.dir, "ino.d", 0o755).ok().map(|e| Inode(e.nodeid));
+    let dir = own_dir.unwrap_or(cx.dir);
+    let mut made = Vec::new();
+    for name in ["ino.a", "ino.b"] {
+        made.push(cx.created_in(dir, name, 0o644)?);
+    }
+    if own_dir.is_some() {
+        made.push(cx.need("MKDIR ino.sub", cx.k.mkdir(dir, "ino.sub", 0o755))?);
+    }
+    // Forget one name: its number must come from the filesystem, not from
+    // what the layer remembers of it.
+    cx.k.forget(Inode(made[1].nodeid), 1);
+    let own = cx.attr("the listed directory", dir)?.ino;
+    let wrong = |listed: Vec<(String, u64)>| -> Step {
+        let mut bad = Vec::new();
+        let mut seen = 0;
+        for (name, d_ino) in &listed {
+            let st_ino = match name.as_str() {
+                "." => own,
+                n if n.starts_with("ino.") => {
+                    let e = cx.need(&format!("LOOKUP {n}"), cx.k.lookup(dir, n))?;
+                    cx.k.forget(Inode(e.nodeid), 1);
+                    seen += 1;
+                    e.attr.ino
+                }
+                _ => continue,
+            };
+            if *d_ino != st_ino {
+                bad.push(format!("{name}: d_ino {d_ino}, st_ino {st_ino}"));
+            }
+        }
+        cx.check(
+            "d_ino of each entry",
+            bad.is_empty() && seen == made.len(),
+            || format!("{bad:?} in {listed:?}"),
+        )
+    };
+    let plain = cx.need("READDIR", cx.k.list_dir(dir, 4096))?;
+    wrong(plain.iter().map(|e| (e.name_lossy(), e.ino)).collect())?;
+    match cx.k.list_dir_plus(dir, 4096) {
+        Err(Errno::ENOSYS) => {}
+        r => {
+            let plus = cx.need("READDIRPLUS", r)?;
+            for e in &plus {
+                if e.entry.nodeid != 0 && !is_dot_or_dotdot(&e.dirent.name) {
+                    cx.k.forget(Inode(e.entry.nodeid), 1);
+                }
+            }
+            wrong(
+                plus.iter()
+                    .map(|e| (e.dirent.name_lossy(), e.dirent.ino))
+                    .collect(),
+            )?;
+        }
+    }
+    for name in ["ino.a", "ino.b"] {
+        cx.need("UNLINK", cx.k.unlink(dir, name))?;
+    }
+    if own_dir.is_some() {
+        cx.need("RMDIR", cx.k.rmdir(dir, "ino.sub"))?;
+        cx.need("RMDIR", cx.k.rmdir(cx.dir, "ino.d"))?;
     }
     Ok(())
 }

@@ -384,11 +384,11 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
         ctx: &RequestContext<'_>,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
         reply: ReplyEmpty,
     ) {
         // Never cancelled, as RELEASE.
-        let make = |fs: Arc<F>, cx| async move { fs.releasedir(&cx, ino, fh, flags).await };
+        let make = |fs: Arc<F>, cx| async move { fs.releasedir(&cx, ino, fh, req).await };
         self.start(ctx, reply, false, make)
     }
 

@@ -124,7 +124,11 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// MKNOD: the new node's entry.
+    /// MKNOD: the new node's entry. Modes of MKNOD, MKDIR and CREATE are
+    /// as [`CreateRequest::mode`](crate::CreateRequest::mode) says; code
+    /// that creates after an `await` runs on the runtime's threads, which
+    /// keep the daemon's umask unless they start with
+    /// [`crate::umask::clear_for_this_thread`] (Tokio's `on_thread_start`).
     fn mknod(
         &self,
         ctx: &AsyncContext,
@@ -229,7 +233,10 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// FLUSH.
+    /// FLUSH: each `close(2)` of a descriptor of the open file (several
+    /// per open, the first possibly before any data; commit only what was
+    /// written since the last commit): as the sync trait's
+    /// [`flush`](crate::Filesystem::flush) says.
     fn flush(
         &self,
         ctx: &AsyncContext,
@@ -242,7 +249,9 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
     }
 
     /// RELEASE: never cancelled (an INTERRUPT does not reach it). The
-    /// default succeeds.
+    /// default succeeds. Once per open, after every FLUSH, but not awaited
+    /// by `close`: see the sync trait's
+    /// [`release`](crate::Filesystem::release).
     fn release(
         &self,
         ctx: &AsyncContext,
@@ -305,15 +314,17 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
         async { Err(Errno::ENOSYS) }
     }
 
-    /// RELEASEDIR: never cancelled. The default succeeds.
+    /// RELEASEDIR: never cancelled. The default succeeds. `req` is what
+    /// [`AsyncFilesystem::release`] gets (`req.flags`: the flags this
+    /// method took before).
     fn releasedir(
         &self,
         ctx: &AsyncContext,
         ino: Inode,
         fh: FileHandle,
-        flags: OpenFlags,
+        req: ReleaseRequest,
     ) -> impl Future<Output = Result<(), Errno>> + Send {
-        let _ = (ctx, ino, fh, flags);
+        let _ = (ctx, ino, fh, req);
         async { Ok(()) }
     }
 
