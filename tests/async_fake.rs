@@ -292,6 +292,13 @@ fn a_panicking_future_answers_eio_and_the_session_serves_on() {
     let (fake, slow) = start(16, SessionConfig::default());
     let got = fake.roundtrip(read(30, PANICS));
     assert_bytes("the READ that panicked", &got, &err_reply(30, libc::EIO));
+    // Recorded as a handler's panic is, for the test kit to report.
+    let panics = fake.handle.take_panics();
+    assert_eq!(
+        panics.iter().map(|p| (p.opcode, p.unique)).collect::<Vec<_>>(),
+        [(fuse_wire::proto::Opcode::Read, 30)],
+        "{panics:?}"
+    );
     wait_count("the panicked future to be dropped", &slow.dropped, 1);
     let got = fake.roundtrip(request(GETATTR, 32, 9, &[0; 16]));
     assert_bytes(

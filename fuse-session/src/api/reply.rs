@@ -45,6 +45,18 @@ use fuse_proto::flags::FopenFlags;
 use fuse_proto::{Errno, Opcode, Reply};
 use std::sync::Arc;
 
+impl ReplyCore {
+    /// Records a panic of the code answering this request among the
+    /// session's handler panics.
+    pub(crate) fn record_panic(&self, message: String) {
+        self.worker.shared.panics.record(crate::stats::HandlerPanic {
+            opcode: self.opcode,
+            unique: self.unique,
+            message,
+        });
+    }
+}
+
 /// What every handle holds.
 pub(crate) struct ReplyCore {
     unique: u64,
@@ -247,6 +259,10 @@ pub(crate) trait Fail: Send + 'static {
     fn fail(self, errno: Errno);
     /// The request's opcode and unique id, for log lines.
     fn request(&self) -> (Opcode, u64);
+    /// Records that the code answering this request panicked (a future
+    /// of the async adapter), as a panicking handler is recorded
+    /// ([`crate::SessionHandle::take_panics`]).
+    fn record_panic(&self, message: String);
 }
 
 macro_rules! handle {
@@ -290,6 +306,9 @@ macro_rules! handle {
             }
             fn request(&self) -> (Opcode, u64) {
                 (self.core.opcode, self.core.unique)
+            }
+            fn record_panic(&self, message: String) {
+                self.core.record_panic(message)
             }
         }
 

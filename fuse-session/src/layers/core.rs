@@ -202,6 +202,9 @@ impl Fail for SizedXattr {
     fn request(&self) -> (Opcode, u64) {
         self.0.request()
     }
+    fn record_panic(&self, message: String) {
+        self.0.record_panic(message)
+    }
 }
 
 impl<V: AsRef<[u8]>> Answer<V> for SizedXattr {

@@ -244,6 +244,9 @@ macro_rules! dir_handle {
             fn request(&self) -> (Opcode, u64) {
                 (self.0.core.opcode, self.0.core.unique)
             }
+            fn record_panic(&self, message: String) {
+                self.0.core.record_panic(message)
+            }
         }
     };
 }

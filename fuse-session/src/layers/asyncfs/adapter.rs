@@ -157,6 +157,9 @@ impl<F: AsyncFilesystem> Fail for PlusAnswer<F> {
     fn request(&self) -> (Opcode, u64) {
         self.0.request()
     }
+    fn record_panic(&self, message: String) {
+        self.0.record_panic(message)
+    }
 }
 
 impl<F: AsyncFilesystem> Answer<Vec<DirEntryPlus>> for PlusAnswer<F> {

@@ -298,6 +298,7 @@ fn finish<R: Answer<T>, T>(reply: R, outcome: Outcome<Result<T, Errno>>) {
         Outcome::Panicked(what) => {
             let (op, unique) = reply.request();
             log::error!("{op} future for request {unique} panicked: {what}");
+            reply.record_panic(what);
             reply.fail(Errno::EIO)
         }
     }
