@@ -16,6 +16,9 @@
 //! - `SIGUSR2` to the keeper is a graceful upgrade: the running child is
 //!   asked to retire at a request boundary and hand its state back, then a
 //!   new child (from the program on disk now) takes over with that state.
+//! - A child that does not retire by the deadline (a request it serves
+//!   does not end) is not killed for an upgrade: the retirement is called
+//!   off and it serves on.
 //! - `SIGINT`, `SIGTERM` or `SIGHUP` to the keeper: the child retires, the
 //!   keeper unmounts and exits.
 //! - A child that exits with status 0 saw the mount go (unmounted from
@@ -26,9 +29,11 @@
 //!
 //! The child finds its keeper with [`KeeperLink::from_env`] and serves with
 //! [`KeeperLink::serve`]. Messages on the socket between them: keeper to
-//! child, the connection (fresh, or a [`Handover`]) and then `R` (retire);
-//! child to keeper, `N` with what INIT negotiated, and `S` with its state
-//! when it retires.
+//! child, the connection (fresh, or a [`Handover`]), then `R` (retire) and
+//! `C` (call a retirement off: it passed its deadline, and the child serves
+//! on); child to keeper, `N` with what INIT negotiated, `S` with its state
+//! when it retires, and `X` with why it refuses to serve (a filesystem
+//! without a recovery contract, [`crate::Filesystem::recovery`]).
 
 use crate::filesystem::Filesystem;
 use crate::handover::{Handover, HandoverError, recv_fds, send_with_fd};
