@@ -125,11 +125,26 @@ pub fn serve_with_fdstore<F: Filesystem>(
             check_fuse_device(dev.as_fd()).map_err(io::Error::other)?;
             check_mountpoint(dev.as_fd(), mountpoint).map_err(io::Error::other)?;
             let state = take_state(&store)?;
-            let fs = Arc::new(restore(Restore {
+            // A start that refuses the state (or is refused) puts it back
+            // in the store, for a start that can take it.
+            let restored = restore(Restore {
                 state: Some(&state),
                 vault: vault.clone(),
-            })?);
-            fs.recovery().check().map_err(SessionError::NotRecoverable)?;
+            })
+            .map_err(SessionError::Io)
+            .and_then(|fs| match fs.recovery().check() {
+                Ok(()) => Ok(Arc::new(fs)),
+                Err(why) => Err(SessionError::NotRecoverable(why)),
+            });
+            let fs = match restored {
+                Ok(fs) => fs,
+                Err(e) => {
+                    if let Err(put) = store_state(&store, &state) {
+                        log::error!("putting the handed-over state back in the fd store: {put}");
+                    }
+                    return Err(e);
+                }
+            };
             let keep = dev.try_clone()?;
             log::info!(
                 "taking over the connection of {} from the fd store",
