@@ -49,11 +49,7 @@ impl ReplyCore {
     /// Records a panic of the code answering this request among the
     /// session's handler panics.
     pub(crate) fn record_panic(&self, message: String) {
-        self.worker.shared.panics.record(crate::stats::HandlerPanic {
-            opcode: self.opcode,
-            unique: self.unique,
-            message,
-        });
+        self.worker.record_panic(self.opcode, self.unique, message);
     }
 }
 

@@ -106,6 +106,16 @@ impl WorkerCore {
 
     /// Frees a request's in-flight slot. Called after its reply is written,
     /// so that an INTERRUPT racing the reply still finds its target.
+    /// Records a panic of the code answering request `unique` among the
+    /// session's handler panics.
+    pub(crate) fn record_panic(&self, opcode: Opcode, unique: u64, message: String) {
+        self.shared.panics.record(crate::stats::HandlerPanic {
+            opcode,
+            unique,
+            message,
+        });
+    }
+
     pub(crate) fn release(&self, slot: &Slot) {
         self.table().release(slot);
     }
