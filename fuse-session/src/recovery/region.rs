@@ -114,7 +114,8 @@ impl SharedRegion {
         let page = round_to_pages(1);
         let (first, last) = (offset.div_ceil(page) * page, end / page * page);
         let zero = |from: usize, to: usize| {
-            for w in &self.words()[from.div_ceil(8)..to / 8] {
+            let (a, b) = (from.div_ceil(8), to / 8);
+            for w in self.words().get(a..b).unwrap_or_default() {
                 w.store(0, Ordering::Relaxed);
             }
         };
@@ -304,6 +305,10 @@ mod tests {
         // From the middle of page 0 to the middle of page 3: page 0's tail
         // and page 3's head zeroed, pages 1 and 2 punched.
         r.release(100, 3 * 4096).unwrap();
+        // A range inside one word zeroes nothing (no whole word), and
+        // ranges past the end are cut to it.
+        r.release(4097, 3).unwrap();
+        r.release(r.len() - 1, 100).unwrap();
         let mut all = vec![0u8; 4 * 4096];
         assert!(load_bytes_at(words, 0, &mut all));
         assert!(all[..96].iter().all(|&b| b == 7), "before the range");
