@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from procs import mounted, status, unmount
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 APIS = ["sync", "async"]
@@ -73,18 +75,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def mounted(mnt: Path) -> bool:
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == str(mnt) for line in f)
-
-
-def status(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    return 0
-
-
 def counters(mnt: Path) -> dict:
     text = (mnt / ".stats").read_text()
     return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
@@ -98,14 +88,6 @@ def probe(mnt: Path, first: int, count: int) -> list:
         os.stat(mnt / f"file-{k:03}")
         out.append(time.perf_counter() - began)
     return out
-
-
-def unmount(mnt: Path) -> None:
-    for lazy in (False, False, True):
-        if not mounted(mnt):
-            return
-        subprocess.run(["umount", "-l", str(mnt)] if lazy else ["umount", str(mnt)], capture_output=True)
-        time.sleep(0.2)
 
 
 def one_round(api: str, mnt: Path, readers: int, latency_ms: int, probes: int) -> dict:
