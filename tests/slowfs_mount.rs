@@ -633,11 +633,8 @@ fn another_users_calls_start_while_one_user_holds_every_slot(api: &str, opts: &s
     for (tid, _) in tids {
         // SAFETY: each reader is alive until its read returns, which only
         // the signal (or the READ's latency) ends.
-        assert_eq!(
-            unsafe { libc::pthread_kill(tid, libc::SIGINT) },
-            0,
-            "pthread_kill"
-        );
+        let r = unsafe { libc::pthread_kill(tid, libc::SIGINT) };
+        assert_eq!(r, 0, "pthread_kill");
     }
     let results = bounded(&mnt, Duration::from_secs(110), "the readers", move || {
         handles
