@@ -377,18 +377,30 @@ fn spawn_as<T: Send + 'static>(
 
 const NOBODY: u32 = 65534;
 
+/// slowfs through `api` with `files` files of 4 KiB that other users may
+/// use (`allow_other`), and the first eight of them open for reading.
+fn slowfs_for_other_users(
+    tag: &str,
+    api: &str,
+    files: usize,
+    opts: &str,
+) -> (Slowfs, Vec<std::sync::Arc<File>>) {
+    let fs = Slowfs::start(
+        tag,
+        &format!("api={api},latency_ms=0,files={files},size=4096,threads=2,allow_other,{opts}"),
+    );
+    let open = (0..8)
+        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
+        .collect();
+    (fs, open)
+}
+
 /// More readers of one uid than the handlers, the futures in flight and
 /// the 1024 requests the pool used to queue at its cap can hold: every one
 /// waits its turn and gets its data, and root's requests meanwhile are
 /// answered too; none is answered an error because of the load.
 fn slow_readers_of_one_user_all_wait_their_turn(api: &str, opts: &str, readers: usize) {
-    let fs = Slowfs::start(
-        &format!("slowfs-load-{api}"),
-        &format!("api={api},latency_ms=0,files=8,size=4096,threads=2,allow_other,{opts}"),
-    );
-    let files: Vec<std::sync::Arc<File>> = (0..8)
-        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
-        .collect();
+    let (fs, files) = slowfs_for_other_users(&format!("slowfs-load-{api}"), api, 8, opts);
     let handles: Vec<_> = (0..readers)
         .map(|i| {
             let (n, file) = (i % files.len(), files[i % files.len()].clone());
@@ -489,15 +501,7 @@ fn interrupted_readers_all_get_eintr(tag: &str, n: usize, max_in_flight: usize) 
     // Every reader in its pread64: a signal before it would be missed. The
     // daemon's `.stats` cannot tell beyond the bound: its own READ waits
     // for room behind the readers'.
-    let deadline = Instant::now() + STEP;
-    let call = libc::SYS_pread64.to_string();
-    for (_, tid) in &tids {
-        let path = format!("/proc/self/task/{tid}/syscall");
-        while std::fs::read_to_string(&path).map_or(true, |s| s.split(' ').next() != Some(call.as_str())) {
-            assert!(Instant::now() < deadline, "reader {tid} never blocked in pread64");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    all_blocked_in_pread(&tids.iter().map(|t| t.1).collect::<Vec<_>>());
     if n <= max_in_flight {
         fs.wait_for("the READs to reach the daemon", |f| {
             f.stat("running") as usize == n
@@ -563,7 +567,7 @@ fn interrupted_readers_beyond_the_bound_all_get_eintr() {
     assert!(fs.stat("cancelled") <= 3000, "{:?}", fs.stats());
 }
 
-/// Whether every reader is blocked in `pread64` (by its thread id).
+/// Waits (bounded) until every reader (by thread id) is blocked in `pread64`.
 fn all_blocked_in_pread(tids: &[libc::pid_t]) {
     let deadline = Instant::now() + STEP;
     let call = libc::SYS_pread64.to_string();
@@ -580,18 +584,12 @@ fn all_blocked_in_pread(tids: &[libc::pid_t]) {
 /// future in flight that one uid may hold, and more wait parked; root's
 /// lookup, open and read of other files are served meanwhile, within one
 /// handler slot: they complete while every slow READ is still pending (the
-/// READs take `latency_s` seconds, so without a share root's requests wait
-/// for one of them to end, and one has ended when they return). Then the
+/// READs take `read_latency_ms`, tens of seconds, so without a share root's
+/// requests wait for one of them to end, and one has ended when they return). Then the
 /// readers are interrupted, and none was answered an error because of
 /// the load.
 fn another_users_calls_start_while_one_user_holds_every_slot(api: &str, opts: &str, readers: usize) {
-    let fs = Slowfs::start(
-        &format!("slowfs-share-{api}"),
-        &format!("api={api},latency_ms=0,files=16,size=4096,threads=2,allow_other,{opts}"),
-    );
-    let files: Vec<std::sync::Arc<File>> = (0..8)
-        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
-        .collect();
+    let (fs, files) = slowfs_for_other_users(&format!("slowfs-share-{api}"), api, 16, opts);
     catch_sigint();
     let (tid_tx, tid_rx) = mpsc::channel();
     let handles: Vec<_> = (0..readers)
