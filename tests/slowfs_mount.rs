@@ -669,7 +669,7 @@ fn roots_calls_start_while_uid_nobody_holds_every_async_slot() {
     }
     another_users_calls_start_while_one_user_holds_every_slot(
         "async",
-        "read_latency_ms=30000,max_threads=4,max_in_flight=256",
+        "read_latency_ms=30000,max_threads=8,max_in_flight=256",
         share_readers(4000),
     );
 }

@@ -754,12 +754,14 @@ mod tests {
         for (unique, uid) in [(1, 7), (2, 7), (3, 9)] {
             p.push(Req(unique, uid, 100));
         }
-        let slots = Shares::new(2);
-        let held = slots.take(7).expect("uid 7's slot");
+        let slots = Shares::new(crate::share::SHARED_FROM);
+        let held: Vec<Place> = (1..crate::share::SHARED_FROM)
+            .map(|_| slots.take(7).expect("uid 7's slots"))
+            .collect();
         let (job, slot) = p.pop_for(&slots).expect("uid 9's request");
         assert_eq!((job.0, slot), (3, Place::Reserved(9)));
         assert!(p.pop_for(&slots).is_none(), "every slot is taken");
-        slots.give_back(held);
+        held.into_iter().for_each(|s| slots.give_back(s));
         assert_eq!(p.pop_for(&slots).map(|(j, _)| j.0), Some(1));
     }
 

@@ -2,7 +2,8 @@
 //! pool's handler slots ([`crate::pool`]) and the async adapter's futures
 //! in flight (`max_in_flight`, [`crate::asyncfs`]).
 //!
-//! Of `max` places, the last [`reserve`]`(max)` are reserved: anyone takes
+//! Of `max` places (at least [`SHARED_FROM`]), the last [`reserve`]`(max)`
+//! are reserved: anyone takes
 //! one of the others (one atomic add, as an unshared bound costs), but a
 //! place past them goes only to a uid that holds no reserved place yet. So
 //! one uid, whatever it sends, holds at most `max - reserve + 1` places,
@@ -19,11 +20,18 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
-/// The reserved places out of `max`: a quarter, from 2 to 16 (all of
-/// them below 2 places, where there is nothing to share).
+/// The reserved places out of `max`: a quarter, from 2 to 16; none below
+/// [`SHARED_FROM`] places, where holding back two would cost one user
+/// alone too large a part of a small bound.
 pub(crate) fn reserve(max: usize) -> usize {
-    (max / 4).clamp(2, 16).min(max)
+    if max < SHARED_FROM {
+        return 0;
+    }
+    (max / 4).clamp(2, 16)
 }
+
+/// The smallest bound that is shared by uid.
+pub(crate) const SHARED_FROM: usize = 8;
 
 /// A place taken, to give back with [`Shares::give_back`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,19 +167,22 @@ mod tests {
         assert!(s.reserved.lock().unwrap().is_empty());
     }
 
-    /// With one place there is nothing to share; with two, one each.
+    /// A bound below `SHARED_FROM` is one uid's whole; from it on, two
+    /// places are kept for the others.
     #[test]
     fn small_bounds() {
-        let s = Shares::new(1);
-        let p = s.take(7).expect("the place");
+        let s = Shares::new(SHARED_FROM - 1);
+        let held: Vec<Place> = (1..SHARED_FROM).map(|_| s.take(7).expect("a place")).collect();
         assert_eq!(s.take(8), Err(Refused::Full));
-        s.give_back(p);
-        let s = Shares::new(2);
-        let a = s.take(7).expect("one");
+        held.into_iter().for_each(|p| s.give_back(p));
+        let s = Shares::new(SHARED_FROM);
+        let held: Vec<Place> = (0..SHARED_FROM - 1)
+            .map(|_| s.take(7).expect("a place"))
+            .collect();
         assert_eq!(s.take(7), Err(Refused::Share));
-        let b = s.take(8).expect("the other");
-        s.give_back(a);
-        s.give_back(b);
+        let other = s.take(8).expect("the other uid's");
+        held.into_iter().for_each(|p| s.give_back(p));
+        s.give_back(other);
         assert_eq!(s.used(), 0);
     }
 }

@@ -61,7 +61,8 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
     /// That is the backpressure: with every thread of the pool waiting,
     /// requests are parked by the session (bounded) and then stay in the
     /// kernel, whatever the number of callers; none is refused. The places
-    /// are shared by caller uid: the last quarter of them (2 to 16) go only
+    /// are shared by caller uid: from `n` = 8 on, the last quarter of them
+    /// (2 to 16) go only
     /// to uids holding none of those yet, so one user's requests leave
     /// another user's next request a place at once, and one user alone
     /// runs at most all but that quarter, plus one. Memory
