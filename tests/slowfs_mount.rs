@@ -9,6 +9,9 @@
 //! - 1,000 READs of 5 s each are all served at once, by a handful of daemon
 //!   threads: the `/dev/fuse` pool is capped at four workers, and no
 //!   thread is started per request.
+//! - Thousands of slow READs of uid 65534 hold every handler slot and
+//!   future in flight one uid may hold: root's lookup, open and read still
+//!   complete before any of those READs ends, with both traits.
 
 mod common;
 #[allow(dead_code)]
@@ -374,18 +377,30 @@ fn spawn_as<T: Send + 'static>(
 
 const NOBODY: u32 = 65534;
 
+/// slowfs through `api` with `files` files of 4 KiB that other users may
+/// use (`allow_other`), and the first eight of them open for reading.
+fn slowfs_for_other_users(
+    tag: &str,
+    api: &str,
+    files: usize,
+    opts: &str,
+) -> (Slowfs, Vec<std::sync::Arc<File>>) {
+    let fs = Slowfs::start(
+        tag,
+        &format!("api={api},latency_ms=0,files={files},size=4096,threads=2,allow_other,{opts}"),
+    );
+    let open = (0..8)
+        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
+        .collect();
+    (fs, open)
+}
+
 /// More readers of one uid than the handlers, the futures in flight and
 /// the 1024 requests the pool used to queue at its cap can hold: every one
 /// waits its turn and gets its data, and root's requests meanwhile are
 /// answered too; none is answered an error because of the load.
 fn slow_readers_of_one_user_all_wait_their_turn(api: &str, opts: &str, readers: usize) {
-    let fs = Slowfs::start(
-        &format!("slowfs-load-{api}"),
-        &format!("api={api},latency_ms=0,files=8,size=4096,threads=2,allow_other,{opts}"),
-    );
-    let files: Vec<std::sync::Arc<File>> = (0..8)
-        .map(|n| std::sync::Arc::new(File::open(fs.path(&format!("file-{n:03}"))).expect("open")))
-        .collect();
+    let (fs, files) = slowfs_for_other_users(&format!("slowfs-load-{api}"), api, 8, opts);
     let handles: Vec<_> = (0..readers)
         .map(|i| {
             let (n, file) = (i % files.len(), files[i % files.len()].clone());
@@ -486,15 +501,7 @@ fn interrupted_readers_all_get_eintr(tag: &str, n: usize, max_in_flight: usize) 
     // Every reader in its pread64: a signal before it would be missed. The
     // daemon's `.stats` cannot tell beyond the bound: its own READ waits
     // for room behind the readers'.
-    let deadline = Instant::now() + STEP;
-    let call = libc::SYS_pread64.to_string();
-    for (_, tid) in &tids {
-        let path = format!("/proc/self/task/{tid}/syscall");
-        while std::fs::read_to_string(&path).map_or(true, |s| s.split(' ').next() != Some(call.as_str())) {
-            assert!(Instant::now() < deadline, "reader {tid} never blocked in pread64");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    all_blocked_in_pread(&tids.iter().map(|t| t.1).collect::<Vec<_>>());
     if n <= max_in_flight {
         fs.wait_for("the READs to reach the daemon", |f| {
             f.stat("running") as usize == n
@@ -558,4 +565,123 @@ fn interrupted_readers_beyond_the_bound_all_get_eintr() {
     let fs = interrupted_readers_all_get_eintr("slowfs-interrupt-parked", 3000, 300);
     // Cancelled if it started before its INTERRUPT came, else never started.
     assert!(fs.stat("cancelled") <= 3000, "{:?}", fs.stats());
+}
+
+/// Waits (bounded) until every reader (by thread id) is blocked in `pread64`.
+fn all_blocked_in_pread(tids: &[libc::pid_t]) {
+    let deadline = Instant::now() + STEP;
+    let call = libc::SYS_pread64.to_string();
+    for tid in tids {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        while std::fs::read_to_string(&path).map_or(true, |s| s.split(' ').next() != Some(call.as_str())) {
+            assert!(Instant::now() < deadline, "reader {tid} never blocked in pread64");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Thousands of slow READs of uid 65534 hold every handler slot and
+/// future in flight that one uid may hold, and more wait parked; root's
+/// lookup, open and read of other files are served meanwhile, within one
+/// handler slot: they complete while every slow READ is still pending (the
+/// READs take `read_latency_ms`, tens of seconds, so without a share root's
+/// requests wait for one of them to end, and one has ended when they return). Then the
+/// readers are interrupted, and none was answered an error because of
+/// the load.
+fn another_users_calls_start_while_one_user_holds_every_slot(api: &str, opts: &str, readers: usize) {
+    let (fs, files) = slowfs_for_other_users(&format!("slowfs-share-{api}"), api, 16, opts);
+    catch_sigint();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let handles: Vec<_> = (0..readers)
+        .map(|i| {
+            let (file, tid_tx) = (files[i % files.len()].clone(), tid_tx.clone());
+            spawn_as(NOBODY, move || {
+                // SAFETY: pthread_self and gettid have no preconditions.
+                tid_tx
+                    .send(unsafe { (libc::pthread_self(), libc::gettid()) })
+                    .expect("send ids");
+                let mut buf = [0u8; 4096];
+                file.read_at(&mut buf, 0).map_err(|e| e.raw_os_error())
+            })
+        })
+        .collect();
+    let tids: Vec<(libc::pthread_t, libc::pid_t)> = (0..readers)
+        .map(|_| tid_rx.recv_timeout(STEP).expect("a thread id"))
+        .collect();
+    all_blocked_in_pread(&tids.iter().map(|t| t.1).collect::<Vec<_>>());
+    // Root's calls, on files no reader touched (a LOOKUP, an OPEN and a
+    // READ each reach the daemon: nothing of them is cached).
+    let mnt = fs.mp.path().to_path_buf();
+    let (stat, open, stats) = bounded(&mnt, Duration::from_secs(120), "root's calls", {
+        let (a, b, c) = (fs.path("file-012"), fs.path("file-013"), fs.path(".stats"));
+        move || {
+            let stat = std::fs::metadata(a)
+                .map(|m| m.len())
+                .map_err(|e| e.raw_os_error());
+            let open = File::open(b).map(drop).map_err(|e| e.raw_os_error());
+            let stats = std::fs::read_to_string(c).map_err(|e| e.raw_os_error());
+            (stat, open, stats)
+        }
+    });
+    let finished = handles.iter().filter(|h| h.is_finished()).count();
+    assert_eq!(stat, Ok(4096), "root's stat under load");
+    assert_eq!(open, Ok(()), "root's open under load");
+    let stats = stats.expect("root's read of .stats under load");
+    assert_eq!(finished, 0, "root's calls waited for slow READs to end: {stats}");
+    for (tid, _) in tids {
+        // SAFETY: each reader is alive until its read returns, which only
+        // the signal (or the READ's latency) ends.
+        let r = unsafe { libc::pthread_kill(tid, libc::SIGINT) };
+        assert_eq!(r, 0, "pthread_kill");
+    }
+    let results = bounded(&mnt, Duration::from_secs(110), "the readers", move || {
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reader"))
+            .collect::<Vec<_>>()
+    });
+    // A sync handler that runs is not interrupted: its READ ends with data.
+    let mut failed = std::collections::BTreeMap::new();
+    for r in results {
+        match r {
+            Ok(4096) | Err(Some(libc::EINTR)) => {}
+            other => *failed.entry(format!("{other:?}")).or_insert(0) += 1,
+        }
+    }
+    assert!(failed.is_empty(), "of {readers} readers: {failed:?}");
+}
+
+/// Readers over io_uring: fewer than one queue's entries, which the kernel
+/// hands out in turn whoever asks (the shares are the daemon's handlers and
+/// futures, not the ring's entries).
+fn share_readers(readers: usize) -> usize {
+    if common::over_uring() {
+        readers.min(900)
+    } else {
+        readers
+    }
+}
+
+#[test]
+fn roots_calls_start_while_uid_nobody_holds_every_async_slot() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    another_users_calls_start_while_one_user_holds_every_slot(
+        "async",
+        "read_latency_ms=30000,max_threads=8,max_in_flight=256",
+        share_readers(4000),
+    );
+}
+
+#[test]
+fn roots_calls_start_while_uid_nobody_holds_every_sync_slot() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    another_users_calls_start_while_one_user_holds_every_slot(
+        "sync",
+        "read_latency_ms=20000,max_threads=8",
+        share_readers(4000),
+    );
 }

@@ -25,6 +25,8 @@ pub struct Args {
     pub idle_timeout: Option<Duration>,
     /// Most blocking lock waits of one uid at once (0: the session's default).
     pub max_waits_per_uid: usize,
+    /// Ring entries per io_uring queue (0: the session's default).
+    pub queue_depth: usize,
     /// `fd_cache=`, when given (otherwise sized from the open-file limit,
     /// see `fdcache::fit`).
     pub fd_cache: Option<usize>,
@@ -100,6 +102,7 @@ filesystem options (-o):
     threads=N          worker threads to start and keep (default: two per CPU)
     max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)
+    queue_depth=N      io_uring entries per queue, with uring (default 8)
     max_waits_per_uid=N
                        most blocking lock waits (flock, posix_lock) of one user at once;
                        beyond it the lock request fails with ENOLCK (default 32; never
@@ -180,6 +183,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut max_threads = 0;
     let mut idle_timeout = None;
     let mut max_waits_per_uid = 0;
+    let mut queue_depth = 0;
     let mut fd_cache = None;
     let mut clone_fd = true;
     let mut atomic_open = false;
@@ -302,6 +306,13 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                     .filter(|n| (1..=4096).contains(n))
                     .ok_or_else(|| format!("max_threads={}: expected 1 to 4096", v.unwrap_or("")))?
             }
+            "queue_depth" => {
+                queue_depth = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=4096).contains(n))
+                    .ok_or_else(|| format!("queue_depth={}: expected 1 to 4096", v.unwrap_or("")))?
+            }
             "max_waits_per_uid" => {
                 max_waits_per_uid = value()?
                     .parse()
@@ -388,6 +399,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         max_threads,
         idle_timeout,
         max_waits_per_uid,
+        queue_depth,
         fd_cache,
         clone_fd,
         atomic_open,

@@ -115,6 +115,7 @@ fn run() -> i32 {
         max_workers: args.max_threads,
         idle_timeout: args.idle_timeout.unwrap_or(defaults.idle_timeout),
         max_deferred_per_uid: args.max_waits_per_uid,
+        uring_queue_depth: args.queue_depth,
         clone_fd: args.clone_fd,
         atomic_open: args.atomic_open,
         // The statistics file reports the peaks of requests in flight.

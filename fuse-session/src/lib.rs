@@ -114,7 +114,7 @@ mod wire;
 // the crate name them here.
 pub use api::{attr, backing, context, credentials, filesystem, init, inodes, notify, ops, reply, types};
 pub use recovery::{fault, fdstore, handover, journal, keeper, region, service, vault};
-use serve::{conn, dispatch, interrupt, pool, ring_worker, worker};
+use serve::{conn, dispatch, interrupt, pool, ring_worker, share, worker};
 pub use serve::{deferred, session, stats, umask};
 pub use wire::transport;
 use wire::{buffer, payload, recv_pipe, signal, splice};

@@ -241,6 +241,10 @@ pub(crate) struct QueueEntries {
     pub(crate) queue: usize,
     /// How many of its entries waits may hold at once.
     pub(crate) max: usize,
+    /// How many of its entries waits may hold at once counting the first
+    /// wait of each uid that holds none on the queue: beyond `max`, short
+    /// of the few entries kept for requests that never wait.
+    pub(crate) first_waits: usize,
 }
 
 type Task = Box<dyn FnOnce() + Send>;
@@ -362,7 +366,12 @@ impl Helpers {
             return Err(RefuseReason::PerUid);
         }
         if let Some(q) = sub.queue {
-            if held(st.queue_waits.get(&q.queue)) >= q.max {
+            // As on the session's bound, a uid that holds no wait on this
+            // queue gets one beyond the queue's wait entries, while some
+            // entries stay for requests that do not wait.
+            let waits = held(st.queue_waits.get(&q.queue));
+            let first = !st.queue_uid_waits.contains_key(&(q.queue, sub.uid));
+            if waits >= q.max && !(first && waits < q.first_waits) {
                 return Err(RefuseReason::QueueEntries);
             }
             if held(st.queue_uid_waits.get(&(q.queue, sub.uid))) >= share(q.max, self.per_uid) {
@@ -498,8 +507,12 @@ mod tests {
     #[test]
     fn one_uid_leaves_half_of_a_queues_wait_entries_to_others() {
         let helpers = Helpers::new(256, 32, Duration::from_secs(1));
-        let q0 = Some(QueueEntries { queue: 0, max: 6 });
-        let q1 = Some(QueueEntries { queue: 1, max: 6 });
+        let q = |queue| QueueEntries {
+            queue,
+            max: 6,
+            first_waits: 6,
+        };
+        let (q0, q1) = (Some(q(0)), Some(q(1)));
         let mut greedy: Vec<Reservation> = (0..3)
             .map(|_| helpers.reserve(sub(1000, q0)).expect("within the share"))
             .collect();
@@ -528,6 +541,42 @@ mod tests {
         let st = helpers.state.0.lock().unwrap();
         assert_eq!(st.running, 0);
         assert!(st.per_uid.is_empty() && st.queue_waits.is_empty() && st.queue_uid_waits.is_empty());
+    }
+
+    /// Over io_uring, a uid that holds no wait on a queue whose wait
+    /// entries are all held still gets one, until only the entries kept
+    /// for requests that never wait are left; its second wait is refused.
+    #[test]
+    fn a_uid_holding_no_wait_on_a_queue_gets_one_beyond_its_wait_entries() {
+        let helpers = Helpers::new(256, 32, Duration::from_secs(1));
+        let q0 = Some(QueueEntries {
+            queue: 0,
+            max: 4,
+            first_waits: 6,
+        });
+        let mut held: Vec<Reservation> = [1000, 1000, 2000, 2000]
+            .into_iter()
+            .map(|uid| helpers.reserve(sub(uid, q0)).expect("within the shares"))
+            .collect();
+        assert_eq!(
+            helpers.reserve(sub(1000, q0)).err(),
+            Some(RefuseReason::QueueEntries)
+        );
+        for uid in [3000, 4000] {
+            held.push(helpers.reserve(sub(uid, q0)).expect("a first wait"));
+            assert_eq!(
+                helpers.reserve(sub(uid, q0)).err(),
+                Some(RefuseReason::QueueEntries),
+                "uid {uid}'s second wait"
+            );
+        }
+        assert_eq!(
+            helpers.reserve(sub(5000, q0)).err(),
+            Some(RefuseReason::QueueEntries),
+            "the entries kept for requests that never wait"
+        );
+        drop(held);
+        assert!(helpers.state.0.lock().unwrap().queue_waits.is_empty());
     }
 
     /// The session's waits: one uid takes at most `max_deferred_per_uid`

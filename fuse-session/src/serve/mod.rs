@@ -16,6 +16,7 @@ pub(crate) mod pool;
 pub(crate) mod ring_worker;
 pub(crate) mod run;
 pub mod session;
+pub(crate) mod share;
 pub mod stats;
 pub mod umask;
 pub(crate) mod worker;

@@ -11,7 +11,11 @@
 //!   since, starts one. Nothing polls: an idle session's manager sleeps
 //!   with no timeout.
 //! - **Cap, and the reader beyond it.** At most `max_workers` threads run
-//!   handlers at once. One more thread may exist: when all `max_workers`
+//!   handlers at once, shared by caller uid ([`crate::share`]): the last
+//!   few slots go to uids that hold none of them, so that one uid's
+//!   requests, however many, leave another uid's request a slot at once
+//!   (it is parked in its uid's turn, below, only when every slot is
+//!   taken); a request of a uid at its share is parked too. One more thread may exist: when all `max_workers`
 //!   are busy for `grow_after`, the manager starts it, and a thread that
 //!   reads a request while the cap is reached does not serve it. It serves
 //!   INTERRUPT, FORGET, BATCH_FORGET and NOTIFY_REPLY at once (they never
@@ -60,6 +64,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::share::{Place, Refused, Shares};
 
 /// Most requests parked while every worker is busy at the cap.
 pub(crate) const MAX_PARKED: usize = 65536;
@@ -184,6 +190,27 @@ impl<J: Queued> Parked<J> {
         Some(self.took(job))
     }
 
+    /// The oldest request of the next uid in turn that `slots` gives a
+    /// slot to, with that slot; uids at their share keep their turn, and
+    /// full slots end the search.
+    fn pop_for(&mut self, slots: &Shares) -> Option<(J, Place)> {
+        for _ in 0..self.turn.len() {
+            let uid = *self.turn.front()?;
+            match slots.take(uid) {
+                Ok(place) => match self.pop() {
+                    Some(job) => return Some((job, place)),
+                    None => {
+                        slots.give_back(place);
+                        return None;
+                    }
+                },
+                Err(Refused::Full) => return None,
+                Err(Refused::Share) => self.turn.rotate_left(1),
+            }
+        }
+        None
+    }
+
     /// Counts `job` as no longer parked.
     fn took(&mut self, job: J) -> J {
         let charge = job.charge();
@@ -213,13 +240,12 @@ impl<J: Queued> Parked<J> {
 
 /// The two counters every request changes, together on a cache line of
 /// their own (the thread that changes one changes the other right after).
-#[derive(Default)]
 #[repr(align(128))]
 struct Hot {
     /// Threads waiting for (or about to wait for) a request.
     idle: AtomicUsize,
-    /// Threads running a handler.
-    busy: AtomicUsize,
+    /// The handler slots, and who holds them.
+    busy: Shares,
     /// The lowest `idle` since the current shrink window began.
     low: AtomicUsize,
 }
@@ -265,7 +291,11 @@ impl<J: Queued> Pool<J> {
     pub(crate) fn new(cfg: PoolConfig) -> Self {
         Self {
             cfg,
-            hot: Hot::default(),
+            hot: Hot {
+                idle: AtomicUsize::new(0),
+                busy: Shares::new(cfg.max),
+                low: AtomicUsize::new(0),
+            },
             live: AtomicUsize::new(0),
             saturated_since: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -354,18 +384,15 @@ impl<J: Queued> Pool<J> {
         self.hot.idle.fetch_sub(1, SeqCst);
     }
 
-    /// Takes a handler slot if fewer than `max` handlers run.
-    pub(crate) fn acquire_busy(&self) -> bool {
-        // One read-modify-write when there is room (the common case).
-        if self.hot.busy.fetch_add(1, SeqCst) < self.cfg.max {
-            return true;
-        }
-        self.hot.busy.fetch_sub(1, SeqCst);
-        false
+    /// Takes a handler slot for a request of `uid`, if fewer than `max`
+    /// handlers run and `uid` is within its share ([`crate::share`]).
+    pub(crate) fn acquire_busy(&self, uid: u32) -> Option<Place> {
+        // One read-modify-write while the open slots last (the common case).
+        self.hot.busy.take(uid).ok()
     }
 
-    pub(crate) fn release_busy(&self) {
-        self.hot.busy.fetch_sub(1, SeqCst);
+    pub(crate) fn release_busy(&self, slot: Place) {
+        self.hot.busy.give_back(slot);
     }
 
     /// Whether an idle thread above the floor should wait with a timeout.
@@ -466,26 +493,21 @@ impl<J: Queued> Pool<J> {
         Ok(())
     }
 
-    /// The next parked request (uids in turn), with a handler slot taken
-    /// for it; `None` when nothing is parked or the cap is reached.
-    pub(crate) fn take_job(&self) -> Option<J> {
-        if self.parked_len.load(SeqCst) == 0 || !self.acquire_busy() {
+    /// The next parked request (uids in turn, skipping those at their
+    /// share of the slots), with a handler slot taken for it; `None` when
+    /// nothing is parked that may start now.
+    pub(crate) fn take_job(&self) -> Option<(J, Place)> {
+        if self.parked_len.load(SeqCst) == 0 || self.hot.busy.full() {
             return None;
         }
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        let job = p.pop();
+        let job = p.pop_for(&self.hot.busy);
         self.parked_len.store(p.count, SeqCst);
         drop(p);
-        match job {
-            Some(job) => {
-                self.room.notify_all();
-                Some(job)
-            }
-            None => {
-                self.release_busy();
-                None
-            }
+        if job.is_some() {
+            self.room.notify_all();
         }
+        job
     }
 
     /// Removes the parked request `unique`, if it is parked and `cancel`
@@ -722,6 +744,25 @@ mod tests {
         let order: Vec<u64> = std::iter::from_fn(|| p.pop().map(|r| r.0)).collect();
         assert_eq!(order, [1, 4, 6, 2, 5]);
         assert_eq!((p.count, p.bytes, p.by_uid.len(), p.turn.len()), (0, 0, 0, 0));
+    }
+
+    /// A thread that finishes a handler passes over the parked requests of
+    /// a uid at its share of the slots: the next uid's start.
+    #[test]
+    fn a_uid_at_its_share_of_slots_leaves_its_turn_to_the_next() {
+        let mut p = Parked::default();
+        for (unique, uid) in [(1, 7), (2, 7), (3, 9)] {
+            p.push(Req(unique, uid, 100));
+        }
+        let slots = Shares::new(crate::share::SHARED_FROM);
+        let held: Vec<Place> = (1..crate::share::SHARED_FROM)
+            .map(|_| slots.take(7).expect("uid 7's slots"))
+            .collect();
+        let (job, slot) = p.pop_for(&slots).expect("uid 9's request");
+        assert_eq!((job.0, slot), (3, Place::Reserved(9)));
+        assert!(p.pop_for(&slots).is_none(), "every slot is taken");
+        held.into_iter().for_each(|s| slots.give_back(s));
+        assert_eq!(p.pop_for(&slots).map(|(j, _)| j.0), Some(1));
     }
 
     /// One uid holds at most half of the parked requests' count and bytes;

@@ -23,7 +23,9 @@
 //! no thread. A deferred request keeps its ring entry until it is answered,
 //! so only three quarters of a queue's entries may be held by waits, and
 //! one uid at most half of those (counted by [`crate::deferred`], as the
-//! waits of `/dev/fuse` requests are).
+//! waits of `/dev/fuse` requests are); beyond them a uid that holds no
+//! wait on the queue still gets one, until only an eighth of the entries
+//! is left for requests that do not wait.
 //!
 //! INIT, FORGET, INTERRUPT and NOTIFY_REPLY keep arriving on `/dev/fuse`,
 //! and notifications are still written there; the session keeps its
@@ -207,6 +209,7 @@ pub(crate) fn start<F: Filesystem>(
         let waits = QueueEntries {
             queue: qid,
             max: deferrable_entries(depth),
+            first_waits: first_wait_entries(depth),
         };
         for i in 0..depth {
             let e = RingEntry::new(queue.clone(), i as u32, payload_len)
@@ -637,6 +640,13 @@ fn serve_entry<F: Filesystem>(fs: &Arc<F>, entry: &RingEntry, core: &Arc<WorkerC
 /// one) stays for requests that do not wait.
 pub(crate) fn deferrable_entries(depth: usize) -> usize {
     depth - (depth / 4).max(1).min(depth)
+}
+
+/// How many of a queue's `depth` entries deferred waits may hold counting
+/// the first wait of each uid that holds none on the queue: all but an
+/// eighth (at least one), which stays for requests that do not wait.
+pub(crate) fn first_wait_entries(depth: usize) -> usize {
+    depth - (depth / 8).max(1).min(depth)
 }
 
 fn parse_and_serve<F: Filesystem>(

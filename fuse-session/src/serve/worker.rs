@@ -64,10 +64,10 @@ pub(crate) fn run<F: Filesystem>(
         if core.index >= pool.cfg.floor && pool.above_floor() && pool.spare() && pool.try_retire() {
             return WorkerEnd::Retired;
         }
-        if let Some(job) = pool.take_job() {
+        if let Some((job, slot)) = pool.take_job() {
             pool.leave_idle();
             crate::dispatch::dispatch(fs, &job.core, job.msg());
-            pool.release_busy();
+            pool.release_busy(slot);
             pool.enter_idle();
             continue;
         }
@@ -118,9 +118,10 @@ pub(crate) fn run<F: Filesystem>(
         pool.leave_idle();
         match (got, &pipe) {
             (Received::Write(size), Some(p)) => {
-                if pool.acquire_busy() {
+                let uid = fuse_proto::request::peek_uid(&buf.as_slice()[..WRITE_PAYLOAD_OFFSET]);
+                if let Some(slot) = pool.acquire_busy(uid.unwrap_or(u32::MAX)) {
                     serve_piped_write(fs, &core, p, &mut buf, size);
-                    pool.release_busy();
+                    pool.release_busy(slot);
                 } else {
                     // Another thread will serve it: it needs the bytes.
                     match p.read_payload(buf.as_mut_slice(), size) {
@@ -133,11 +134,12 @@ pub(crate) fn run<F: Filesystem>(
             (Received::Whole(n), _) => {
                 let msg = &buf.as_slice()[..n];
                 let op = fuse_proto::request::peek_opcode(msg);
+                let uid = fuse_proto::request::peek_uid(msg).unwrap_or(u32::MAX);
                 if never_waits(op) {
                     crate::dispatch::dispatch(fs, &core, msg);
-                } else if pool.acquire_busy() {
+                } else if let Some(slot) = pool.acquire_busy(uid) {
                     crate::dispatch::dispatch(fs, &core, msg);
-                    pool.release_busy();
+                    pool.release_busy(slot);
                 } else {
                     queue_at_cap(&core, msg, op);
                 }

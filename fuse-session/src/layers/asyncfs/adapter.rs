@@ -60,7 +60,12 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
     /// `n` run waits, holding the thread that read it, until one ends.
     /// That is the backpressure: with every thread of the pool waiting,
     /// requests are parked by the session (bounded) and then stay in the
-    /// kernel, whatever the number of callers; none is refused. Memory
+    /// kernel, whatever the number of callers; none is refused. The places
+    /// are shared by caller uid: from `n` = 8 on, the last quarter of them
+    /// (2 to 16) go only
+    /// to uids holding none of those yet, so one user's requests leave
+    /// another user's next request a place at once, and one user alone
+    /// runs at most all but that quarter, plus one. Memory
     /// stays bounded by `n` times what one request holds (its arguments,
     /// its future, at most one reply's data).
     pub fn max_in_flight(mut self, n: usize) -> Self {
@@ -115,15 +120,18 @@ impl<F: AsyncFilesystem, S: Spawn> AsyncFs<F, S> {
                 (cancellable && ctx.is_interrupted()).then_some(false)
             }
         };
-        if let Err(stopping) = self.core.limit.acquire(gave_up) {
-            if stopping {
-                // Waited at the bound until the session stopped: end what
-                // runs, so that the others waiting get out too.
-                self.core.registry.close();
+        let place = match self.core.limit.acquire(ctx.uid(), gave_up) {
+            Ok(place) => place,
+            Err(stopping) => {
+                if stopping {
+                    // Waited at the bound until the session stopped: end what
+                    // runs, so that the others waiting get out too.
+                    self.core.registry.close();
+                }
+                return reply.fail(Errno::EINTR);
             }
-            return reply.fail(Errno::EINTR);
-        }
-        let held = Held::new(self.core.clone());
+        };
+        let held = Held::new(self.core.clone(), place);
         let mut fut = Box::pin(make(self.fs.clone(), AsyncContext::new(ctx)));
         let first = self.spawner.enter(|| task::poll_first(fut.as_mut(), reply, held));
         let Some((reply, held)) = first else {

@@ -1,5 +1,6 @@
 //! How one request's future runs: the executor it goes to ([`Spawn`]), the
-//! bound on futures in flight that makes the readers wait ([`Limit`]), the
+//! bound on futures in flight that makes the readers wait, shared by uid
+//! ([`Limit`]), the
 //! registry that cancels them all when the session stops ([`Registry`]),
 //! and the wrapper ([`run`]) that drops the future on INTERRUPT, turns a
 //! panic into `EIO` and answers exactly once.
@@ -10,6 +11,7 @@
 //! (then its answer goes out, and the late mark is never read).
 
 use crate::layers::core::Answer;
+use crate::share::{Place, Shares};
 use fuse_proto::Errno;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -53,11 +55,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// or its request was interrupted.
 const STOP_CHECK: Duration = Duration::from_millis(20);
 
-/// The bound on futures in flight. Taking a place costs one atomic add;
-/// only a reader that finds none waits, on a condition variable.
+/// The bound on futures in flight, shared by caller uid
+/// ([`crate::share`]). Taking an open place costs one atomic add; only a
+/// reader that finds none for its uid waits, on a condition variable.
 pub(crate) struct Limit {
-    max: usize,
-    used: AtomicUsize,
+    places: Shares,
     waiting: AtomicUsize,
     high: AtomicUsize,
     lock: Mutex<()>,
@@ -67,8 +69,7 @@ pub(crate) struct Limit {
 impl Limit {
     pub(crate) fn new(max: usize) -> Limit {
         Limit {
-            max: max.max(1),
-            used: AtomicUsize::new(0),
+            places: Shares::new(max),
             waiting: AtomicUsize::new(0),
             high: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -76,27 +77,26 @@ impl Limit {
         }
     }
 
-    /// Takes a place, waiting while none is free; says why not if
-    /// `gave_up` named a reason meanwhile (looked at every [`STOP_CHECK`]
-    /// while waiting).
-    pub(crate) fn acquire<W>(&self, gave_up: impl Fn() -> Option<W>) -> Result<(), W> {
+    /// Takes a place for a request of `uid`, waiting while none is free
+    /// to it; says why not if `gave_up` named a reason meanwhile (looked
+    /// at every [`STOP_CHECK`] while waiting).
+    pub(crate) fn acquire<W>(&self, uid: u32, gave_up: impl Fn() -> Option<W>) -> Result<Place, W> {
         loop {
-            let n = self.used.fetch_add(1, SeqCst);
-            if n < self.max {
-                if n + 1 > self.high.load(SeqCst) {
-                    self.high.fetch_max(n + 1, SeqCst);
+            if let Ok(place) = self.places.take(uid) {
+                let n = self.places.used();
+                if n > self.high.load(SeqCst) {
+                    self.high.fetch_max(n, SeqCst);
                 }
-                return Ok(());
+                return Ok(place);
             }
-            self.used.fetch_sub(1, SeqCst);
             self.waiting.fetch_add(1, SeqCst);
             let guard = lock(&self.lock);
-            let full = self.used.load(SeqCst) >= self.max;
-            if full && let Some(why) = gave_up() {
+            let refused = self.places.refuses(uid);
+            if refused && let Some(why) = gave_up() {
                 self.waiting.fetch_sub(1, SeqCst);
                 return Err(why);
             }
-            if full {
+            if refused {
                 drop(
                     self.freed
                         .wait_timeout(guard, STOP_CHECK)
@@ -109,17 +109,18 @@ impl Limit {
         }
     }
 
-    pub(crate) fn release(&self) {
-        self.used.fetch_sub(1, SeqCst);
+    pub(crate) fn release(&self, place: Place) {
+        self.places.give_back(place);
         if self.waiting.load(SeqCst) > 0 {
             drop(lock(&self.lock));
-            self.freed.notify_one();
+            // All of them: the first to wake may be a uid at its share.
+            self.freed.notify_all();
         }
     }
 
     /// Futures in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.used.load(SeqCst)
+        self.places.used()
     }
 
     /// The most futures in flight at once so far.
@@ -128,7 +129,7 @@ impl Limit {
     }
 
     pub(crate) fn max(&self) -> usize {
-        self.max
+        self.places.max()
     }
 }
 
@@ -271,13 +272,18 @@ pub(crate) struct Core {
 /// the task included): gives the place back and leaves the registry.
 pub(crate) struct Held {
     core: Arc<Core>,
+    place: Place,
     key: Option<(usize, usize)>,
 }
 
 impl Held {
     /// Holds the place [`Limit::acquire`] took.
-    pub(crate) fn new(core: Arc<Core>) -> Held {
-        Held { core, key: None }
+    pub(crate) fn new(core: Arc<Core>, place: Place) -> Held {
+        Held {
+            core,
+            place,
+            key: None,
+        }
     }
 }
 
@@ -286,7 +292,7 @@ impl Drop for Held {
         if let Some(key) = self.key.take() {
             self.core.registry.remove(key);
         }
-        self.core.limit.release();
+        self.core.limit.release(self.place);
     }
 }
 
