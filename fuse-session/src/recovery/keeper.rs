@@ -839,6 +839,10 @@ pub struct Restore<'a> {
     /// where the predecessors' are ([`Vault::take_deposits`],
     /// [`Vault::region`]).
     pub vault: Vault,
+    /// The connection's number (its `fuse_connection` in fdinfo), when
+    /// known: what the filesystem records in the memory it keeps, to refuse
+    /// memory kept for another connection.
+    pub connection: Option<u32>,
 }
 
 /// What a child under a keeper serves: a fresh connection (INIT to come) or
@@ -870,6 +874,17 @@ fn name_after_program() {
         && let Err(e) = nix::sys::prctl::set_name(&c)
     {
         log::debug!("naming the daemon after its program: {e}");
+    }
+}
+
+/// A `restore` that failed because the memory it keeps cannot be taken
+/// over ([`crate::kept_tree::NotRecoverable`]) is a refusal (the keeper
+/// ends the mount rather than start daemons refused the same way); any
+/// other failure is the daemon's.
+fn refused_restore(e: io::Error, refuse: impl FnOnce(String) -> SessionError) -> SessionError {
+    match crate::kept_tree::NotRecoverable::reason(&e) {
+        Some(why) => refuse(why),
+        None => SessionError::Io(e),
     }
 }
 
@@ -988,10 +1003,14 @@ impl KeeperLink {
         };
         let (session, resumed, taken_over) = match conn {
             Connection::Fresh(dev, default_permissions) => {
-                let fs = Arc::new(restore(Restore {
-                    state: None,
-                    vault: vault.clone(),
-                })?);
+                let fs = Arc::new(
+                    restore(Restore {
+                        state: None,
+                        vault: vault.clone(),
+                        connection,
+                    })
+                    .map_err(|e| refused_restore(e, refuse))?,
+                );
                 fs.recovery().check().map_err(refuse)?;
                 // The keeper learns what INIT negotiated before the kernel
                 // has the answer: a daemon dying in between leaves it INIT
@@ -1010,10 +1029,14 @@ impl KeeperLink {
                 (s, fs, None)
             }
             Connection::TakenOver(h) => {
-                let fs = Arc::new(restore(Restore {
-                    state: Some(&h.state),
-                    vault: vault.clone(),
-                })?);
+                let fs = Arc::new(
+                    restore(Restore {
+                        state: Some(&h.state),
+                        vault: vault.clone(),
+                        connection,
+                    })
+                    .map_err(|e| refused_restore(e, refuse))?,
+                );
                 fs.recovery().check().map_err(refuse)?;
                 let negotiated = h.negotiated.clone();
                 (
