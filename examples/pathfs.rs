@@ -968,7 +968,13 @@ fn main() -> ExitCode {
         }
         child_args.push(args.mountpoint.clone().into());
         return match run_keeper(&args.mountpoint, &args.mount, program, child_args) {
-            Ok(_) => ExitCode::SUCCESS,
+            Ok(report) => {
+                eprintln!(
+                    "pathfs: keeper done ({} daemons started, {} crashes, {} upgrades)",
+                    report.started, report.crashes, report.upgrades
+                );
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 eprintln!("pathfs: {e}");
                 ExitCode::FAILURE

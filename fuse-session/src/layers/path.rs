@@ -727,12 +727,14 @@ impl<F: PathFilesystem> PathFs<F> {
         Ok(Self::build(fs, ttl, table, files, Some(tree), pending))
     }
 
-    /// Writes node `ino`'s first name to the kept tree (under the node's
+    /// Writes node `ino`'s newest name to the kept tree (under the node's
     /// shard lock, so a number reused meanwhile is never written over).
+    /// One name a node: a hard-linked file keeps the one made last (the
+    /// one a client most likely goes on using after removing the old).
     fn keep_name(&self, ino: u64, generation: u64, node: &PNode) {
         if let Some(t) = &self.shared.kept {
             let names = lock(&node.names);
-            let first = names.first().map(|(p, n)| (*p, &**n));
+            let first = names.last().map(|(p, n)| (*p, &**n));
             self.shared
                 .table
                 .with_node(Inode(ino), generation, || t.set_name(ino, first));
