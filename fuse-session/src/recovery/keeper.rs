@@ -282,6 +282,12 @@ impl Running {
 /// a program that is missing or not executable is refused before the
 /// running daemon is retired. A daemon that crashes is replaced from the
 /// binary it ran.
+///
+/// What survives depends on the daemon's filesystem
+/// ([`Filesystem::recovery`]): one built on the path layer with
+/// [`crate::path::PathFs::kept`] keeps every node id, lookup count and open
+/// file the kernel holds across crashes and upgrades; a node layer daemon
+/// is refused, and the keeper then ends the mount (`docs/recovery.md`).
 pub fn run_keeper(
     mountpoint: impl AsRef<std::path::Path>,
     opts: &MountOptions,
@@ -961,8 +967,11 @@ impl KeeperLink {
     ///
     /// The filesystem must state how the node ids and file handles the
     /// kernel holds stay valid in a successor ([`Filesystem::recovery`]):
-    /// one that states nothing, or a layer that cannot, is refused with
-    /// [`SessionError::NotRecoverable`] before it serves, and the keeper,
+    /// one that states nothing, or a layer that cannot (the node layer, a
+    /// path layer not built with [`crate::path::PathFs::kept`]), is refused
+    /// with [`SessionError::NotRecoverable`] before it serves, and so is a
+    /// `restore` failing with [`crate::kept_tree::NotRecoverable`] (a kept
+    /// table blank on a takeover, or another connection's), and the keeper,
     /// told why, ends the mount ([`KeeperError::Refused`]). A retirement
     /// the keeper calls off (its deadline passed) leaves the session
     /// serving ([`SessionHandle::cancel_retire`]).
