@@ -43,19 +43,27 @@ const COMMAND: cli::Command = cli::Command {
     name: "hello_path",
     about: "Serves a read-only directory holding one file, hello, at MOUNTPOINT, on the path layer.
 
-    -o keeper   run under a keeper (refused for now: the path layer does not keep
-                its node table for a successor; see docs/recovery.md)",
+    -o keeper   run under a keeper: the daemon is replaced when it dies (SIGUSR2:
+                upgraded), the path layer's node table kept for it (docs/recovery.md)",
     own_options: true,
     stats: false,
 };
 
 fn main() -> ExitCode {
-    // Started by a keeper: the library refuses to serve the path layer
-    // there, and says why (its node ids would mean other files to a successor).
+    // Started by a keeper: the path layer keeps its node table where the
+    // keeper holds it, so a successor's node ids mean the same files.
     if let Some(link) = KeeperLink::from_env() {
         cli::init_logging(std::env::args().any(|a| a == "-d"));
-        let served = link.serve(|_| Ok(PathFs::new(Hello)), |_| Vec::new(), Default::default());
-        return COMMAND.finish(served.map(drop).map_err(Into::into));
+        let ttl = std::time::Duration::from_secs(1);
+        let served = link.serve(
+            |r| PathFs::kept(Hello, ttl, &r),
+            |_| Vec::new(),
+            Default::default(),
+        );
+        return match served {
+            Ok(true) => KeeperLink::exit_retired(),
+            r => COMMAND.finish(r.map(drop).map_err(Into::into)),
+        };
     }
     COMMAND.run(|args| {
         let keeper = match args.options.as_slice() {

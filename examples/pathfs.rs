@@ -73,6 +73,7 @@ use fuse_wire::path::{PathDirFill, PathFilesystem, PathFs, PathOpened};
 use fuse_wire::proto::abi::Kstatfs;
 use fuse_wire::reply::ReplyData;
 use fuse_wire::session::credentials;
+use fuse_wire::session::keeper::{KeeperLink, run_keeper};
 use fuse_wire::{
     CreateRequest, Errno, FallocateRequest, FileAttr, FileKind, InitConfig, InitFlags, LseekRequest,
     MknodRequest, OpenFlags, ReadRequest, RenameFlags, RequestContext, SetattrRequest, TimeOrNow,
@@ -905,6 +906,9 @@ impl PathFilesystem for Mirror {
 }
 
 fn main() -> ExitCode {
+    // Started by a keeper (`-o keeper`): serve the connection it holds,
+    // with the path layer's table kept where the keeper holds it.
+    let link = KeeperLink::from_env();
     let args = match cli::start(
         "pathfs",
         args::USAGE,
@@ -924,6 +928,59 @@ fn main() -> ExitCode {
     };
     fs.passthrough = args.passthrough;
     fs.noatime = args.mount.noatime;
+    if let Some(link) = link {
+        let ttl = std::time::Duration::from_secs(1);
+        let mut fs = Some(fs);
+        let served = link.serve(
+            |r| {
+                let fs = fs.take().ok_or_else(|| std::io::Error::other("restored twice"))?;
+                PathFs::kept(fs, ttl, &r)
+            },
+            |_| Vec::new(),
+            args.session,
+        );
+        return match served {
+            Ok(true) => KeeperLink::exit_retired(),
+            Ok(false) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("pathfs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.keeper {
+        if args.passthrough {
+            eprintln!("pathfs: -o keeper with passthrough: backing files live in the daemon; refused");
+            return ExitCode::FAILURE;
+        }
+        // This process keeps the mount; a child serves it, and is replaced
+        // when it dies (SIGUSR2: a graceful upgrade to the binary on disk).
+        let program = std::env::current_exe().unwrap_or_else(|_| "pathfs".into());
+        let mut child_args: Vec<std::ffi::OsString> = vec!["-o".into()];
+        let mut o = std::ffi::OsString::from("source=");
+        o.push(&args.source);
+        child_args.push(o);
+        if args.debug {
+            child_args.push("-d".into());
+        }
+        if args.session.workers == 1 {
+            child_args.push("-s".into());
+        }
+        child_args.push(args.mountpoint.clone().into());
+        return match run_keeper(&args.mountpoint, &args.mount, program, child_args) {
+            Ok(report) => {
+                eprintln!(
+                    "pathfs: keeper done ({} daemons started, {} crashes, {} upgrades)",
+                    report.started, report.crashes, report.upgrades
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pathfs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let fs = PathFs::new(fs);
     let counts = fs.clone();
     match fuse_wire::serve_with(fs, &args.mountpoint, &args.mount, args.session) {
@@ -969,6 +1026,7 @@ mod args {
         pub passthrough: bool,
         pub stats: Option<PathBuf>,
         pub debug: bool,
+        pub keeper: bool,
     }
 
     /// What the command line asks for.
@@ -997,6 +1055,9 @@ filesystem options (-o):
                        allows it; otherwise /dev/fuse, with the reason logged
     passthrough        open files in kernel passthrough mode when the kernel
                        allows it
+    keeper             keep the mount in this process and serve it from a child,
+                       replaced when it dies (SIGUSR2: upgrade to the binary on
+                       disk); node ids and open files survive (docs/recovery.md)
 
 mount options: fsname=, subtype=, allow_other, allow_root, ro, rw, [no]suid,
     [no]dev, [no]exec, [no]atime, [no]diratime, sync, async, dirsync,
@@ -1036,11 +1097,13 @@ default_permissions is always on: the kernel checks every access.
             session.workers = 1;
         }
         let mut passthrough = false;
+        let mut keeper = false;
         for o in rest.iter().filter(|o| !session.take_option(o)) {
             match o.split_once('=') {
                 Some(("source", dir)) => source = Some(PathBuf::from(dir)),
                 Some(("threads", n)) => return Err(format!("threads={n}: expected a number above 0")),
                 None if o == "passthrough" => passthrough = true,
+                None if o == "keeper" => keeper = true,
                 None if o == "debug" => debug = true,
                 None if IGNORED.contains(&o.as_str()) => {}
                 _ if o.starts_with("x-") || o.starts_with("comment=") => {}
@@ -1060,6 +1123,7 @@ default_permissions is always on: the kernel checks every access.
             passthrough,
             stats,
             debug,
+            keeper,
         })))
     }
 

@@ -337,25 +337,25 @@ fn a_first_daemon_dying_in_init_leaves_init_to_its_successor() {
     }
 }
 
-/// A filesystem on the path layer under a keeper: the layer keeps its node
-/// ids (node id to path) in the daemon only, so a successor would give the
-/// ids the kernel holds to other files. The daemon refuses to serve, says
+/// A filesystem on the node layer under a keeper: the layer keeps its node
+/// ids in the daemon only, so a successor would give the ids the kernel
+/// holds to other nodes. The daemon refuses to serve, says
 /// why, and the keeper ends the mount at once instead of starting daemons
 /// that would write into the wrong files.
 #[test]
-fn a_path_layer_filesystem_is_refused_under_a_keeper_and_the_mount_ends() {
+fn a_node_layer_filesystem_is_refused_under_a_keeper_and_the_mount_ends() {
     if !require_mount_capability() {
         return;
     }
-    let tmp = TempMountpoint::new("keeper-path-refused");
-    let mut child = std::process::Command::new(example_binary("hello_path"))
+    let tmp = TempMountpoint::new("keeper-node-refused");
+    let mut child = std::process::Command::new(example_binary("nodefs"))
         .arg(tmp.path())
         .args(["-o", "keeper"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("start hello_path -o keeper");
+        .expect("start nodefs -o keeper");
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         match child.try_wait().unwrap() {
@@ -374,10 +374,10 @@ fn a_path_layer_filesystem_is_refused_under_a_keeper_and_the_mount_ends() {
     let status = status.unwrap_or_else(|| panic!("the keeper still ran after 20 s; its log:\n{log}"));
     assert!(!status.success(), "the keeper exited 0; its log:\n{log}");
     assert!(
-        log.contains("refused to serve under a keeper: the path layer keeps its node table"),
+        log.contains("refused to serve under a keeper: the node layer keeps its node table"),
         "the keeper's error does not say why; its log:\n{log}"
     );
-    assert_logged(&log, "refused under a keeper: the path layer", 1);
+    assert_logged(&log, "refused under a keeper: the node layer", 1);
     assert!(
         !fuse_mounted_at(tmp.path()),
         "the refused mount was left behind; its log:\n{log}"

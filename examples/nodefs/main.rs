@@ -19,6 +19,7 @@ mod tree;
 use fuse_wire::node::{NodeFs, NodeOptions};
 use fuse_wire::serve_with;
 use fuse_wire::session::SessionConfig;
+use fuse_wire::session::keeper::{KeeperLink, run_keeper};
 use std::process::ExitCode;
 
 const COMMAND: cli::Command = cli::Command {
@@ -27,19 +28,42 @@ const COMMAND: cli::Command = cli::Command {
 
     -o threads=N    worker threads (default: the session's)
     -o max_threads=N  most workers running handlers at once (default: the session's)
-    -o uring        serve over FUSE-over-io_uring when the kernel allows it",
+    -o uring        serve over FUSE-over-io_uring when the kernel allows it
+    -o keeper       run under a keeper: refused for now, the node layer keeps its
+                    table in the daemon only (docs/recovery.md)",
     own_options: true,
     stats: true,
 };
 
 fn main() -> ExitCode {
+    // Started by a keeper: the library refuses to serve the node layer
+    // there, and says why (its node ids would mean other nodes to a successor).
+    if let Some(link) = KeeperLink::from_env() {
+        cli::init_logging(std::env::args().any(|a| a == "-d"));
+        let fs = |_: fuse_wire::session::keeper::Restore<'_>| {
+            Ok(NodeFs::with_options(tree::root(), NodeOptions::default()))
+        };
+        let served = link.serve(fs, |_| Vec::new(), SessionConfig::default());
+        return COMMAND.finish(served.map(drop).map_err(Into::into));
+    }
     COMMAND.run(|args| {
         let mut mount = args.mount;
         mount.default_permissions = true;
         mount.fsname.get_or_insert_with(|| "nodefs".into());
         let mut session = SessionConfig::default();
-        if let Some(o) = args.options.iter().find(|o| !session.take_option(o)) {
+        let keeper = args.options.iter().any(|o| o == "keeper");
+        if let Some(o) = args
+            .options
+            .iter()
+            .find(|o| *o != "keeper" && !session.take_option(o))
+        {
             return Err(cli::UsageError(format!("unknown or invalid option `{o}`")).into());
+        }
+        if keeper {
+            let program = std::env::current_exe().unwrap_or_else(|_| "nodefs".into());
+            let child_args = if args.debug { vec!["-d".into()] } else { Vec::new() };
+            run_keeper(&args.mountpoint, &mount, program, child_args)?;
+            return Ok(());
         }
         let fs = NodeFs::with_options(tree::root(), NodeOptions::default());
         let counts = fs.clone();

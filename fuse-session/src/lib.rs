@@ -113,7 +113,7 @@ mod wire;
 // (`fuse_session::reply`, `crate::conn`): users, examples and the rest of
 // the crate name them here.
 pub use api::{attr, backing, context, credentials, filesystem, init, inodes, notify, ops, reply, types};
-pub use recovery::{fault, fdstore, handover, journal, keeper, region, service, vault};
+pub use recovery::{fault, fdstore, handover, journal, keeper, kept_tree, region, service, vault};
 use serve::{conn, dispatch, interrupt, pool, ring_worker, share, worker};
 pub use serve::{deferred, session, stats, umask};
 pub use wire::transport;

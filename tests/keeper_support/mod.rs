@@ -3,6 +3,8 @@
 //! freed, whatever the test does.
 #![allow(dead_code)]
 
+pub mod workload;
+
 use crate::common::*;
 use std::fs;
 use std::io::Read;

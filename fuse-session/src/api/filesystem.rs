@@ -57,13 +57,16 @@ pub enum Recovery {
     /// Nothing stated: refused under a keeper or the fd store.
     Unstated,
     /// Refused under a keeper, for the reason given (a layer that does not
-    /// keep its tables where a successor finds them).
+    /// keep its tables where a successor finds them: the node layer, and
+    /// the path layer unless built with `PathFs::kept`).
     Unsupported(&'static str),
     /// Node ids and file handles are durable names: any daemon of this
     /// filesystem resolves them to the same object again, or answers
     /// `ESTALE`/`EBADF`. Fixed node ids (hello), object ids of a backing
     /// store, or a node table kept in memory the keeper holds
-    /// ([`crate::vault::Vault::region`], as passthrough_ll does).
+    /// ([`crate::vault::Vault::region`], as passthrough_ll does, and as the
+    /// path layer does when built with `PathFs::kept`: see
+    /// `docs/recovery.md` for what it survives and what not).
     Durable,
     /// The filesystem's state lives in its process: it hands the whole of
     /// it to its successor at a graceful upgrade (the `save` and `restore`

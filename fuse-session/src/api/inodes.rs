@@ -33,7 +33,7 @@ use crate::types::Inode;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Number of shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -90,6 +90,38 @@ pub enum Forgotten<V> {
 pub struct InodeTable<K, V> {
     shards: Box<[Mutex<Shard<K, V>>]>,
     hasher: RandomState,
+    mirror: Option<Arc<dyn TableMirror<K>>>,
+}
+
+/// Where a table writes what a successor needs to rebuild it (memory a
+/// keeper holds, as the path layer's kept tree). Every call is made under the shard
+/// lock of the node it names, before the change is seen by anyone, so the
+/// mirror of a slot never runs behind the slot (a crash between the mirror
+/// and the reply leaves a count too high, never too low).
+pub trait TableMirror<K>: Send + Sync {
+    /// Shard `shard` will hand out numbers from `next` on (its never-used
+    /// counter went up).
+    fn fresh(&self, shard: usize, next: u64);
+    /// Node `ino` was added with `generation`, one lookup and `key`.
+    fn live(&self, ino: u64, generation: u64, key: Option<&K>);
+    /// The lookup count of node `ino` is now `n` (above 0).
+    fn lookups(&self, ino: u64, n: u64);
+    /// Node `ino` was dropped; its next user gets `next_generation`.
+    fn freed(&self, ino: u64, next_generation: u64);
+}
+
+/// A node a table is rebuilt with ([`InodeTable::rebuild`]).
+pub struct Restored<K, V> {
+    /// Its node id.
+    pub ino: u64,
+    /// Its generation.
+    pub generation: u64,
+    /// Its lookup count.
+    pub lookups: u64,
+    /// Its identity key.
+    pub key: Option<K>,
+    /// The layer's value.
+    pub value: V,
 }
 
 thread_local! {
@@ -116,6 +148,7 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
         let t = Self {
             shards,
             hasher: RandomState::new(),
+            mirror: None,
         };
         t.shard(Inode::ROOT.0).nodes.insert(
             Inode::ROOT.0,
@@ -129,6 +162,73 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
         t
     }
 
+    /// [`InodeTable::new`], with every change written to `mirror` too.
+    pub fn with_mirror(root: V, mirror: Arc<dyn TableMirror<K>>) -> Self {
+        let mut t = Self::new(root);
+        t.mirror = Some(mirror);
+        t
+    }
+
+    /// The table a predecessor's mirror describes: the root, the nodes in
+    /// `live`, the numbers in `free` (each with the generation its next
+    /// user gets), and each shard's never-used counter at least `fresh[i]`.
+    /// Numbers neither live nor free nor below a counter are never handed
+    /// out. A keyed node is found by its key only if the key still hashes
+    /// to the node's shard (keys hash anew in each process): otherwise it
+    /// is kept without its key.
+    pub fn rebuild(
+        root: V,
+        mirror: Arc<dyn TableMirror<K>>,
+        live: Vec<Restored<K, V>>,
+        free: Vec<(u64, u64)>,
+        fresh: &[u64],
+    ) -> Self {
+        let t = Self::with_mirror(root, mirror);
+        for (i, &f) in fresh.iter().enumerate().take(SHARDS) {
+            let mut s = t.shard(i as u64);
+            s.fresh = s.fresh.max(f);
+        }
+        for r in live {
+            if r.ino <= Inode::ROOT.0 {
+                continue;
+            }
+            let key = r.key.filter(|k| t.key_shard(k) == (r.ino as usize) % SHARDS);
+            let mut s = t.shard(r.ino);
+            let above = r.ino / SHARDS as u64 + 1;
+            s.fresh = s.fresh.max(above);
+            if let Some(k) = &key {
+                s.keys.insert(k.clone(), r.ino);
+            }
+            s.nodes.insert(
+                r.ino,
+                Slot {
+                    value: r.value,
+                    key,
+                    generation: r.generation,
+                    lookups: r.lookups.max(1),
+                },
+            );
+        }
+        for (ino, generation) in free {
+            let mut s = t.shard(ino);
+            if ino > Inode::ROOT.0 && !s.nodes.contains_key(&ino) {
+                s.free.push((ino, generation));
+            }
+        }
+        t
+    }
+
+    /// Runs `f` under the shard lock of `ino` if the table holds it with
+    /// `generation` (a layer's own record of the node, kept in step with
+    /// the table's: no other node can take the number meanwhile).
+    pub fn with_node<R>(&self, ino: Inode, generation: u64, f: impl FnOnce() -> R) -> Option<R> {
+        let s = self.shard(ino.0);
+        let here = s.nodes.get(&ino.0).is_some_and(|n| n.generation == generation);
+        let r = here.then(f);
+        drop(s);
+        r
+    }
+
     fn shard(&self, index_or_ino: u64) -> MutexGuard<'_, Shard<K, V>> {
         self.shards[(index_or_ino as usize) % SHARDS]
             .lock()
@@ -140,12 +240,15 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
     }
 
     /// Allocates a number in shard `index` (locked as `s`).
-    fn allocate(s: &mut Shard<K, V>, index: usize) -> (u64, u64) {
+    fn allocate(&self, s: &mut Shard<K, V>, index: usize) -> (u64, u64) {
         if let Some(reused) = s.free.pop() {
             return reused;
         }
         let ino = s.fresh * SHARDS as u64 + index as u64;
         s.fresh += 1;
+        if let Some(m) = &self.mirror {
+            m.fresh(index, s.fresh);
+        }
         (ino, 0)
     }
 
@@ -160,9 +263,15 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
             && let Some(slot) = s.nodes.get_mut(&ino)
         {
             slot.lookups += 1;
+            if let Some(m) = &self.mirror {
+                m.lookups(ino, slot.lookups);
+            }
             return (Inode(ino), slot.generation);
         }
-        let (ino, generation) = Self::allocate(&mut s, index);
+        let (ino, generation) = self.allocate(&mut s, index);
+        if let Some(m) = &self.mirror {
+            m.live(ino, generation, Some(&key));
+        }
         s.keys.insert(key.clone(), ino);
         s.nodes.insert(
             ino,
@@ -180,7 +289,10 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
     pub fn insert(&self, value: V) -> (Inode, u64) {
         let index = thread_shard();
         let mut s = self.shard(index as u64);
-        let (ino, generation) = Self::allocate(&mut s, index);
+        let (ino, generation) = self.allocate(&mut s, index);
+        if let Some(m) = &self.mirror {
+            m.live(ino, generation, None);
+        }
         s.nodes.insert(
             ino,
             Slot {
@@ -199,6 +311,11 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
         let mut s = self.shard(ino.0);
         let slot = s.nodes.get_mut(&ino.0)?;
         slot.lookups += 1;
+        if let Some(m) = &self.mirror
+            && ino != Inode::ROOT
+        {
+            m.lookups(ino.0, slot.lookups);
+        }
         Some((slot.value.clone(), slot.generation))
     }
 
@@ -220,6 +337,11 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
         }
         slot.lookups = slot.lookups.saturating_sub(n);
         if slot.lookups > 0 || ino == Inode::ROOT {
+            if let Some(m) = &self.mirror
+                && ino != Inode::ROOT
+            {
+                m.lookups(ino.0, slot.lookups);
+            }
             return Forgotten::Kept;
         }
         let Some(slot) = s.nodes.remove(&ino.0) else {
@@ -229,6 +351,9 @@ impl<K: Hash + Eq + Clone, V: Clone> InodeTable<K, V> {
             s.keys.remove(k);
         }
         s.free.push((ino.0, slot.generation.wrapping_add(1)));
+        if let Some(m) = &self.mirror {
+            m.freed(ino.0, slot.generation.wrapping_add(1));
+        }
         drop(s);
         Forgotten::Dropped(slot.value)
     }
@@ -296,6 +421,27 @@ impl<T: Clone> HandleTable<T> {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new((HashMap::new(), 0))).collect(),
         }
+    }
+
+    /// A table whose shard `i` hands out numbers above `counts[i]` (the
+    /// numbers a predecessor gave), holding `open` under their numbers.
+    pub(crate) fn rebuild(counts: &[u64], open: Vec<(u64, T)>) -> Self {
+        let t = Self::new();
+        for (i, &c) in counts.iter().enumerate().take(SHARDS) {
+            t.shard(i as u64).1 = c / SHARDS as u64;
+        }
+        for (fh, v) in open {
+            let mut s = t.shard(fh);
+            s.1 = s.1.max(fh / SHARDS as u64);
+            s.0.insert(fh, v);
+        }
+        t
+    }
+
+    /// Stores `value` under `fh`, a number this table gave out before
+    /// (a file opened again under the number the kernel holds).
+    pub(crate) fn insert_at(&self, fh: u64, value: T) {
+        self.shard(fh).0.insert(fh, value);
     }
 
     fn shard(&self, i: u64) -> MutexGuard<'_, HandleShard<T>> {

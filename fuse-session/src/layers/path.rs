@@ -90,7 +90,9 @@ use crate::backing::BackingFile;
 use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
-use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
+use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, Restored, TableMirror};
+use crate::journal::Replay;
+use crate::kept_tree::{self, KeptOpen, KeptTree};
 use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
 use crate::layers::values::{Created, Open};
 use crate::notify::NotifyError;
@@ -105,7 +107,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -452,6 +454,8 @@ struct OpenEntry<F> {
     node: Arc<PNode>,
     file: F,
     passthrough: bool,
+    /// Its record in the kept tree (`usize::MAX`: none).
+    record: AtomicUsize,
 }
 
 /// The tree lock: [`TREE_SHARDS`] read-write locks, a thread reads one,
@@ -484,6 +488,13 @@ struct Shared<F: PathFilesystem> {
     notifier: Arc<NotifierSlot>,
     files: HandleTable<Arc<OpenEntry<F::File>>>,
     tree: TreeLock,
+    /// Where the keeper holds the table and open files ([`PathFs::kept`]).
+    kept: Option<Arc<KeptTree>>,
+    /// Open files a predecessor recorded, opened again at their first use.
+    pending: Mutex<HashMap<u64, KeptOpen>>,
+    /// Whether `pending` may hold any (read on every request with a file
+    /// handle: no lock unless a predecessor left open files).
+    any_pending: AtomicBool,
 }
 
 /// Serves a [`PathFilesystem`] as a [`Filesystem`]; see the
@@ -569,17 +580,208 @@ impl<F: PathFilesystem> PathFs<F> {
 
     /// Serves `fs`; names and attributes may be cached for `ttl`.
     pub fn with_ttl(fs: F, ttl: Duration) -> Self {
+        Self::build(
+            fs,
+            ttl,
+            InodeTable::new(PNode::new(Vec::new())),
+            HandleTable::new(),
+            None,
+            HashMap::new(),
+        )
+    }
+
+    fn build(
+        fs: F,
+        ttl: Duration,
+        table: InodeTable<u64, Arc<PNode>>,
+        files: HandleTable<Arc<OpenEntry<F::File>>>,
+        kept: Option<Arc<KeptTree>>,
+        pending: HashMap<u64, KeptOpen>,
+    ) -> Self {
         PathFs {
             shared: Arc::new(Shared {
                 fs,
-                table: Arc::new(InodeTable::new(PNode::new(Vec::new()))),
+                table: Arc::new(table),
                 notifier: Arc::default(),
-                files: HandleTable::new(),
+                files,
                 tree: TreeLock {
                     shards: (0..TREE_SHARDS).map(|_| RwLock::new(())).collect(),
                 },
+                kept,
+                any_pending: AtomicBool::new(!pending.is_empty()),
+                pending: Mutex::new(pending),
             }),
             ttl,
+        }
+    }
+
+    /// Serves `fs` under a keeper ([`crate::keeper::KeeperLink::serve`]'s
+    /// `restore`, or the fd store's), with its node table and open files
+    /// kept where the keeper holds them ([`crate::kept_tree`]): after a
+    /// crash or an upgrade every node id the kernel holds names the same
+    /// path again, and every open file is opened again through
+    /// [`PathFilesystem::open`] (without `O_TRUNC`, `O_CREAT`, `O_EXCL`) at
+    /// its first use, under the file handle the kernel holds. The layer
+    /// then states [`crate::Recovery::Durable`]. A kept table that is
+    /// blank, of another layout or of another connection is refused
+    /// ([`crate::kept_tree::NotRecoverable`]: the keeper ends the mount).
+    /// Names and attributes may be cached for `ttl`.
+    pub fn kept(fs: F, ttl: Duration, restore: &crate::keeper::Restore<'_>) -> std::io::Result<Self> {
+        Self::kept_sized(
+            fs,
+            ttl,
+            restore,
+            kept_tree::DEFAULT_NODES,
+            kept_tree::DEFAULT_OPENS,
+        )
+    }
+
+    /// [`PathFs::kept`] with room for `nodes` node ids and `opens` open
+    /// files in the kept tree (a node beyond them answers `ESTALE` after a
+    /// crash, an open file `EBADF`). Every daemon of a mount must use the
+    /// same figures.
+    pub fn kept_sized(
+        fs: F,
+        ttl: Duration,
+        restore: &crate::keeper::Restore<'_>,
+        nodes: usize,
+        opens: usize,
+    ) -> std::io::Result<Self> {
+        let fresh = restore.state.is_none();
+        let region = restore
+            .vault
+            .region(kept_tree::REGION_KEY, KeptTree::bytes_needed(nodes, opens))
+            .map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    kept_tree::NotRecoverable(format!("the kept node table cannot be mapped: {e}")),
+                )
+            })?;
+        let tree = Arc::new(KeptTree::open(region, fresh, restore.connection, nodes, opens)?);
+        let mirror: Arc<dyn TableMirror<u64>> = tree.clone();
+        if fresh {
+            let table = InodeTable::with_mirror(PNode::new(Vec::new()), mirror);
+            return Ok(Self::build(
+                fs,
+                ttl,
+                table,
+                HandleTable::new(),
+                Some(tree),
+                HashMap::new(),
+            ));
+        }
+        let k = tree.load();
+        let root = PNode::new(Vec::new());
+        let nodes: HashMap<u64, Arc<PNode>> = k
+            .nodes
+            .iter()
+            .map(|n| {
+                let names = n.name.iter().map(|(p, nm)| (*p, nm.clone().into_boxed_slice()));
+                (n.ino, PNode::new(names.collect()))
+            })
+            .collect();
+        for n in &k.nodes {
+            let Some((parent, name)) = &n.name else { continue };
+            let dir = if *parent == Inode::ROOT.0 {
+                Some(&root)
+            } else {
+                nodes.get(parent)
+            };
+            if let Some(dir) = dir {
+                lock(&dir.children).insert(name.clone().into_boxed_slice(), (n.ino, n.generation));
+            }
+        }
+        let pending: HashMap<u64, KeptOpen> = k
+            .opens
+            .iter()
+            .filter(|o| {
+                let known = nodes.contains_key(&o.ino);
+                if !known {
+                    tree.closed(o.slot);
+                }
+                known
+            })
+            .map(|o| (o.fh, *o))
+            .collect();
+        let live = k
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                Some(Restored {
+                    ino: n.ino,
+                    generation: n.generation,
+                    lookups: n.lookups,
+                    key: n.key,
+                    value: nodes.get(&n.ino)?.clone(),
+                })
+            })
+            .collect();
+        log::info!(
+            "path layer: took over {} nodes and {} open files from the kept table (epoch {})",
+            k.nodes.len(),
+            pending.len(),
+            tree.epoch()
+        );
+        let table = InodeTable::rebuild(root, mirror, live, k.free, &k.fresh);
+        let files = HandleTable::rebuild(&k.handles, Vec::new());
+        Ok(Self::build(fs, ttl, table, files, Some(tree), pending))
+    }
+
+    /// Writes node `ino`'s newest name to the kept tree (under the node's
+    /// shard lock, so a number reused meanwhile is never written over).
+    /// One name a node: a hard-linked file keeps the one made last (the
+    /// one a client most likely goes on using after removing the old).
+    fn keep_name(&self, ino: u64, generation: u64, node: &PNode) {
+        if let Some(t) = &self.shared.kept {
+            let names = lock(&node.names);
+            let first = names.last().map(|(p, n)| (*p, &**n));
+            self.shared
+                .table
+                .with_node(Inode(ino), generation, || t.set_name(ino, first));
+        }
+    }
+
+    /// Opens again, under the number the kernel holds, a file a
+    /// predecessor recorded (at its first use). Costs one atomic load
+    /// when nothing is pending.
+    fn revive(&self, ctx: &RequestContext<'_>, fh: FileHandle) {
+        if !self.shared.any_pending.load(Ordering::Acquire) || self.shared.files.get(fh.0).is_some() {
+            return;
+        }
+        let mut pending = lock(&self.shared.pending);
+        let Some(rec) = pending.remove(&fh.0) else { return };
+        if pending.is_empty() {
+            self.shared.any_pending.store(false, Ordering::Release);
+        }
+        let _tree = self.shared.tree.read();
+        let flags = OpenFlags::from_bits(rec.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL));
+        let r = self.node(Inode(rec.ino)).and_then(|node| {
+            let opened = self.shared.fs.open(ctx, &self.path(Inode(rec.ino))?, flags)?;
+            Ok((node, opened))
+        });
+        match r {
+            Ok((node, opened)) => {
+                let (_, backing) = crate::layers::core::attach_open(&node.io, opened.flags, opened.backing);
+                self.shared.files.insert_at(
+                    fh.0,
+                    Arc::new(OpenEntry {
+                        node: node.clone(),
+                        file: opened.file,
+                        passthrough: backing.is_some(),
+                        record: AtomicUsize::new(rec.slot),
+                    }),
+                );
+                lock(&node.open).push(fh.0);
+            }
+            Err(e) => {
+                log::warn!(
+                    "file handle {fh} of node {} could not be opened again ({e}): EBADF",
+                    rec.ino
+                );
+                if let Some(t) = &self.shared.kept {
+                    t.closed(rec.slot);
+                }
+            }
         }
     }
 
@@ -689,10 +891,14 @@ impl<F: PathFilesystem> PathFs<F> {
                     let (ino, generation) = self.shared.table.acquire(attr.ino, || PNode::new(Vec::new()));
                     if let Some(node) = self.shared.table.get(ino) {
                         node.rename(parent.0, name, Some((parent.0, name)));
+                        self.keep_name(ino.0, generation, &node);
                     }
                     (ino, generation)
                 } else {
-                    self.shared.table.insert(PNode::new(here()))
+                    let node = PNode::new(here());
+                    let (ino, generation) = self.shared.table.insert(node.clone());
+                    self.keep_name(ino.0, generation, &node);
+                    (ino, generation)
                 };
                 children.insert(name.into(), (ino.0, generation));
                 (ino, generation)
@@ -762,8 +968,9 @@ impl<F: PathFilesystem> PathFs<F> {
             return;
         };
         let child = lock(&dir.children).remove(name);
-        if let Some(node) = child.and_then(|c| self.live(c)) {
+        if let Some((c, node)) = child.and_then(|c| Some((c, self.live(c)?))) {
             node.rename(parent.0, name, None);
+            self.keep_name(c.0, c.1, &node);
         }
     }
 
@@ -779,14 +986,28 @@ impl<F: PathFilesystem> PathFs<F> {
         crate::layers::core::open_file(&self.shared.files, fh)
     }
 
-    fn store(&self, node: Arc<PNode>, opened: PathOpened<F::File>) -> Open {
+    fn store(
+        &self,
+        ino: Inode,
+        open_flags: OpenFlags,
+        node: Arc<PNode>,
+        opened: PathOpened<F::File>,
+    ) -> Open {
         let (flags, backing) = crate::layers::core::attach_open(&node.io, opened.flags, opened.backing);
         let n = node.clone();
-        let fh = self.shared.files.insert(Arc::new(OpenEntry {
+        let entry = Arc::new(OpenEntry {
             node,
             file: opened.file,
             passthrough: backing.is_some(),
-        }));
+            record: AtomicUsize::new(usize::MAX),
+        });
+        let fh = self.shared.files.insert(entry.clone());
+        if let Some(t) = &self.shared.kept {
+            t.handle_given(fh);
+            if let Some(slot) = t.opened(fh, ino.0, open_flags.bits()) {
+                entry.record.store(slot, Ordering::Release);
+            }
+        }
         lock(&n.open).push(fh);
         Open {
             fh: FileHandle(fh),
@@ -811,6 +1032,7 @@ impl<F: PathFilesystem> PathFs<F> {
 
     fn new_entry(
         &self,
+        ctx: &RequestContext<'_>,
         parent: Inode,
         name: &CStr,
         reply: ReplyEntry,
@@ -819,19 +1041,39 @@ impl<F: PathFilesystem> PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = self
             .child_path(parent, name)
-            .and_then(|p| make(&p))
+            .and_then(|p| self.made_already(ctx, &p).map_or_else(|| make(&p), Ok))
             .and_then(|attr| self.enter(parent, name.to_bytes(), attr));
         reply.result(r)
+    }
+
+    /// For a request resent after a crash ([`Replay::MaybeDone`]) that makes
+    /// `path`: its attributes if it exists (the dead daemon made it: the
+    /// kernel holds the directory's lock through the request, so nothing
+    /// else did).
+    fn made_already(&self, ctx: &RequestContext<'_>, path: &Path) -> Option<FileAttr> {
+        (ctx.replay() == Replay::MaybeDone)
+            .then(|| self.shared.fs.getattr(ctx, Some(path), None).ok())
+            .flatten()
+    }
+
+    /// For a request resent after a crash that removes `path`: whether it
+    /// is gone already.
+    fn removed_already(&self, ctx: &RequestContext<'_>, path: &Path) -> bool {
+        ctx.replay() == Replay::MaybeDone
+            && self.shared.fs.getattr(ctx, Some(path), None) == Err(Errno::ENOENT)
     }
 }
 
 impl<F: PathFilesystem> Filesystem for PathFs<F> {
     fn recovery(&self) -> crate::Recovery {
-        crate::Recovery::Unsupported(
-            "the path layer keeps its node table (node ids to paths) and open files in this process only: \
-             a successor would give the node ids the kernel holds to other files (not yet supported under \
-             a keeper)",
-        )
+        match self.shared.kept {
+            Some(_) => crate::Recovery::Durable,
+            None => crate::Recovery::Unsupported(
+                "this path layer keeps its node table (node ids to paths) and open files in this process \
+                 only: a successor would give the node ids the kernel holds to other files (build it with \
+                 PathFs::kept to run under a keeper)",
+            ),
+        }
     }
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
@@ -848,7 +1090,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 
     fn lookup(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEntry) {
         self.remember_notifier(ctx);
-        self.new_entry(parent, name, reply, |p| {
+        self.new_entry(ctx, parent, name, reply, |p| {
             self.shared.fs.getattr(ctx, Some(p), None)
         })
     }
@@ -867,6 +1109,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 
     fn getattr(&self, ctx: &RequestContext<'_>, ino: Inode, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.remember_notifier(ctx);
+        if let Some(fh) = fh {
+            self.revive(ctx, fh);
+        }
         let _tree = self.shared.tree.read();
         let path = self.path(ino);
         let file = self.file_for(ino, fh, path.is_ok());
@@ -890,6 +1135,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     }
 
     fn setattr(&self, ctx: &RequestContext<'_>, ino: Inode, req: &SetattrRequest, reply: ReplyAttr) {
+        if let Some(fh) = req.fh {
+            self.revive(ctx, fh);
+        }
         let _tree = self.shared.tree.read();
         let path = self.path(ino);
         let file = self.file_for(ino, req.fh, path.is_ok());
@@ -916,7 +1164,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         target: &CStr,
         reply: ReplyEntry,
     ) {
-        self.new_entry(parent, name, reply, |p| self.shared.fs.symlink(ctx, p, target))
+        self.new_entry(ctx, parent, name, reply, |p| {
+            self.shared.fs.symlink(ctx, p, target)
+        })
     }
 
     fn mknod(
@@ -927,18 +1177,21 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: MknodRequest,
         reply: ReplyEntry,
     ) {
-        self.new_entry(parent, name, reply, |p| self.shared.fs.mknod(ctx, p, req))
+        self.new_entry(ctx, parent, name, reply, |p| self.shared.fs.mknod(ctx, p, req))
     }
 
     fn mkdir(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, mode: u32, reply: ReplyEntry) {
-        self.new_entry(parent, name, reply, |p| self.shared.fs.mkdir(ctx, p, mode))
+        self.new_entry(ctx, parent, name, reply, |p| self.shared.fs.mkdir(ctx, p, mode))
     }
 
     fn unlink(&self, ctx: &RequestContext<'_>, parent: Inode, name: &CStr, reply: ReplyEmpty) {
         let _tree = self.shared.tree.read();
         let r = self
             .child_path(parent, name)
-            .and_then(|p| self.shared.fs.unlink(ctx, &p));
+            .and_then(|p| match self.removed_already(ctx, &p) {
+                true => Ok(()),
+                false => self.shared.fs.unlink(ctx, &p),
+            });
         if r.is_ok() {
             self.unname(parent, name.to_bytes());
         }
@@ -949,7 +1202,10 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = self
             .child_path(parent, name)
-            .and_then(|p| self.shared.fs.rmdir(ctx, &p));
+            .and_then(|p| match self.removed_already(ctx, &p) {
+                true => Ok(()),
+                false => self.shared.fs.rmdir(ctx, &p),
+            });
         if r.is_ok() {
             self.unname(parent, name.to_bytes());
         }
@@ -961,6 +1217,16 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let r = (|| {
             let from = self.child_path(req.parent, req.name)?;
             let to = self.child_path(req.newparent, req.newname)?;
+            // Resent after a crash: done if the source is gone and the
+            // target is there (the kernel holds both directories' locks).
+            // An exchange leaves both names: carried out again, it would
+            // swap back, so it is checked by nothing and not covered.
+            if !req.flags.contains(RenameFlags::EXCHANGE)
+                && self.removed_already(ctx, &from)
+                && self.shared.fs.getattr(ctx, Some(&to), None).is_ok()
+            {
+                return Ok(());
+            }
             self.shared.fs.rename(ctx, &from, &to, req.flags)
         })();
         if r.is_ok() {
@@ -974,6 +1240,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let put = |dir: Inode, n: &[u8], child: (u64, u64), from: (Inode, &[u8])| {
                 if let (Some(d), Some(node)) = (self.shared.table.get(dir), self.live(child)) {
                     node.rename(from.0.0, from.1, Some((dir.0, n)));
+                    self.keep_name(child.0, child.1, &node);
                     lock(&d.children).insert(n.into(), child);
                 }
             };
@@ -990,8 +1257,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
                         if let Some(d) = dst {
                             put(p, name, d, (q, newname));
                         }
-                    } else if let Some(node) = dst.and_then(|d| self.live(d)) {
+                    } else if let Some((d, node)) = dst.and_then(|d| Some((d, self.live(d)?))) {
                         node.rename(q.0, newname, None);
+                        self.keep_name(d.0, d.1, &node);
                     }
                     if let Some(s) = src {
                         put(q, newname, s, (p, name));
@@ -1014,7 +1282,10 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let r = (|| {
             let from = self.path(ino)?;
             let to = self.child_path(newparent, newname)?;
-            let mut attr = self.shared.fs.link(ctx, &from, &to)?;
+            let mut attr = match self.made_already(ctx, &to) {
+                Some(a) => a,
+                None => self.shared.fs.link(ctx, &from, &to)?,
+            };
             // The new name leads to the same node (the kernel's inode, with
             // its cached pages and link count).
             let dir = self.node(newparent)?;
@@ -1022,6 +1293,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
             let (node, generation) = self.shared.table.acquire_ino(ino).ok_or(Errno::ESTALE)?;
             let newname = newname.to_bytes();
             node.rename(newparent.0, newname, Some((newparent.0, newname)));
+            self.keep_name(ino.0, generation, &node);
             children.insert(newname.into(), (ino.0, generation));
             drop(children);
             if attr.ino == 0 {
@@ -1045,7 +1317,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let r = (|| {
             let node = self.node(ino)?;
             let opened = self.shared.fs.open(ctx, &self.path(ino)?, flags)?;
-            Ok::<_, Errno>(self.store(node, opened))
+            Ok::<_, Errno>(self.store(ino, flags, node, opened))
         })();
         reply.answer(r)
     }
@@ -1061,15 +1333,31 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let path = self.child_path(parent, name)?;
-            let (attr, opened) = self.shared.fs.create(ctx, &path, req)?;
+            let (attr, opened) = match ctx.replay() {
+                // Resent after a crash: a file the dead daemon made is
+                // opened as it is (the kernel holds the directory's lock,
+                // so the name is the one the request made).
+                Replay::MaybeDone if self.shared.fs.getattr(ctx, Some(&path), None).is_ok() => {
+                    let flags = OpenFlags::from_bits(
+                        req.flags.bits() & !(libc::O_EXCL | libc::O_TRUNC | libc::O_CREAT),
+                    );
+                    let opened = self.shared.fs.open(ctx, &path, flags)?;
+                    (
+                        self.shared.fs.getattr(ctx, Some(&path), Some(&opened.file))?,
+                        opened,
+                    )
+                }
+                _ => self.shared.fs.create(ctx, &path, req)?,
+            };
             let entry = self.enter(parent, name.to_bytes(), attr)?;
             let node = self.node(entry.ino)?;
-            Ok::<_, Errno>((entry, self.store(node, opened)))
+            Ok::<_, Errno>((entry, self.store(entry.ino, req.flags, node, opened)))
         })();
         reply.answer(r.map(|(entry, open)| Created::new(entry, open)))
     }
 
     fn read(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, req: ReadRequest, reply: ReplyData) {
+        self.revive(ctx, fh);
         match self.file(fh) {
             Ok(f) => self.shared.fs.read(ctx, &f.file, req, reply),
             Err(e) => reply.error(e),
@@ -1084,18 +1372,21 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
+        self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
             self.shared.fs.write(ctx, &f.file, req)
         })
     }
 
     fn flush(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
+        self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
             self.shared.fs.flush(ctx, &f.file, owner)
         })
     }
 
     fn fsync(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
             self.shared.fs.fsync(ctx, &f.file, datasync)
         })
@@ -1109,6 +1400,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
+        self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
             self.shared.fs.fallocate(ctx, &f.file, req)
         })
@@ -1122,12 +1414,15 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         req: LseekRequest,
         reply: ReplyLseek,
     ) {
+        self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
             self.shared.fs.lseek(ctx, &f.file, req)
         })
     }
 
     fn copy_file_range(&self, ctx: &RequestContext<'_>, req: &CopyFileRangeRequest, reply: ReplyCopy) {
+        self.revive(ctx, req.fh_in);
+        self.revive(ctx, req.fh_out);
         let r = (|| {
             let (from, to) = (self.file(req.fh_in)?, self.file(req.fh_out)?);
             self.shared
@@ -1146,8 +1441,28 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         reply: ReplyEmpty,
     ) {
         let Some(entry) = self.shared.files.remove(fh.0) else {
-            return reply.error(Errno::EBADF);
+            // A file a predecessor left open and nobody used since.
+            let left = if self.shared.any_pending.load(Ordering::Acquire)
+                && let Some(rec) = lock(&self.shared.pending).remove(&fh.0)
+                && let Some(t) = &self.shared.kept
+            {
+                t.closed(rec.slot);
+                true
+            } else {
+                false
+            };
+            return if left {
+                reply.ok()
+            } else {
+                reply.error(Errno::EBADF)
+            };
         };
+        if let Some(t) = &self.shared.kept {
+            let slot = entry.record.load(Ordering::Acquire);
+            if slot != usize::MAX {
+                t.closed(slot);
+            }
+        }
         lock(&entry.node.open).retain(|&f| f != fh.0);
         lock(&entry.node.io).detach(entry.passthrough);
         reply.ok();

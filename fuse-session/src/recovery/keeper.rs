@@ -282,6 +282,12 @@ impl Running {
 /// a program that is missing or not executable is refused before the
 /// running daemon is retired. A daemon that crashes is replaced from the
 /// binary it ran.
+///
+/// What survives depends on the daemon's filesystem
+/// ([`Filesystem::recovery`]): one built on the path layer with
+/// [`crate::path::PathFs::kept`] keeps every node id, lookup count and open
+/// file the kernel holds across crashes and upgrades; a node layer daemon
+/// is refused, and the keeper then ends the mount (`docs/recovery.md`).
 pub fn run_keeper(
     mountpoint: impl AsRef<std::path::Path>,
     opts: &MountOptions,
@@ -839,6 +845,10 @@ pub struct Restore<'a> {
     /// where the predecessors' are ([`Vault::take_deposits`],
     /// [`Vault::region`]).
     pub vault: Vault,
+    /// The connection's number (its `fuse_connection` in fdinfo), when
+    /// known: what the filesystem records in the memory it keeps, to refuse
+    /// memory kept for another connection.
+    pub connection: Option<u32>,
 }
 
 /// What a child under a keeper serves: a fresh connection (INIT to come) or
@@ -870,6 +880,17 @@ fn name_after_program() {
         && let Err(e) = nix::sys::prctl::set_name(&c)
     {
         log::debug!("naming the daemon after its program: {e}");
+    }
+}
+
+/// A `restore` that failed because the memory it keeps cannot be taken
+/// over ([`crate::kept_tree::NotRecoverable`]) is a refusal (the keeper
+/// ends the mount rather than start daemons refused the same way); any
+/// other failure is the daemon's.
+fn refused_restore(e: io::Error, refuse: impl FnOnce(String) -> SessionError) -> SessionError {
+    match crate::kept_tree::NotRecoverable::reason(&e) {
+        Some(why) => refuse(why),
+        None => SessionError::Io(e),
     }
 }
 
@@ -946,8 +967,11 @@ impl KeeperLink {
     ///
     /// The filesystem must state how the node ids and file handles the
     /// kernel holds stay valid in a successor ([`Filesystem::recovery`]):
-    /// one that states nothing, or a layer that cannot, is refused with
-    /// [`SessionError::NotRecoverable`] before it serves, and the keeper,
+    /// one that states nothing, or a layer that cannot (the node layer, a
+    /// path layer not built with [`crate::path::PathFs::kept`]), is refused
+    /// with [`SessionError::NotRecoverable`] before it serves, and so is a
+    /// `restore` failing with [`crate::kept_tree::NotRecoverable`] (a kept
+    /// table blank on a takeover, or another connection's), and the keeper,
     /// told why, ends the mount ([`KeeperError::Refused`]). A retirement
     /// the keeper calls off (its deadline passed) leaves the session
     /// serving ([`SessionHandle::cancel_retire`]).
@@ -988,10 +1012,14 @@ impl KeeperLink {
         };
         let (session, resumed, taken_over) = match conn {
             Connection::Fresh(dev, default_permissions) => {
-                let fs = Arc::new(restore(Restore {
-                    state: None,
-                    vault: vault.clone(),
-                })?);
+                let fs = Arc::new(
+                    restore(Restore {
+                        state: None,
+                        vault: vault.clone(),
+                        connection,
+                    })
+                    .map_err(|e| refused_restore(e, refuse))?,
+                );
                 fs.recovery().check().map_err(refuse)?;
                 // The keeper learns what INIT negotiated before the kernel
                 // has the answer: a daemon dying in between leaves it INIT
@@ -1010,10 +1038,14 @@ impl KeeperLink {
                 (s, fs, None)
             }
             Connection::TakenOver(h) => {
-                let fs = Arc::new(restore(Restore {
-                    state: Some(&h.state),
-                    vault: vault.clone(),
-                })?);
+                let fs = Arc::new(
+                    restore(Restore {
+                        state: Some(&h.state),
+                        vault: vault.clone(),
+                        connection,
+                    })
+                    .map_err(|e| refused_restore(e, refuse))?,
+                );
                 fs.recovery().check().map_err(refuse)?;
                 let negotiated = h.negotiated.clone();
                 (

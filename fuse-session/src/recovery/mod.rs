@@ -13,6 +13,7 @@ pub mod fdstore;
 pub mod handover;
 pub mod journal;
 pub mod keeper;
+pub mod kept_tree;
 pub mod region;
 pub mod service;
 pub mod vault;

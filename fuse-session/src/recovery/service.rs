@@ -130,8 +130,12 @@ pub fn serve_with_fdstore<F: Filesystem>(
             let restored = restore(Restore {
                 state: Some(&state),
                 vault: vault.clone(),
+                connection: crate::handover::connection_of(dev.as_fd()).flatten(),
             })
-            .map_err(SessionError::Io)
+            .map_err(|e| match crate::kept_tree::NotRecoverable::reason(&e) {
+                Some(why) => SessionError::NotRecoverable(why),
+                None => SessionError::Io(e),
+            })
             .and_then(|fs| match fs.recovery().check() {
                 Ok(()) => Ok(Arc::new(fs)),
                 Err(why) => Err(SessionError::NotRecoverable(why)),
@@ -164,6 +168,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
             let fs = Arc::new(restore(Restore {
                 state: None,
                 vault: vault.clone(),
+                connection: crate::handover::connection_of(dev.as_fd()).flatten(),
             })?);
             fs.recovery().check().map_err(SessionError::NotRecoverable)?;
             let keep = dev.try_clone()?;
@@ -183,6 +188,7 @@ pub fn serve_with_fdstore<F: Filesystem>(
             let fs = Arc::new(restore(Restore {
                 state: None,
                 vault: vault.clone(),
+                connection: None,
             })?);
             fs.recovery().check().map_err(SessionError::NotRecoverable)?;
             let m = Mount::new(mountpoint, opts)?;
