@@ -843,12 +843,13 @@ fn pathfs_takes_the_common_command_line() {
     }
 }
 
-/// pathfs leaves set-ID bits to the kernel, which clears them with a
-/// SETATTR of the mode after it let a caller who does not own the file
-/// write, truncate, fallocate or copy into it. That SETATTR (only set-ID
-/// bits dropped) is allowed to a caller who may write the file; the change
-/// itself succeeds and the bits go, as on a plain directory. A chmod by a
-/// non-owner that only drops set-ID bits is still refused.
+/// The path layer asks for `HANDLE_KILLPRIV_V2` and clears set-ID bits
+/// itself (so that pathfs's `O_DIRECT` opens can be `DIRECT_IO`, whose
+/// writes the kernel does not clear them for): after a caller who does not
+/// own the file writes (appending, or `O_DIRECT`), truncates, fallocates or
+/// copies into it, the change succeeds and the bits go, as on a plain
+/// directory, through the mount and on the source. A chmod by a non-owner
+/// that only drops set-ID bits is still refused.
 #[test]
 fn pathfs_non_owner_writes_clear_set_id_bits() {
     if !common::require_mount_capability() {

@@ -7,8 +7,9 @@
 //! 7.38, where the flag means nothing, nor without `DIRECT_IO_ALLOW_MMAP`
 //! (a shared mapping of the descriptor would fail), nor without
 //! `HANDLE_KILLPRIV_V2` (nobody would clear set-ID bits on a `DIRECT_IO`
-//! write), so not for pathfs on the path layer, which does not ask for it;
-//! nor when the session turned the default off; passthrough_ll's
+//! write; the path layer asks for it and clears the bits itself, so
+//! pathfs gets the default, and a flagged WRITE or truncate through it
+//! clears them); nor when the session turned the default off; passthrough_ll's
 //! `parallel_direct_writes` still sets both on every open.
 
 mod common_fake;
@@ -211,17 +212,125 @@ fn passthrough_ll_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache(
     k.fake.expect_silence("nothing more");
 }
 
-/// The path layer does not clear set-ID bits on a WRITE's `KILL_SUIDGID`
-/// (it does not ask for `HANDLE_KILLPRIV_V2`), which a `DIRECT_IO` write
-/// leaves to it: its `O_DIRECT` opens keep the page cache's direct path.
+/// The path layer clears set-ID bits itself (it asks for
+/// `HANDLE_KILLPRIV_V2`), so pathfs gets the default as passthrough_ll
+/// does: its `O_DIRECT` opens write in parallel, its buffered ones keep the
+/// page cache.
 #[test]
-fn pathfs_o_direct_opens_keep_their_flags_without_killpriv() {
+fn pathfs_o_direct_opens_write_in_parallel_buffered_ones_keep_the_cache() {
     let dir = scratch();
     let k = Kernel::start(pathfs(dir.path()), 45, MMAP, SessionConfig::default());
     let f = k.lookup("f");
     k.open(f, RW, NOFLUSH, "buffered OPEN");
-    k.open(f, DIRECT, NOFLUSH, "O_DIRECT OPEN");
-    k.create(CREATE, "c2", DIRECT | libc::O_CREAT, NOFLUSH, "O_DIRECT CREATE");
+    k.open(f, DIRECT, NOFLUSH | PARALLEL, "O_DIRECT OPEN");
+    k.create(CREATE, "c1", RW | libc::O_CREAT, NOFLUSH, "buffered CREATE");
+    k.create(
+        CREATE,
+        "c2",
+        DIRECT | libc::O_CREAT,
+        NOFLUSH | PARALLEL,
+        "O_DIRECT CREATE",
+    );
+    k.fake.expect_silence("nothing more");
+    let offer = MMAP & !InitFlags::HANDLE_KILLPRIV_V2.bits();
+    let k = Kernel::start(pathfs(dir.path()), 45, offer, SessionConfig::default());
+    let f = k.lookup("f");
+    k.open(
+        f,
+        DIRECT,
+        NOFLUSH,
+        "O_DIRECT OPEN without HANDLE_KILLPRIV_V2, path layer",
+    );
+}
+
+/// A WRITE or a truncating SETATTR that the kernel flags `KILL_SUIDGID`
+/// (the caller, uid 1000 here, lacks `CAP_FSETID`; the file is root's)
+/// clears the set-ID bits through the path layer, as a `DIRECT_IO` write
+/// needs: S_ISUID, and S_ISGID where group execute is set. A WRITE without
+/// the flag keeps them.
+#[test]
+fn pathfs_clears_set_id_bits_on_a_flagged_write_or_truncate() {
+    use std::os::unix::fs::PermissionsExt;
+    const WRITE: u32 = 16;
+    const SETATTR: u32 = 4;
+    let dir = scratch();
+    let mode = |name: &str| {
+        std::fs::metadata(dir.path().join(name))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    for (name, m) in [("w", 0o6777), ("t", 0o6777), ("kept", 0o6777)] {
+        std::fs::write(dir.path().join(name), b"content").expect("scratch file");
+        std::fs::set_permissions(dir.path().join(name), std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+    let k = Kernel::start(pathfs(dir.path()), 45, MMAP, SessionConfig::default());
+    let write = |nodeid: u64, fh: u64, write_flags: u32| {
+        let body = B::new()
+            .u64(fh)
+            .u64(0)
+            .u32(3)
+            .u32(write_flags)
+            .u64(0)
+            .u32(RW as u32)
+            .u32(0)
+            .bytes(b"xyz")
+            .done();
+        k.call(WRITE, nodeid, &body)
+    };
+    let open = |nodeid: u64| {
+        // Buffered on the source (an O_DIRECT one would want aligned
+        // writes); the kernel flags a DIRECT_IO write the same way.
+        let (_, r) = k.call(OPEN, nodeid, &B::new().u32(RW as u32).u32(0).done());
+        assert_eq!(i32_at(&r, 4), 0, "OPEN failed: {}", hex(&r));
+        u64_at(&r, 16)
+    };
+    let written = |u: u64| ok_reply(u, &B::new().u32(3).u32(0).done());
+
+    let kept = k.lookup("kept");
+    let (u, r) = write(kept, open(kept), 0);
+    assert_bytes("WRITE without the flag", &r, &written(u));
+    assert_eq!(
+        mode("kept"),
+        0o6777,
+        "a WRITE without KILL_SUIDGID keeps the bits"
+    );
+
+    let w = k.lookup("w");
+    let (u, r) = write(w, open(w), 4); // FUSE_WRITE_KILL_SUIDGID
+    // The session drops the kernel's cached attributes first (the answer
+    // carries none), then answers.
+    assert_bytes(
+        "a flagged WRITE: the invalidation",
+        &r,
+        &notification(2, &B::new().u64(w).i64(-1).i64(0).done()),
+    );
+    assert_bytes("a flagged WRITE: then its answer", &k.fake.recv(), &written(u));
+    assert_eq!(mode("w"), 0o777, "a flagged WRITE clears S_ISUID and S_ISGID");
+    assert_eq!(std::fs::read(dir.path().join("w")).expect("read"), b"xyztent");
+
+    let t = k.lookup("t");
+    // FATTR_SIZE | FATTR_KILL_SUIDGID, size 2.
+    let body = B::new()
+        .u32((1 << 3) | (1 << 11))
+        .u32(0)
+        .u64(0)
+        .u64(2)
+        .bytes(&[0; 88 - 24])
+        .done();
+    let (_, r) = k.call(SETATTR, t, &body);
+    assert_eq!(i32_at(&r, 4), 0, "SETATTR failed: {}", hex(&r));
+    // fuse_attr_out: attr_valid, attr_valid_nsec, dummy, then fuse_attr
+    // (mode at 60).
+    let answered = u32::from_ne_bytes(r[16 + 16 + 60..16 + 16 + 64].try_into().unwrap());
+    assert_eq!(
+        answered,
+        libc::S_IFREG | 0o777,
+        "the SETATTR answers the mode after the kill"
+    );
+    assert_eq!(mode("t"), 0o777, "a flagged truncate clears S_ISUID and S_ISGID");
+    assert_eq!(std::fs::metadata(dir.path().join("t")).expect("stat").len(), 2);
     k.fake.expect_silence("nothing more");
 }
 

@@ -14,10 +14,14 @@
 //! ([`Open`](asyncfs::Open), directory entries, xattr values, results on
 //! open files) turned into replies in one place, the checks of names and
 //! handles the kernel sends, and the notifier their invalidators use.
+//! The node and path layers also clear set-ID bits for the filesystems
+//! they serve (`setid`), which lets the session give their `O_DIRECT` opens
+//! parallel direct writes.
 //! `docs/layers.md` compares them.
 
 pub mod asyncfs;
 pub(crate) mod core;
 pub mod node;
 pub mod path;
+pub(crate) mod setid;
 pub mod values;

@@ -31,6 +31,12 @@
 //! or check in the nodes' methods against [`RequestContext::caller`]; the
 //! layer answers ACCESS with `ENOSYS` (the kernel then grants it).
 //!
+//! Set-ID bits: the layer asks for `HANDLE_KILLPRIV_V2` and clears them
+//! itself where the VFS would (a flagged WRITE, truncate, chown or
+//! `O_TRUNC` open; FALLOCATE by a caller without `CAP_FSETID`), by the
+//! node's [`Node::getattr`] and a mode-only [`Node::setattr`] (with the
+//! open file for the requests on one).
+//!
 //! # Invalidation
 //!
 //! [`NodeFs::invalidator`] gives an [`Invalidator`] that drops the kernel's
@@ -98,12 +104,13 @@ use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
 use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::setid::{self, Change};
 use crate::layers::values::{Created, Open};
 use crate::ops::*;
 use crate::reply::*;
 use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
-use fuse_proto::flags::{FopenFlags, InitFlags};
+use fuse_proto::flags::{FopenFlags, InitFlags, OpenInFlags, WriteFlags};
 use std::any::Any;
 use std::ffi::CStr;
 use std::hash::{BuildHasher, RandomState};
@@ -601,6 +608,8 @@ impl Filesystem for NodeFs {
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         config.wanted |= self.opts.wanted;
+        // The layer clears set-ID bits itself (`setid`).
+        setid::want(config);
         if self.opts.readdirplus {
             config.wanted |= InitFlags::DO_READDIRPLUS;
         }
@@ -641,7 +650,8 @@ impl Filesystem for NodeFs {
                 Some(fh) => self.shared.files.get(fh.0),
                 None => None,
             };
-            let mut attr = node.setattr(ctx, req, file.as_deref().map(|f| &*f.file))?;
+            let file = file.as_deref().map(|f| &*f.file);
+            let mut attr = setid::setattr(ctx, req, || node.getattr(ctx), |r| node.setattr(ctx, r, file))?;
             if attr.ino == 0 {
                 attr.ino = self.shared.st_ino(key_of(&node));
             }
@@ -737,6 +747,20 @@ impl Filesystem for NodeFs {
         self.remember_notifier(ctx);
         let r = self.held(ino).and_then(|held| {
             let opened = held.node.open(ctx, flags)?;
+            if flags.bits() & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
+                let file = Some(&*opened.file);
+                let cleared = setid::clear(
+                    ctx,
+                    Change::Written,
+                    None,
+                    || held.node.getattr(ctx),
+                    |r| held.node.setattr(ctx, r, file),
+                );
+                if let Err(e) = cleared {
+                    opened.file.release(ctx);
+                    return Err(e);
+                }
+            }
             Ok(self.store_open(held, opened))
         });
         reply.answer(r)
@@ -757,7 +781,12 @@ impl Filesystem for NodeFs {
         req: WriteRequest<'_>,
         reply: ReplyWrite,
     ) {
-        on_open_file(&self.shared.files, fh, reply, |f| f.file.write(ctx, req))
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            if req.write_flags.contains(WriteFlags::KILL_SUIDGID) {
+                clear_setid(ctx, Change::Written, fh, &f)?;
+            }
+            f.file.write(ctx, req)
+        })
     }
 
     fn flush(&self, ctx: &RequestContext<'_>, _: Inode, fh: FileHandle, owner: LockOwner, reply: ReplyEmpty) {
@@ -789,12 +818,18 @@ impl Filesystem for NodeFs {
     fn fallocate(
         &self,
         ctx: &RequestContext<'_>,
-        _: Inode,
+        ino: Inode,
         fh: FileHandle,
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
-        on_open_file(&self.shared.files, fh, reply, |f| f.file.fallocate(ctx, req))
+        on_open_file(&self.shared.files, fh, reply, |f| {
+            f.file.fallocate(ctx, req)?;
+            if clear_setid(ctx, Change::Modified, fh, &f)? {
+                setid::forget_cached_mode(ctx, ino);
+            }
+            Ok(())
+        })
     }
 
     fn lseek(
@@ -924,6 +959,26 @@ impl Filesystem for NodeFs {
         })();
         reply.answer(r.map(|(entry, open)| Created::new(entry, open)))
     }
+}
+
+/// Clears the set-ID bits `change` drops from the node of the open file
+/// `f` (handle `fh`), through the node's getattr and setattr; whether it
+/// changed the mode.
+fn clear_setid(
+    ctx: &RequestContext<'_>,
+    change: Change,
+    fh: FileHandle,
+    f: &OpenEntry,
+) -> Result<bool, Errno> {
+    let node = &f.held.node;
+    let cleared = setid::clear(
+        ctx,
+        change,
+        Some(fh),
+        || node.getattr(ctx),
+        |r| node.setattr(ctx, r, Some(&*f.file)),
+    )?;
+    Ok(cleared.is_some())
 }
 
 enum Out<'r> {

@@ -36,6 +36,12 @@
 //! or check in the methods against [`RequestContext::caller`]; the layer
 //! answers ACCESS with `ENOSYS` (the kernel then grants it).
 //!
+//! Set-ID bits: the layer asks for `HANDLE_KILLPRIV_V2` and clears them
+//! itself where the VFS would (a flagged WRITE, truncate, chown or
+//! `O_TRUNC` open; FALLOCATE and COPY_FILE_RANGE by a caller without
+//! `CAP_FSETID`), by [`PathFilesystem::getattr`] and a mode-only
+//! [`PathFilesystem::setattr`] (of the open file for the requests on one).
+//!
 //! # Locking
 //!
 //! A request that uses paths holds one of [`TREE_SHARDS`] read locks (the
@@ -94,6 +100,7 @@ use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, Restored, Tab
 use crate::journal::Replay;
 use crate::kept_tree::{self, KeptOpen, KeptTree};
 use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::setid::{self, Change};
 use crate::layers::values::{Created, Open};
 use crate::notify::NotifyError;
 use crate::ops::*;
@@ -102,7 +109,7 @@ use crate::types::{Entry, FileHandle, Inode, LockOwner};
 use fuse_proto::Errno;
 
 pub use crate::layers::core::MAX_COOKIE;
-use fuse_proto::flags::{FopenFlags, InitFlags};
+use fuse_proto::flags::{FopenFlags, InitFlags, OpenInFlags, WriteFlags};
 use std::collections::HashMap;
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -982,6 +989,28 @@ impl<F: PathFilesystem> PathFs<F> {
         (self.ttl, attr)
     }
 
+    /// Clears the set-ID bits `change` drops from the open `file` (handle
+    /// `fh`), through the filesystem's getattr and setattr of the file (no
+    /// path: READ, WRITE and the like build none); whether it changed the
+    /// mode.
+    fn clear_setid(
+        &self,
+        ctx: &RequestContext<'_>,
+        change: Change,
+        fh: FileHandle,
+        file: &F::File,
+    ) -> Result<bool, Errno> {
+        let fs = &self.shared.fs;
+        let cleared = setid::clear(
+            ctx,
+            change,
+            Some(fh),
+            || fs.getattr(ctx, None, Some(file)),
+            |r| fs.setattr(ctx, None, Some(file), r),
+        )?;
+        Ok(cleared.is_some())
+    }
+
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenEntry<F::File>>, Errno> {
         crate::layers::core::open_file(&self.shared.files, fh)
     }
@@ -1078,6 +1107,8 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
         self.shared.fs.init(config)?;
+        // The layer clears set-ID bits itself (`setid`).
+        setid::want(config);
         if config.wanted.contains(InitFlags::DO_READDIRPLUS) {
             // Listings here carry names only.
             log::warn!("the path layer serves READDIR, not READDIRPLUS; not asking for DO_READDIRPLUS");
@@ -1143,10 +1174,19 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let file = self.file_for(ino, req.fh, path.is_ok());
         let r = match (&path, &file) {
             (Err(e), None) => Err(*e),
-            _ => self
-                .shared
-                .fs
-                .setattr(ctx, path.as_deref().ok(), file.as_deref().map(|f| &f.file), req),
+            _ => {
+                let (fs, path, file) = (
+                    &self.shared.fs,
+                    path.as_deref().ok(),
+                    file.as_deref().map(|f| &f.file),
+                );
+                setid::setattr(
+                    ctx,
+                    req,
+                    || fs.getattr(ctx, path, file),
+                    |r| fs.setattr(ctx, path, file, r),
+                )
+            }
         };
         reply.result(r.map(|a| self.fix_attr(ino, a)))
     }
@@ -1316,7 +1356,23 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let r = (|| {
             let node = self.node(ino)?;
-            let opened = self.shared.fs.open(ctx, &self.path(ino)?, flags)?;
+            let path = self.path(ino)?;
+            let fs = &self.shared.fs;
+            let opened = fs.open(ctx, &path, flags)?;
+            if flags.bits() & libc::O_TRUNC != 0 && ctx.open_in_flags().contains(OpenInFlags::KILL_SUIDGID) {
+                let (path, file) = (Some(path.as_path()), Some(&opened.file));
+                let cleared = setid::clear(
+                    ctx,
+                    Change::Written,
+                    None,
+                    || fs.getattr(ctx, path, file),
+                    |r| fs.setattr(ctx, path, file, r),
+                );
+                if let Err(e) = cleared {
+                    fs.release(ctx, opened.file);
+                    return Err(e);
+                }
+            }
             Ok::<_, Errno>(self.store(ino, flags, node, opened))
         })();
         reply.answer(r)
@@ -1374,6 +1430,9 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     ) {
         self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
+            if req.write_flags.contains(WriteFlags::KILL_SUIDGID) {
+                self.clear_setid(ctx, Change::Written, fh, &f.file)?;
+            }
             self.shared.fs.write(ctx, &f.file, req)
         })
     }
@@ -1395,14 +1454,18 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     fn fallocate(
         &self,
         ctx: &RequestContext<'_>,
-        _: Inode,
+        ino: Inode,
         fh: FileHandle,
         req: FallocateRequest,
         reply: ReplyEmpty,
     ) {
         self.revive(ctx, fh);
         on_open_file(&self.shared.files, fh, reply, |f| {
-            self.shared.fs.fallocate(ctx, &f.file, req)
+            self.shared.fs.fallocate(ctx, &f.file, req)?;
+            if self.clear_setid(ctx, Change::Modified, fh, &f.file)? {
+                setid::forget_cached_mode(ctx, ino);
+            }
+            Ok(())
         })
     }
 
@@ -1425,9 +1488,18 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         self.revive(ctx, req.fh_out);
         let r = (|| {
             let (from, to) = (self.file(req.fh_in)?, self.file(req.fh_out)?);
-            self.shared
-                .fs
-                .copy_file_range(ctx, &from.file, req.off_in, &to.file, req.off_out, req.len)
+            let n = self.shared.fs.copy_file_range(
+                ctx,
+                &from.file,
+                req.off_in,
+                &to.file,
+                req.off_out,
+                req.len,
+            )?;
+            if n > 0 && self.clear_setid(ctx, Change::Modified, req.fh_out, &to.file)? {
+                setid::forget_cached_mode(ctx, req.ino_out);
+            }
+            Ok::<_, Errno>(n)
         })();
         reply.result(r)
     }
