@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+from procs import mounted, status, unmount
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 APIS = ["sync", "async"]
@@ -36,18 +38,6 @@ BLOCK = 4096
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def mounted(mnt: Path) -> bool:
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == str(mnt) for line in f)
-
-
-def status(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    return 0
 
 
 def one_round(api: str, mnt: Path, readers: int, latency_ms: int, seconds: float) -> dict:
@@ -93,11 +83,7 @@ def one_round(api: str, mnt: Path, readers: int, latency_ms: int, seconds: float
         return {"reads_per_sec": sum(counts) / elapsed, "threads": most_threads,
                 "peak_rss_kib": status(proc.pid, "VmHWM:")}
     finally:
-        for lazy in (False, False, True):
-            if not mounted(mnt):
-                break
-            subprocess.run(["umount", "-l", str(mnt)] if lazy else ["umount", str(mnt)], capture_output=True)
-            time.sleep(0.2)
+        unmount(mnt)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
+from procs import mounted  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -63,11 +64,6 @@ def build() -> None:
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"layers: {' '.join(cmd)} failed:\n" + r.stderr[-4000:])
-
-
-def mounted(mnt: Path) -> bool:
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == str(mnt) for line in f)
 
 
 class Daemon:

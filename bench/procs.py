@@ -1,9 +1,10 @@
-"""What the benchmark drivers read about processes and how they stop:
-children, liveness, CPU time and context switches from /proc, whether a
-daemon takes -o keeper, and signals that unwind a run through its clean-up.
+"""What the benchmark drivers read about processes and mounts and how they
+stop: children, liveness, CPU time, context switches and status fields
+from /proc, whether a daemon takes -o keeper, whether a path is mounted
+and how to unmount it, and signals that unwind a run through its clean-up.
 
-bench.py and recovery.py both use it; it imports neither (standard library
-only).
+bench.py, recovery.py, layers.py, asyncfs.py and load.py use it; it
+imports none of them (standard library only).
 """
 
 from __future__ import annotations
@@ -12,9 +13,33 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def mounted(mnt: Path) -> bool:
+    """Whether something is mounted on `mnt`."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(mnt) for line in f)
+
+
+def unmount(mnt: Path) -> None:
+    """Unmounts `mnt`: twice politely, then lazily."""
+    for lazy in (False, False, True):
+        if not mounted(mnt):
+            return
+        subprocess.run(["umount", "-l", str(mnt)] if lazy else ["umount", str(mnt)], capture_output=True)
+        time.sleep(0.2)
+
+
+def status(pid: int, key: str) -> int:
+    """A number of /proc/PID/status (`VmRSS:`, `Threads:`...); 0 if absent."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
 
 
 def child_pids(pid: int) -> list[int]:

@@ -712,6 +712,11 @@ def method(result: dict) -> list[str]:
     if asyncfs.exists():
         lines += ["## Async trait against the sync trait, on a slow backend", ""] + \
             asyncfs.read_text().rstrip("\n").split("\n") + [""]
+    # Another user's requests while one user saturates the mount: written by bench/load.
+    load = Path(__file__).with_name("load.md")
+    if load.exists():
+        lines += ["## Another user's requests while one user saturates the mount", ""] + \
+            load.read_text().rstrip("\n").split("\n") + [""]
     lines += [
         "## Reproduce", "",
         "```sh",
@@ -721,6 +726,7 @@ def method(result: dict) -> list[str]:
         "bench/splice_write.sh   # CPU per WRITE with and without splice_write",
         "bench/layers        # the node, path and async layers against the raw trait",
         "bench/asyncfs       # the async trait against the sync trait on a slow backend",
+        "bench/load          # another user's stat while one user saturates the mount",
         "bench/run recovery  # crash recovery and upgrades under a keeper only",
         "```", "",
     ]

@@ -432,9 +432,13 @@ fn node_layer_files_in_passthrough_mode() {
 // ---- a chain of directories deeper than one path can name ----
 
 /// Levels of the chain. Its path from the top (names of one or two bytes and
-/// their slashes) is some 13,000 bytes, three times `PATH_MAX`: no single
-/// system call can name its bottom, in the test process nor in the daemon.
-const DEPTH: usize = 5000;
+/// their slashes) is some 6,700 bytes, over one and a half times
+/// `PATH_MAX`: no single system call can name its bottom, in the test
+/// process nor in the daemon, and a path the daemon builds in pieces of
+/// `PATH_MAX` needs two. (Each step costs time in proportion to its depth,
+/// so the whole chain costs the square of it: this depth keeps the test
+/// within a minute or so on a busy 2-CPU machine.)
+const DEPTH: usize = 2500;
 /// The level renamed while the chain stands.
 const MID: usize = DEPTH / 2;
 /// Everything done through the mount in the deep-chain test.

@@ -76,11 +76,16 @@ impl<'a> RequestContext<'a> {
     /// answer it is ignored. Does nothing for requests that are not
     /// journaled or outside a keeper.
     pub fn set_journal_note(&self, note: u64) {
-        if let Some((i, _)) = self.journal
-            && let Some(j) = self.worker.shared.journal.as_deref()
-        {
-            j.set_note(i, self.header.unique, note);
+        if let Some((i, _)) = self.journal {
+            self.worker.set_journal_note(i, self.header.unique, note);
         }
+    }
+
+    /// How the request reaches the filesystem, and its journal slot with
+    /// the note a predecessor left in it (for the async adapter's owned
+    /// context).
+    pub(crate) fn journal_parts(&self) -> (Replay, Option<(usize, Option<u64>)>) {
+        (self.replay, self.journal)
     }
 
     pub(crate) fn with_open_in(mut self, flags: OpenInFlags) -> Self {

@@ -99,6 +99,47 @@ impl SharedRegion {
         self.fd.as_fd()
     }
 
+    /// Gives the pages wholly inside `offset..offset + len` (bytes) back
+    /// to the system (`fallocate(PUNCH_HOLE)`): they read as zeros again
+    /// and take no memory until written. Of a page only partly inside, the
+    /// whole words inside are zeroed instead. For kept memory a filesystem is done
+    /// with (a staged upload that was sent), so that what the region holds
+    /// is what is in use, not its high-water mark.
+    pub fn release(&self, offset: usize, len: usize) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let end = offset.saturating_add(len).min(self.len());
+        if offset >= end {
+            return Ok(());
+        }
+        let page = round_to_pages(1);
+        let (first, last) = (offset.div_ceil(page) * page, end / page * page);
+        let zero = |from: usize, to: usize| {
+            let (a, b) = (from.div_ceil(8), to / 8);
+            for w in self.words().get(a..b).unwrap_or_default() {
+                w.store(0, Ordering::Relaxed);
+            }
+        };
+        if first >= last {
+            zero(offset, end);
+            return Ok(());
+        }
+        zero(offset, first);
+        zero(last, end);
+        // SAFETY: fallocate on our own memory file, within its size.
+        let r = unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                first as libc::off_t,
+                (last - first) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Zeroes every word (a region reused for a new connection).
     pub fn clear(&self) {
         for w in self.words() {
@@ -154,6 +195,56 @@ pub fn load_bytes(words: &[AtomicU64], out: &mut [u8]) -> bool {
     true
 }
 
+/// Stores `bytes` at byte `offset` of `words` (little-endian words, as
+/// [`store_bytes`] lays them out), leaving the other bytes of the words at
+/// either end as they were. Returns false, storing nothing, if they do not
+/// fit. The words at the ends are read and written back: two writers of
+/// bytes that share a word must not run at once.
+pub fn store_bytes_at(words: &[AtomicU64], offset: usize, bytes: &[u8]) -> bool {
+    let Some(end) = offset.checked_add(bytes.len()) else {
+        return false;
+    };
+    if end > words.len() * 8 {
+        return false;
+    }
+    let mut at = offset;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (w, skip) = (&words[at / 8], at % 8);
+        let n = (8 - skip).min(rest.len());
+        let v = if n == 8 {
+            u64::from_le_bytes(rest[..8].try_into().unwrap_or_default())
+        } else {
+            let mut b = w.load(Ordering::Relaxed).to_le_bytes();
+            b[skip..skip + n].copy_from_slice(&rest[..n]);
+            u64::from_le_bytes(b)
+        };
+        w.store(v, Ordering::Relaxed);
+        at += n;
+        rest = &rest[n..];
+    }
+    true
+}
+
+/// Loads `out.len()` bytes from byte `offset` of `words`, as
+/// [`store_bytes_at`] stored them. Returns false if they are not all there.
+pub fn load_bytes_at(words: &[AtomicU64], offset: usize, out: &mut [u8]) -> bool {
+    match offset.checked_add(out.len()) {
+        Some(end) if end <= words.len() * 8 => {}
+        _ => return false,
+    }
+    let mut at = offset;
+    let mut filled = 0;
+    while filled < out.len() {
+        let (b, skip) = (words[at / 8].load(Ordering::Relaxed).to_le_bytes(), at % 8);
+        let n = (8 - skip).min(out.len() - filled);
+        out[filled..filled + n].copy_from_slice(&b[skip..skip + n]);
+        at += n;
+        filled += n;
+    }
+    true
+}
+
 fn round_to_pages(len: usize) -> usize {
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
@@ -179,6 +270,53 @@ mod tests {
         assert!(load_bytes(&b.words()[4..8], &mut out));
         assert_eq!(&out, b"hello, shared world");
         assert!(!store_bytes(&b.words()[..1], b"nine byte"));
+    }
+
+    #[test]
+    fn bytes_at_any_offset_round_trip_and_leave_their_neighbours_alone() {
+        let r = SharedRegion::create("test-region-at", 3 * 4096).unwrap();
+        let words = r.words();
+        assert!(store_bytes_at(words, 0, &[0xaa; 64]));
+        // Unaligned at both ends, across several words.
+        assert!(store_bytes_at(words, 3, b"unaligned, across words"));
+        let mut out = [0u8; 64];
+        assert!(load_bytes_at(words, 0, &mut out));
+        let mut want = [0xaau8; 64];
+        want[3..26].copy_from_slice(b"unaligned, across words");
+        assert_eq!(out, want);
+        // Within one word.
+        assert!(store_bytes_at(words, 33, b"ab"));
+        let mut two = [0u8; 4];
+        assert!(load_bytes_at(words, 32, &mut two));
+        assert_eq!(two, [0xaa, b'a', b'b', 0xaa]);
+        // Past the end: refused, nothing stored.
+        let len = r.len();
+        assert!(!store_bytes_at(words, len - 2, b"abc"));
+        assert!(!load_bytes_at(words, len - 2, &mut [0u8; 3]));
+        assert!(!store_bytes_at(words, usize::MAX, b"a"));
+        assert!(store_bytes_at(words, len - 3, b"abc"));
+    }
+
+    #[test]
+    fn released_bytes_read_as_zeros_and_the_rest_stays() {
+        let r = SharedRegion::create("test-region-release", 4 * 4096).unwrap();
+        let words = r.words();
+        assert!(store_bytes_at(words, 0, &[7u8; 4 * 4096]));
+        // From the middle of page 0 to the middle of page 3: page 0's tail
+        // and page 3's head zeroed, pages 1 and 2 punched.
+        r.release(100, 3 * 4096).unwrap();
+        // A range inside one word zeroes nothing (no whole word), and
+        // ranges past the end are cut to it.
+        r.release(4097, 3).unwrap();
+        r.release(r.len() - 1, 100).unwrap();
+        let mut all = vec![0u8; 4 * 4096];
+        assert!(load_bytes_at(words, 0, &mut all));
+        assert!(all[..96].iter().all(|&b| b == 7), "before the range");
+        assert!(
+            all[104..3 * 4096 + 96].iter().all(|&b| b == 0),
+            "inside the range"
+        );
+        assert!(all[3 * 4096 + 104..].iter().all(|&b| b == 7), "after the range");
     }
 
     #[test]

@@ -106,6 +106,15 @@ impl WorkerCore {
 
     /// Frees a request's in-flight slot. Called after its reply is written,
     /// so that an INTERRUPT racing the reply still finds its target.
+    /// Records `note` in journal slot `slot` for request `unique` (see
+    /// [`RequestContext::set_journal_note`](crate::RequestContext::set_journal_note));
+    /// nothing without a journal.
+    pub(crate) fn set_journal_note(&self, slot: usize, unique: u64, note: u64) {
+        if let Some(j) = self.shared.journal.as_deref() {
+            j.set_note(slot, unique, note);
+        }
+    }
+
     /// Records a panic of the code answering request `unique` among the
     /// session's handler panics.
     pub(crate) fn record_panic(&self, opcode: Opcode, unique: u64, message: String) {

@@ -9,6 +9,7 @@ use crate::context::RequestContext;
 use crate::credentials::Caller;
 use crate::init::Negotiated;
 use crate::interrupt::Slot;
+use crate::journal::Replay;
 use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::OpenInFlags;
@@ -23,11 +24,15 @@ pub struct AsyncContext {
     supp_groups: Vec<u32>,
     worker: Arc<WorkerCore>,
     slot: Slot,
+    replay: Replay,
+    /// The journal slot, and the note a predecessor left in it.
+    journal: Option<(usize, Option<u64>)>,
 }
 
 impl AsyncContext {
     pub(crate) fn new(ctx: &RequestContext<'_>) -> AsyncContext {
         let (header, umask, open_in, worker, slot) = ctx.parts();
+        let (replay, journal) = ctx.journal_parts();
         AsyncContext {
             header,
             umask,
@@ -36,6 +41,33 @@ impl AsyncContext {
             supp_groups: ctx.supp_groups().collect(),
             worker,
             slot,
+            replay,
+            journal,
+        }
+    }
+
+    /// Whether a predecessor may have carried this request out already, as
+    /// [`RequestContext::replay`] says: under a keeper, a request whose
+    /// future a crash cut short reaches the successor as
+    /// [`Replay::MaybeDone`]. Always [`Replay::Fresh`] outside a keeper.
+    pub fn replay(&self) -> Replay {
+        self.replay
+    }
+
+    /// The note a predecessor recorded for this request with
+    /// [`AsyncContext::set_journal_note`] before it died, if any.
+    pub fn journal_note(&self) -> Option<u64> {
+        self.journal.and_then(|(_, note)| note)
+    }
+
+    /// Records one word about how this request is being carried out, as
+    /// [`RequestContext::set_journal_note`] does: call it before the
+    /// effect, and a successor sees it with
+    /// [`AsyncContext::journal_note`] if this daemon dies first. Ignored
+    /// once the request is answered, and outside a keeper.
+    pub fn set_journal_note(&self, note: u64) {
+        if let Some((i, _)) = self.journal {
+            self.worker.set_journal_note(i, self.header.unique, note);
         }
     }
 
