@@ -468,10 +468,6 @@ impl PathFilesystem for Mirror {
     type File = File;
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
-        // Idmapped mounts (default_permissions is always on): creates come
-        // with the caller's ids mapped into the filesystem, other requests
-        // with none, which `Caller::act_as` serves as the daemon.
-        config.want(InitFlags::ALLOW_IDMAP);
         if self.passthrough {
             // Backing files on a filesystem that is not itself stacked.
             config.wanted |= InitFlags::PASSTHROUGH;

@@ -281,6 +281,7 @@ fn passthrough_ll_under_an_idmapped_mount() {
 }
 
 #[test]
+#[ignore = "pathfs does not ask for ALLOW_IDMAP yet: its own re-checks (rename, symlinks) need the caller's ids, which the kernel then sends as -1"]
 fn pathfs_under_an_idmapped_mount() {
     if !common::require_mount_capability() {
         return;
