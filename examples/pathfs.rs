@@ -341,7 +341,8 @@ impl Mirror {
 
     /// Whether the caller of `ctx` may change the node `m` by name as the
     /// kernel allowed it on the node it knows: root may; others must own
-    /// it, or (`write`) may write it by its mode bits, or hold `cap`. A node
+    /// it, or (`write`) may write it by its mode bits, or hold `cap`; a
+    /// caller the kernel does not name ([`credentials::Caller::is_unmapped`]) may. A node
     /// that fails this is not the one the kernel checked (a name swapped
     /// for a hard link to someone else's file): `EPERM`.
     fn may_change(
@@ -351,7 +352,8 @@ impl Mirror {
         cap: u32,
     ) -> Result<(), Errno> {
         use std::os::unix::fs::MetadataExt;
-        if ctx.uid() == 0 || m.uid() == ctx.uid() {
+        // An unmapped caller (idmapped mounts): the kernel's check is all.
+        if ctx.uid() == 0 || m.uid() == ctx.uid() || ctx.caller().is_unmapped() {
             return Ok(());
         }
         let caller = ctx.caller();

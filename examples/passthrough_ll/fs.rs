@@ -2218,6 +2218,14 @@ impl Filesystem for PassthroughFs {
         }
         // The umask reaches the source with each create (see caller_umask).
         config.want(InitFlags::DONT_MASK);
+        if self.opts.default_permissions && !self.opts.xattr {
+            // Idmapped mounts: creates come with the caller's ids mapped into
+            // the filesystem, other requests with none (`Caller::act_as`
+            // serves them as the daemon). Not with xattrs: LISTXATTR hides
+            // trusted.* names from unprivileged callers only by running as
+            // the caller, whom such requests do not name.
+            config.want(InitFlags::ALLOW_IDMAP);
+        }
         // O_TRUNC in OPEN (see `open`): the truncation happens through the
         // descriptor just opened, as the caller, with its KILL_SUIDGID.
         config.want(InitFlags::ATOMIC_O_TRUNC);

@@ -221,6 +221,16 @@ impl Caller {
         self.pid == 0 && self.uid == 0 && self.gid == 0
     }
 
+    /// Whether the kernel named no caller: uid or gid `FUSE_INVALID_UIDGID`,
+    /// which it sends, once `ALLOW_IDMAP` is granted, in every request but
+    /// the creates (MKNOD, MKDIR, SYMLINK, CREATE, TMPFILE), on idmapped
+    /// mounts and plain ones alike. The kernel has checked such a request
+    /// (`ALLOW_IDMAP` needs `default_permissions`); a check of the
+    /// filesystem's own cannot know whom to check.
+    pub fn is_unmapped(&self) -> bool {
+        self.uid == fuse_proto::consts::INVALID_UIDGID || self.gid == fuse_proto::consts::INVALID_UIDGID
+    }
+
     fn known(&self) -> &Known {
         self.known.get_or_init(|| self.look_up())
     }

@@ -19,8 +19,11 @@ impl Caller {
     ///   capabilities as far as they can be known, so that the source
     ///   filesystem checks the request as the caller.
     ///
-    /// Nothing changes for the kernel's own requests or for a caller with
-    /// the daemon's own identity and capabilities. Nested calls on a thread
+    /// Nothing changes for the kernel's own requests, for a caller with
+    /// the daemon's own identity and capabilities, or for a request of an
+    /// idmapped mount that names no caller (uid or gid
+    /// `FUSE_INVALID_UIDGID`: every request but the creates, once
+    /// `ALLOW_IDMAP` is granted), which the kernel has checked. Nested calls on a thread
     /// already acting as a caller do nothing.
     ///
     /// A daemon that cannot change its credentials (no `CAP_SETUID` and
@@ -31,6 +34,18 @@ impl Caller {
         let noop = Ok(ActingAs { saved: None });
         if ACTING.get() || self.is_kernel_request() {
             return noop;
+        }
+        if self.is_unmapped() {
+            // An idmapped mount's request other than a create: the kernel
+            // names no caller (`FUSE_INVALID_UIDGID`), having checked the
+            // request itself with the caller's ids mapped through the mount
+            // (`ALLOW_IDMAP` needs `default_permissions`). There is no one
+            // else to act as; without kernel checks nobody may pass.
+            return if self.policy.kernel_checks {
+                noop
+            } else {
+                Err(io::Error::from_raw_os_error(libc::EACCES))
+            };
         }
         let me = Daemon::get()?;
         let (groups, caps) = if self.policy.kernel_checks {
