@@ -366,6 +366,7 @@ fn symlink_xattrs_like_a_plain_directory() {
             Fs::Passthrough("xattr,default_permissions"),
             Fs::Passthrough("xattr,inode_file_handles=never"),
             Fs::Passthrough("xattr,fd_cache=1"),
+            Fs::Pathfs(""),
         ],
     );
 }

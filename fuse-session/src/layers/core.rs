@@ -222,6 +222,28 @@ impl<V: AsRef<[u8]>> Answer<V> for SizedXattr {
     }
 }
 
+/// A LISTXATTR answer as the caller may see it: `trusted.*` names go unless
+/// the caller holds `CAP_SYS_ADMIN`. The kernel checks that capability
+/// for getting and setting a trusted attribute, but passes a list on
+/// unfiltered (a filesystem hides those names itself, as ext4 and tmpfs
+/// do), and a daemon that lists as root sees them all. `caller` is asked
+/// only when the list holds such a name.
+pub(crate) fn hide_trusted<V: AsRef<[u8]> + From<Vec<u8>>>(caller: impl FnOnce() -> bool, list: V) -> V {
+    const TRUSTED: &[u8] = b"trusted.";
+    let bytes = list.as_ref();
+    let names = || bytes.split_inclusive(|&b| b == 0);
+    if !names().any(|n| n.starts_with(TRUSTED)) || caller() {
+        return list;
+    }
+    V::from(
+        names()
+            .filter(|n| !n.starts_with(TRUSTED))
+            .flatten()
+            .copied()
+            .collect::<Vec<u8>>(),
+    )
+}
+
 /// Answers a request on the open file `fh` of `files` with what `op`
 /// returns for it (`EBADF` for a handle that is not open).
 pub(crate) fn on_open_file<T: Clone, V>(
@@ -344,3 +366,17 @@ macro_rules! open_builders {
     };
 }
 pub(crate) use open_builders;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trusted_names_are_hidden_from_a_caller_without_the_capability() {
+        let list = b"user.a\0trusted.t\0security.s\0trusted.\0".to_vec();
+        assert_eq!(hide_trusted(|| false, list.clone()), b"user.a\0security.s\0");
+        assert_eq!(hide_trusted(|| true, list.clone()), list);
+        let plain = b"user.a\0".to_vec();
+        assert_eq!(hide_trusted(|| panic!("not asked"), plain.clone()), plain);
+    }
+}

@@ -103,7 +103,9 @@ use crate::context::RequestContext;
 use crate::filesystem::Filesystem;
 use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes};
-use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::core::{
+    Answer, NotifierSlot, SizedXattr, check_name, hide_trusted, lock, on_open_file, open_builders,
+};
 use crate::layers::setid::{self, Change};
 use crate::layers::values::{Created, Open};
 use crate::ops::*;
@@ -920,7 +922,9 @@ impl Filesystem for NodeFs {
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        SizedXattr(reply, size).answer(self.node(ino).and_then(|n| n.listxattr(ctx)))
+        let admin = || ctx.caller().holds_capability(crate::credentials::cap::SYS_ADMIN);
+        let v = self.node(ino).and_then(|n| n.listxattr(ctx));
+        SizedXattr(reply, size).answer(v.map(|l| hide_trusted(admin, l)))
     }
 
     fn setxattr(

@@ -99,7 +99,9 @@ use crate::init::InitConfig;
 use crate::inodes::{Forgotten, HandleTable, InodeTable, OpenModes, Restored, TableMirror};
 use crate::journal::Replay;
 use crate::kept_tree::{self, KeptOpen, KeptTree};
-use crate::layers::core::{Answer, NotifierSlot, SizedXattr, check_name, lock, on_open_file, open_builders};
+use crate::layers::core::{
+    Answer, NotifierSlot, SizedXattr, check_name, hide_trusted, lock, on_open_file, open_builders,
+};
 use crate::layers::setid::{self, Change};
 use crate::layers::values::{Created, Open};
 use crate::notify::NotifyError;
@@ -1601,7 +1603,8 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
         let _tree = self.shared.tree.read();
         let v = self.path(ino).and_then(|p| self.shared.fs.listxattr(ctx, &p));
-        SizedXattr(reply, size).answer(v)
+        let admin = || ctx.caller().holds_capability(crate::credentials::cap::SYS_ADMIN);
+        SizedXattr(reply, size).answer(v.map(|l| hide_trusted(admin, l)))
     }
 
     fn setxattr(

@@ -16,7 +16,7 @@ use crate::init::InitConfig;
 use crate::layers::asyncfs::context::AsyncContext;
 use crate::layers::asyncfs::filesystem::AsyncFilesystem;
 use crate::layers::asyncfs::task::{self, Core, Held, Limit, Registry, Spawn, TaskState};
-use crate::layers::core::{Answer, SizedXattr};
+use crate::layers::core::{Answer, SizedXattr, hide_trusted};
 use crate::layers::values::DirEntryPlus;
 use crate::ops::*;
 use crate::reply::*;
@@ -431,7 +431,10 @@ impl<F: AsyncFilesystem, S: Spawn> Filesystem for AsyncFs<F, S> {
     }
 
     fn listxattr(&self, ctx: &RequestContext<'_>, ino: Inode, size: u32, reply: ReplyXattr) {
-        let make = |fs: Arc<F>, cx| async move { fs.listxattr(&cx, ino).await };
+        let make = |fs: Arc<F>, cx: AsyncContext| async move {
+            let admin = || cx.caller().holds_capability(crate::credentials::cap::SYS_ADMIN);
+            fs.listxattr(&cx, ino).await.map(|l| hide_trusted(admin, l))
+        };
         self.start(ctx, SizedXattr(reply, size), true, make)
     }
 
