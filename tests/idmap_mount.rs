@@ -284,7 +284,7 @@ fn passthrough_ll_under_an_idmapped_mount() {
     if !common::require_mount_capability() {
         return;
     }
-    let d = Daemon::start(Fs::Passthrough("default_permissions"));
+    let d = Daemon::start(Fs::Passthrough("default_permissions,idmap"));
     check(&d);
 }
 

@@ -78,6 +78,10 @@ filesystem options (-o):
                        how long the kernel may cache that a name does not exist
                        (default 0: every miss is looked up again)
     writeback, no_writeback   kernel writeback cache (default off)
+    idmap              let the mount be idmapped (ALLOW_IDMAP; needs default_permissions,
+                       not with xattr). The kernel then names the caller only in
+                       creates: other requests run as the daemon, after the
+                       kernel's checks, and count as one user in per-user shares
     xattr, no_xattr    extended attributes and POSIX ACLs (default off); with
                        default_permissions the kernel checks the ACLs too
     flock              BSD flock locks served by the daemon
@@ -236,6 +240,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             }
             "writeback" => fs.writeback = flag(true)?,
             "no_writeback" => fs.writeback = flag(false)?,
+            "idmap" => fs.idmap = flag(true)?,
             "xattr" => fs.xattr = flag(true)?,
             "no_xattr" => fs.xattr = flag(false)?,
             "flock" => fs.flock = flag(true)?,
@@ -359,6 +364,21 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     }
     fs.default_permissions = mount.default_permissions;
     fs.noatime = mount.noatime;
+    if fs.idmap && !fs.default_permissions {
+        return Err(
+            "`idmap` needs `default_permissions`: the kernel grants idmapped mounts only \
+                    to a filesystem whose permissions it checks"
+                .into(),
+        );
+    }
+    if fs.idmap && fs.xattr {
+        return Err(
+            "`idmap` and `xattr` cannot be combined: on an idmapped mount the kernel \
+                    names no caller in a LISTXATTR, and trusted.* names are hidden from \
+                    unprivileged callers only by listing as the caller"
+                .into(),
+        );
+    }
     if fs.passthrough && fs.writeback {
         return Err(
             "`passthrough` and `writeback` cannot be combined: the kernel refuses passthrough \

@@ -54,6 +54,11 @@ pub struct FsOptions {
     pub passthrough: bool,
     pub parallel_direct_writes: bool,
     pub default_permissions: bool,
+    /// `-o idmap`: ask for `ALLOW_IDMAP`, so the mount can be idmapped.
+    /// The kernel then names no caller in requests other than creates:
+    /// they are served as the daemon, and what is decided per user (lock
+    /// wait shares, handler shares) sees one user for them.
+    pub idmap: bool,
     /// The mount is `noatime`: reads through it leave the source's atime
     /// alone too (files opened `O_NOATIME` where allowed; in kernel
     /// passthrough mode the kernel's own backing file reads, and the
@@ -85,6 +90,7 @@ impl Default for FsOptions {
             passthrough: false,
             parallel_direct_writes: false,
             default_permissions: false,
+            idmap: false,
             noatime: false,
             splice: true,
             inode_file_handles: HandleMode::Prefer,
@@ -2218,12 +2224,13 @@ impl Filesystem for PassthroughFs {
         }
         // The umask reaches the source with each create (see caller_umask).
         config.want(InitFlags::DONT_MASK);
-        if self.opts.default_permissions && !self.opts.xattr {
+        if self.opts.idmap {
             // Idmapped mounts: creates come with the caller's ids mapped into
             // the filesystem, other requests with none (`Caller::act_as`
-            // serves them as the daemon). Not with xattrs: LISTXATTR hides
+            // serves them as the daemon). Checked at start: only with
+            // default_permissions, and not with xattrs (LISTXATTR hides
             // trusted.* names from unprivileged callers only by running as
-            // the caller, whom such requests do not name.
+            // the caller, whom such requests do not name).
             config.want(InitFlags::ALLOW_IDMAP);
         }
         // O_TRUNC in OPEN (see `open`): the truncation happens through the
