@@ -1616,18 +1616,35 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         reply: ReplyEmpty,
     ) {
         let _tree = self.shared.tree.read();
-        let r = self
-            .path(ino)
-            .and_then(|p| self.shared.fs.setxattr(ctx, &p, name, req.value, req.flags));
+        let r = self.path(ino).and_then(|p| {
+            let fs = &self.shared.fs;
+            match fs.setxattr(ctx, &p, name, req.value, req.flags) {
+                // Resent after a crash, an exclusive set that finds the
+                // attribute holding its value was done by the dead daemon
+                // (the kernel holds the inode's lock through the request).
+                Err(Errno::EEXIST)
+                    if req.flags & libc::XATTR_CREATE != 0
+                        && ctx.replay() == Replay::MaybeDone
+                        && fs.getxattr(ctx, &p, name).is_ok_and(|v| v == req.value) =>
+                {
+                    Ok(())
+                }
+                r => r,
+            }
+        });
         reply.result(r)
     }
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let _tree = self.shared.tree.read();
-        reply.result(
-            self.path(ino)
-                .and_then(|p| self.shared.fs.removexattr(ctx, &p, name)),
-        )
+        let r = self
+            .path(ino)
+            .and_then(|p| match self.shared.fs.removexattr(ctx, &p, name) {
+                // Resent after a crash and gone: the dead daemon removed it.
+                Err(Errno::ENODATA) if ctx.replay() == Replay::MaybeDone => Ok(()),
+                r => r,
+            });
+        reply.result(r)
     }
 
     fn statfs(&self, ctx: &RequestContext<'_>, ino: Inode, reply: ReplyStatfs) {
