@@ -408,12 +408,14 @@ fn a_retirement_past_its_deadline_is_called_off_and_the_daemon_serves_on() {
     );
     let daemon = daemon_of(keeper.pid(), &[]);
     // Run through the binary the keeper holds open (/proc/self/fd/N), it
-    // still goes by its program's name, for ps, top and pgrep.
-    assert_eq!(
-        std::fs::read_to_string(format!("/proc/{daemon}/comm")).unwrap(),
-        "hello\n",
-        "the daemon's process name"
-    );
+    // still goes by its program's name, for ps, top and pgrep: it takes the
+    // name as it starts, a moment after the keeper has started it.
+    let comm = || std::fs::read_to_string(format!("/proc/{daemon}/comm")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while comm() != "hello\n" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(comm(), "hello\n", "the daemon's process name");
     let read = |what: &'static str| {
         let file = tmp.path().join("hello");
         let reader = std::thread::spawn(move || std::fs::read_to_string(file));
