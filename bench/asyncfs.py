@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from procs import mounted, status, unmount
+from procs import build_slowfs, mounted, status, unmount, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -155,20 +155,14 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="only rewrite bench/asyncfs.md from a saved result")
     a = ap.parse_args()
     if a.saved:
-        md = markdown(json.loads(a.saved.read_text()))
-        print("\n".join(md))
-        (ROOT / "bench" / "asyncfs.md").write_text("\n".join(md) + "\n")
+        write_section(ROOT, "asyncfs", markdown(json.loads(a.saved.read_text())))
         return
     if os.geteuid() != 0:
         sys.exit("asyncfs: needs root (mounts)")
     rounds = a.rounds or (2 if a.quick else 4)
     seconds = a.seconds or (3.0 if a.quick else 10.0)
     if not a.no_build:
-        log("building slowfs (release)")
-        r = subprocess.run(["cargo", "build", "--release", "-p", "fuse-wire", "--example", "slowfs"],
-                           cwd=ROOT, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit("asyncfs: building slowfs failed:\n" + r.stderr[-4000:])
+        build_slowfs(ROOT, "asyncfs")
     samples = {api: [] for api in APIS}
     with tempfile.TemporaryDirectory(prefix="fuse-wire-asyncfs.") as tmp:
         mnt = Path(tmp) / "mnt"
@@ -179,13 +173,8 @@ def main() -> None:
                 samples[api].append(one_round(api, mnt, a.readers, a.latency_ms, seconds))
 
     result = summarize(samples, rounds, seconds, a.readers, a.latency_ms)
-    out = ROOT / "bench" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "asyncfs.json").write_text(json.dumps(result, indent=2) + "\n")
-    md = markdown(result)
-    print("\n".join(md))
-    (ROOT / "bench" / "asyncfs.md").write_text("\n".join(md) + "\n")
-    log(f"\nwritten: {out / 'asyncfs.json'} and bench/asyncfs.md")
+    write_section(ROOT, "asyncfs", markdown(result), result)
+    log("\nwritten: bench/results/asyncfs.json and bench/asyncfs.md")
 
 
 if __name__ == "__main__":

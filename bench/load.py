@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from procs import mounted, status, unmount
+from procs import build_slowfs, mounted, status, unmount, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -224,9 +224,7 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="only rewrite bench/load.md from a saved result")
     a = ap.parse_args()
     if a.saved:
-        md = markdown(json.loads(a.saved.read_text()))
-        print("\n".join(md))
-        (ROOT / "bench" / "load.md").write_text("\n".join(md) + "\n")
+        write_section(ROOT, "load", markdown(json.loads(a.saved.read_text())))
         return
     if os.geteuid() != 0:
         sys.exit("load: needs root (mounts, and readers run as another uid)")
@@ -234,11 +232,7 @@ def main() -> None:
     readers = a.readers or (2000 if a.quick else 10000)
     latency_ms = a.latency_ms or (10000 if a.quick else 30000)
     if not a.no_build:
-        log("building slowfs (release)")
-        r = subprocess.run(["cargo", "build", "--release", "-p", "fuse-wire", "--example", "slowfs"],
-                           cwd=ROOT, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit("load: building slowfs failed:\n" + r.stderr[-4000:])
+        build_slowfs(ROOT, "load")
     samples = {api: [] for api in APIS}
     with tempfile.TemporaryDirectory(prefix="fuse-wire-load.") as tmp:
         os.chmod(tmp, 0o755)
@@ -250,13 +244,8 @@ def main() -> None:
                 samples[api].append(one_round(api, mnt, readers, latency_ms, a.probes))
 
     result = summarize(samples, rounds, readers, latency_ms, a.probes)
-    out = ROOT / "bench" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "load.json").write_text(json.dumps(result, indent=2) + "\n")
-    md = markdown(result)
-    print("\n".join(md))
-    (ROOT / "bench" / "load.md").write_text("\n".join(md) + "\n")
-    log(f"\nwritten: {out / 'load.json'} and bench/load.md")
+    write_section(ROOT, "load", markdown(result), result)
+    log("\nwritten: bench/results/load.json and bench/load.md")
 
 
 if __name__ == "__main__":

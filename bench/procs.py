@@ -9,10 +9,12 @@ imports none of them (standard library only).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +42,26 @@ def status(pid: int, key: str) -> int:
         if line.startswith(key):
             return int(line.split()[1])
     return 0
+
+
+def build_slowfs(root: Path, tag: str) -> None:
+    """Builds examples/slowfs in release mode, or exits with cargo's error."""
+    print("building slowfs (release)", file=sys.stderr, flush=True)
+    r = subprocess.run(["cargo", "build", "--release", "-p", "fuse-wire", "--example", "slowfs"],
+                       cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{tag}: building slowfs failed:\n" + r.stderr[-4000:])
+
+
+def write_section(root: Path, name: str, md: list, result: dict | None = None) -> None:
+    """Prints the section `md`, writes it to bench/NAME.md and, given one,
+    the result to bench/results/NAME.json."""
+    print("\n".join(md))
+    if result is not None:
+        out = root / "bench" / "results"
+        out.mkdir(exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (root / "bench" / f"{name}.md").write_text("\n".join(md) + "\n")
 
 
 def child_pids(pid: int) -> list[int]:
