@@ -31,26 +31,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A keeper serving `src` on `tm`'s mountpoint, its daemons killing
-/// themselves as `fault` says (`FUSE_WIRE_FAULT`, none if empty).
+/// themselves as `fault` says (`FUSE_WIRE_FAULT`, none if empty). A line a
+/// daemon in the log (counted below), no more: the log goes into a pipe
+/// nobody reads until the end.
 fn keeper(tm: &TempMountpoint, src: &Path, fault: &str) -> Keeper {
-    let mut cmd = Command::new(example_binary("passthrough_ll"));
-    cmd.arg(src)
-        .arg(tm.path())
-        .args(["-o", "keeper,flock,xattr"])
-        // A line per daemon (counted below), no more: the log goes into a
-        // pipe nobody reads until the end.
-        .env("RUST_LOG", "error,passthrough_ll=info");
-    if !fault.is_empty() {
-        cmd.env("FUSE_WIRE_FAULT", fault);
-    }
-    let k = Keeper::start_with(&mut cmd, tm.path());
-    // The first daemon tells the keeper what INIT negotiated from a thread
-    // that looks every 2 ms; one that dies before that leaves a keeper that
-    // takes the connection for a fresh one, and the requests the daemon
-    // held are never sent again. Give it the time, before the first kill.
-    fs::metadata(tm.path()).expect("stat the mount");
-    std::thread::sleep(Duration::from_millis(200));
-    k
+    passthrough_keeper(
+        "passthrough_ll",
+        "flock,xattr",
+        "error,passthrough_ll=info",
+        tm,
+        src,
+        fault,
+    )
 }
 
 /// `mnt/name`, created (or emptied) for reading and writing, holding `text`.
@@ -259,16 +251,6 @@ fn fsx(file: &fs::File, seed: u64, stop: &AtomicBool) -> Result<u64, String> {
     Ok(ops)
 }
 
-fn setup(tag: &str) -> Option<(TempMountpoint, PathBuf)> {
-    if !require_mount_capability() {
-        return None;
-    }
-    let tm = TempMountpoint::new(tag);
-    let src = tm.root().join("src");
-    fs::create_dir(&src).unwrap();
-    Some((tm, src))
-}
-
 /// `fio --verify` on `mnt/fio.dat` for `secs` seconds: random 4 KiB
 /// O_DIRECT writes on a file it keeps open, each checked as it goes. `None`
 /// (said loudly) where fio is not installed, outside CI.
@@ -376,24 +358,11 @@ fn kills_between_effect_and_answer_lose_nothing() {
     let Some((tm, src)) = setup("pt-keeper-fault") else {
         return;
     };
-    let fault = [
-        "CREATE",
-        "MKDIR",
-        "SYMLINK",
-        "LINK",
-        "UNLINK",
-        "RMDIR",
-        "RENAME",
-        "RENAME2",
-        "WRITE",
-        "SETATTR",
-        "SETXATTR",
-        "REMOVEXATTR",
-    ]
-    .iter()
-    .map(|op| format!("effect:{op}"))
-    .collect::<Vec<_>>()
-    .join(",");
+    let fault = FAULT_OPCODES
+        .iter()
+        .map(|op| format!("effect:{op}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let k = keeper(&tm, &src, &fault);
     // The early files' own requests already go through killed daemons.
     let early = Early::open(tm.path(), &src);

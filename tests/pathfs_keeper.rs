@@ -17,38 +17,21 @@ use keeper_support::workload::*;
 use keeper_support::*;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// A keeper running pathfs over `src` on `tm`'s mountpoint, its daemons
 /// killing themselves as `fault` says (`FUSE_WIRE_FAULT`, none if empty).
 fn keeper(tm: &TempMountpoint, src: &Path, fault: &str) -> Keeper {
-    let mut cmd = Command::new(example_binary("pathfs"));
-    cmd.arg(src)
-        .arg(tm.path())
-        .args(["-o", "keeper"])
-        .env("RUST_LOG", "error,fuse_session::recovery::keeper=info");
-    if !fault.is_empty() {
-        cmd.env("FUSE_WIRE_FAULT", fault);
-    }
-    let k = Keeper::start_with(&mut cmd, tm.path());
-    // Let the first daemon tell the keeper what INIT negotiated before the
-    // first kill (see tests/passthrough_keeper.rs).
-    fs::metadata(tm.path()).expect("stat the mount");
-    std::thread::sleep(Duration::from_millis(200));
-    k
-}
-
-fn setup(tag: &str) -> Option<(TempMountpoint, PathBuf)> {
-    if !require_mount_capability() {
-        return None;
-    }
-    let tm = TempMountpoint::new(tag);
-    let src = tm.root().join("src");
-    fs::create_dir(&src).unwrap();
-    Some((tm, src))
+    passthrough_keeper(
+        "pathfs",
+        "",
+        "error,fuse_session::recovery::keeper=info",
+        tm,
+        src,
+        fault,
+    )
 }
 
 /// The data-loss case: the kernel holds node ids for A1..A6 when
@@ -150,4 +133,26 @@ fn kills_and_upgrades_under_four_clients_lose_nothing() {
     }
     let log = k.stop();
     assert!(log.contains("3 upgrades"), "{log}");
+}
+
+/// Each daemon kills itself after carrying out a non-idempotent request
+/// (its tree updated, the answer not recorded): the successor is sent the
+/// request again and must find it done, with the tree naming every node as
+/// before.
+#[test]
+fn kills_between_effect_and_answer_lose_nothing() {
+    let Some((tm, src)) = setup("path-keeper-fault") else {
+        return;
+    };
+    let fault = FAULT_OPCODES
+        .iter()
+        .map(|op| format!("effect:{op}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let k = keeper(&tm, &src, &fault);
+    let done = workload(tm.path(), 2, 3, |_| {});
+    assert_eq!(done, 6);
+    let log = k.stop();
+    // A kill at each fault point the workload reaches, at least.
+    assert!(crashes(&log).is_some_and(|n| n > 10), "{log}");
 }

@@ -7,7 +7,7 @@
 //! directory empty; and finding the daemon at work to kill it.
 
 use crate::common::*;
-use crate::keeper_support::daemon_of;
+use crate::keeper_support::{Keeper, daemon_of};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -232,4 +232,68 @@ pub fn serving_daemon(keeper: u32, gone: &[u32]) -> u32 {
 pub fn crashes(log: &str) -> Option<u64> {
     let at = log.find("daemons started, ")? + "daemons started, ".len();
     log[at..].split(' ').next()?.parse().ok()
+}
+
+/// The requests that are not idempotent, each a fault point of the tests
+/// that kill a daemon between carrying one out and answering it
+/// (`FUSE_WIRE_FAULT=effect:<op>`).
+pub const FAULT_OPCODES: [&str; 12] = [
+    "CREATE",
+    "MKDIR",
+    "SYMLINK",
+    "LINK",
+    "UNLINK",
+    "RMDIR",
+    "RENAME",
+    "RENAME2",
+    "WRITE",
+    "SETATTR",
+    "SETXATTR",
+    "REMOVEXATTR",
+];
+
+/// A mountpoint and the source directory `src` beside it that a
+/// passthrough daemon serves; `None` where mounting is impossible outside CI.
+pub fn setup(tag: &str) -> Option<(TempMountpoint, PathBuf)> {
+    if !require_mount_capability() {
+        return None;
+    }
+    let tm = TempMountpoint::new(tag);
+    let src = tm.root().join("src");
+    fs::create_dir(&src).unwrap();
+    Some((tm, src))
+}
+
+/// A keeper running example `program` over `src` on `tm`'s mountpoint with
+/// `-o keeper,<opts>` and `RUST_LOG=<log>`, its daemons killing themselves
+/// as `fault` says (`FUSE_WIRE_FAULT`, none if empty).
+pub fn passthrough_keeper(
+    program: &str,
+    opts: &str,
+    log: &str,
+    tm: &TempMountpoint,
+    src: &Path,
+    fault: &str,
+) -> Keeper {
+    let mut cmd = std::process::Command::new(example_binary(program));
+    let opts = if opts.is_empty() {
+        "keeper".to_string()
+    } else {
+        format!("keeper,{opts}")
+    };
+    cmd.arg(src)
+        .arg(tm.path())
+        .args(["-o", &opts])
+        .env("RUST_LOG", log);
+    if !fault.is_empty() {
+        cmd.env("FUSE_WIRE_FAULT", fault);
+    }
+    let k = Keeper::start_with(&mut cmd, tm.path());
+    // The first daemon tells the keeper what INIT negotiated from a thread
+    // that looks every 2 ms; one that dies before that leaves a keeper that
+    // takes the connection for a fresh one, and the requests the daemon
+    // held are never sent again. Give it the time, before the first kill.
+    fs::metadata(tm.path()).expect("stat the mount");
+    std::thread::sleep(Duration::from_millis(200));
+    k
 }

@@ -1087,6 +1087,26 @@ impl<F: PathFilesystem> PathFs<F> {
             .flatten()
     }
 
+    /// For an appending write under a keeper: whether a predecessor wrote
+    /// its `len` bytes already (it died before answering). A first try
+    /// notes the file's size in the journal; a resent one finds them done
+    /// when the file has grown past that by `len` (the kernel writes one
+    /// append to a file at a time, so no other write grew it). Without the
+    /// size (a filesystem whose `getattr` cannot answer by open file) the
+    /// write is carried out again.
+    fn appended_already(&self, ctx: &RequestContext<'_>, file: &F::File, len: u64) -> bool {
+        let size = || self.shared.fs.getattr(ctx, None, Some(file)).map(|a| a.size);
+        match (ctx.replay(), ctx.journal_note()) {
+            (Replay::MaybeDone, Some(at)) => size().is_ok_and(|now| now >= at.saturating_add(len)),
+            _ => {
+                if let Ok(at) = size() {
+                    ctx.set_journal_note(at);
+                }
+                false
+            }
+        }
+    }
+
     /// For a request resent after a crash that removes `path`: whether it
     /// is gone already.
     fn removed_already(&self, ctx: &RequestContext<'_>, path: &Path) -> bool {
@@ -1256,21 +1276,45 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 
     fn rename(&self, ctx: &RequestContext<'_>, req: &RenameRequest<'_>, reply: ReplyEmpty) {
         let _tree = self.shared.tree.write();
+        let mut from = None;
         let r = (|| {
-            let from = self.child_path(req.parent, req.name)?;
+            let from = from.insert(self.child_path(req.parent, req.name)?);
             let to = self.child_path(req.newparent, req.newname)?;
             // Resent after a crash: done if the source is gone and the
             // target is there (the kernel holds both directories' locks).
             // An exchange leaves both names: carried out again, it would
             // swap back, so it is checked by nothing and not covered.
             if !req.flags.contains(RenameFlags::EXCHANGE)
-                && self.removed_already(ctx, &from)
+                && self.removed_already(ctx, from)
                 && self.shared.fs.getattr(ctx, Some(&to), None).is_ok()
             {
                 return Ok(());
             }
-            self.shared.fs.rename(ctx, &from, &to, req.flags)
+            self.shared.fs.rename(ctx, from, &to, req.flags)
         })();
+        // A source name the tree does not hold: the predecessor moved the
+        // names already (it died after that, before answering), or the
+        // name is a hard link's the kept tree did not keep. Either way the
+        // target is not replaced when the source name still exists or is a
+        // resent request's (renaming one link of a file onto another does
+        // nothing): its node keeps its names.
+        let moved_already = |ctx: &RequestContext<'_>| {
+            ctx.replay() == Replay::MaybeDone
+                || from
+                    .as_ref()
+                    .is_some_and(|f| self.shared.fs.getattr(ctx, Some(f), None).is_ok())
+        };
+        if r.is_ok()
+            && !req.flags.contains(RenameFlags::EXCHANGE)
+            && self
+                .shared
+                .table
+                .get(req.parent)
+                .is_some_and(|d| !lock(&d.children).contains_key(req.name.to_bytes()))
+            && moved_already(ctx)
+        {
+            return reply.result(r);
+        }
         if r.is_ok() {
             // Alone in the tree now: move the names.
             let (p, q) = (req.parent, req.newparent);
@@ -1434,6 +1478,12 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         on_open_file(&self.shared.files, fh, reply, |f| {
             if req.write_flags.contains(WriteFlags::KILL_SUIDGID) {
                 self.clear_setid(ctx, Change::Written, fh, &f.file)?;
+            }
+            if self.shared.kept.is_some()
+                && req.flags.bits() & libc::O_APPEND != 0
+                && self.appended_already(ctx, &f.file, req.data.len() as u64)
+            {
+                return Ok(req.data.len() as u32);
             }
             self.shared.fs.write(ctx, &f.file, req)
         })
