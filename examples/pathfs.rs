@@ -5,7 +5,7 @@
 //! extended attributes are the source's.
 //!
 //! ```sh
-//! pathfs [-f] [-d] [-s] [-o source=DIR,threads=N,uring,passthrough,MOUNT_OPTIONS] [--stats FILE] [SOURCE] MOUNTPOINT
+//! pathfs [-f] [-d] [-s] [-o source=DIR,threads=N,uring,passthrough,idmap,MOUNT_OPTIONS] [--stats FILE] [SOURCE] MOUNTPOINT
 //! ```
 //!
 //! The command line follows passthrough_ll's (`--help` lists it): `-o`
@@ -18,7 +18,10 @@
 //! Permission checks are the kernel's (`default_permissions` is always
 //! on); new files are given to the caller's uid and gid when pathfs runs as
 //! root (see below). `passthrough` opens files in kernel passthrough mode when the
-//! kernel allows it. With `--stats FILE` it writes the session's statistics
+//! kernel allows it. `idmap` lets the mount be idmapped (`ALLOW_IDMAP`):
+//! the kernel then names the caller only in creates, and the re-checks
+//! below act for an unnamed caller only on the node the kernel checked
+//! (docs/security.md). With `--stats FILE` it writes the session's statistics
 //! as JSON at exit, with `live_nodes` and `open_files`.
 //!
 //! Any depth the source holds is served: a path longer than one system
@@ -98,6 +101,8 @@ pub struct Mirror {
     /// kernel passthrough mode the kernel's own backing file reads, and the
     /// source's mount decides).
     pub noatime: bool,
+    /// `-o idmap`: ask for `ALLOW_IDMAP`, so the mount can be idmapped.
+    pub idmap: bool,
 }
 
 /// A name in a directory of the source: the directory, opened without
@@ -213,6 +218,7 @@ impl Mirror {
             source: Some(dir.into()),
             passthrough: false,
             noatime: false,
+            idmap: false,
         })
     }
 
@@ -226,6 +232,7 @@ impl Mirror {
             source,
             passthrough: false,
             noatime: false,
+            idmap: false,
         }
     }
 
@@ -341,8 +348,9 @@ impl Mirror {
 
     /// Whether the caller of `ctx` may change the node `m` by name as the
     /// kernel allowed it on the node it knows: root may; others must own
-    /// it, or (`write`) may write it by its mode bits, or hold `cap`; a
-    /// caller the kernel does not name ([`credentials::Caller::is_unmapped`]) may. A node
+    /// it, or (`write`) may write it by its mode bits, or hold `cap`; for a
+    /// caller the kernel does not name ([`credentials::Caller::is_unmapped`]),
+    /// see [`Self::kernel_checked`]. A node
     /// that fails this is not the one the kernel checked (a name swapped
     /// for a hard link to someone else's file): `EPERM`.
     fn may_change(
@@ -352,8 +360,10 @@ impl Mirror {
         cap: u32,
     ) -> Result<(), Errno> {
         use std::os::unix::fs::MetadataExt;
-        // An unmapped caller (idmapped mounts): the kernel's check is all.
-        if ctx.uid() == 0 || m.uid() == ctx.uid() || ctx.caller().is_unmapped() {
+        if ctx.caller().is_unmapped() {
+            return Self::kernel_checked(ctx, m);
+        }
+        if ctx.uid() == 0 || m.uid() == ctx.uid() {
             return Ok(());
         }
         let caller = ctx.caller();
@@ -365,6 +375,21 @@ impl Mirror {
             return Ok(());
         }
         Err(Errno::EPERM)
+    }
+
+    /// For a caller the kernel does not name (an idmapped mount's requests
+    /// other than creates), whom nothing here can check: the node `m` found
+    /// by name must be the one the kernel checked with the caller's mapped
+    /// ids (`default_permissions`), the same `st_ino`, owner and group as
+    /// last reported ([`RequestContext::node_attr`]); anything else
+    /// (a name swapped in the source, or no node known) is refused
+    /// (`EPERM`), never served as root.
+    fn kernel_checked(ctx: &RequestContext<'_>, m: &std::fs::Metadata) -> Result<(), Errno> {
+        use std::os::unix::fs::MetadataExt;
+        match ctx.node_attr() {
+            Some(a) if (a.ino, a.uid, a.gid) == (m.ino(), m.uid(), m.gid()) => Ok(()),
+            _ => Err(Errno::EPERM),
+        }
     }
 
     /// Whether the mode bits of `m` give the caller of `ctx` (who does not
@@ -389,6 +414,9 @@ impl Mirror {
     /// write.
     fn may_link(ctx: &RequestContext<'_>, m: &std::fs::Metadata) -> Result<(), Errno> {
         use std::os::unix::fs::MetadataExt;
+        if ctx.caller().is_unmapped() {
+            return Self::kernel_checked(ctx, m);
+        }
         let setid = m.mode() & 0o4000 != 0 || m.mode() & 0o2010 == 0o2010;
         let ok = ctx.uid() == 0
             || m.uid() == ctx.uid()
@@ -469,6 +497,12 @@ impl PathFilesystem for Mirror {
     type File = File;
 
     fn init(&self, config: &mut InitConfig) -> Result<(), Errno> {
+        if self.idmap {
+            // Creates then come with the caller's ids mapped into the
+            // filesystem, other requests with none: their re-checks compare
+            // the node with the kernel's (`kernel_checked`).
+            config.want(InitFlags::ALLOW_IDMAP);
+        }
         if self.passthrough {
             // Backing files on a filesystem that is not itself stacked.
             config.wanted |= InitFlags::PASSTHROUGH;
@@ -930,6 +964,7 @@ fn main() -> ExitCode {
     };
     fs.passthrough = args.passthrough;
     fs.noatime = args.mount.noatime;
+    fs.idmap = args.idmap;
     if let Some(link) = link {
         let ttl = std::time::Duration::from_secs(1);
         let mut fs = Some(fs);
@@ -964,6 +999,10 @@ fn main() -> ExitCode {
         child_args.push(o);
         if args.debug {
             child_args.push("-d".into());
+        }
+        if args.idmap {
+            child_args.push("-o".into());
+            child_args.push("idmap".into());
         }
         if args.session.workers == 1 {
             child_args.push("-s".into());
@@ -1029,6 +1068,7 @@ mod args {
         pub stats: Option<PathBuf>,
         pub debug: bool,
         pub keeper: bool,
+        pub idmap: bool,
     }
 
     /// What the command line asks for.
@@ -1057,6 +1097,12 @@ filesystem options (-o):
                        allows it; otherwise /dev/fuse, with the reason logged
     passthrough        open files in kernel passthrough mode when the kernel
                        allows it
+    idmap              let the mount be idmapped (ALLOW_IDMAP). The kernel then
+                       names the caller only in creates; a chmod, chown, utimes,
+                       truncate, link or xattr change by name is done only on the
+                       node the kernel checked (EPERM if the name was replaced),
+                       trusted.* names are listed to nobody, and per-user shares
+                       see one user for requests other than creates
     keeper             keep the mount in this process and serve it from a child,
                        replaced when it dies (SIGUSR2: upgrade to the binary on
                        disk); node ids and open files survive (docs/recovery.md)
@@ -1100,12 +1146,14 @@ default_permissions is always on: the kernel checks every access.
         }
         let mut passthrough = false;
         let mut keeper = false;
+        let mut idmap = false;
         for o in rest.iter().filter(|o| !session.take_option(o)) {
             match o.split_once('=') {
                 Some(("source", dir)) => source = Some(PathBuf::from(dir)),
                 Some(("threads", n)) => return Err(format!("threads={n}: expected a number above 0")),
                 None if o == "passthrough" => passthrough = true,
                 None if o == "keeper" => keeper = true,
+                None if o == "idmap" => idmap = true,
                 None if o == "debug" => debug = true,
                 None if IGNORED.contains(&o.as_str()) => {}
                 _ if o.starts_with("x-") || o.starts_with("comment=") => {}
@@ -1126,6 +1174,7 @@ default_permissions is always on: the kernel checks every access.
             stats,
             debug,
             keeper,
+            idmap,
         })))
     }
 

@@ -1,5 +1,6 @@
-//! Idmapped mounts of `passthrough_ll` and `pathfs` (with `allow_other` and
-//! `default_permissions`, so the library grants `FUSE_ALLOW_IDMAP`): the
+//! Idmapped mounts of `passthrough_ll` and `pathfs` (with `allow_other`,
+//! `default_permissions` and `-o idmap`, so the library grants
+//! `FUSE_ALLOW_IDMAP`): the
 //! test makes an idmapped bind mount of the FUSE mount (`open_tree` with
 //! `OPEN_TREE_CLONE`, `mount_setattr` with `MOUNT_ATTR_IDMAP` and a user
 //! namespace whose maps it writes, `move_mount`) and checks, as a mapped
@@ -288,12 +289,22 @@ fn passthrough_ll_under_an_idmapped_mount() {
     check(&d);
 }
 
-/// pathfs does not ask for `ALLOW_IDMAP` (its own re-checks of renames
-/// and symlinks need the caller's ids, which the kernel then sends as -1),
-/// so the kernel refuses to idmap its mount: never a mount whose owners
-/// come out wrong.
+/// pathfs with `-o idmap`: creates as the mapped caller, chowns and
+/// chgrps by name (re-checked against the node the kernel checked, the
+/// caller being unnamed) give the owners the kernel's rules say.
 #[test]
-fn pathfs_refuses_to_be_idmapped() {
+fn pathfs_under_an_idmapped_mount() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let d = Daemon::start(Fs::Pathfs("default_permissions,idmap"));
+    check(&d);
+}
+
+/// pathfs without `-o idmap` does not ask for `ALLOW_IDMAP`, so the
+/// kernel refuses to idmap its mount.
+#[test]
+fn pathfs_without_idmap_refuses_to_be_idmapped() {
     if !common::require_mount_capability() {
         return;
     }

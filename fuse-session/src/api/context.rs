@@ -1,6 +1,7 @@
 //! [`RequestContext`]: who sent a request, and what a handler can reach
 //! while serving it (interrupts, notifications, backing files).
 
+use crate::attr::FileAttr;
 use crate::backing::{BackingError, BackingFile};
 use crate::conn::WorkerCore;
 use crate::credentials::Caller;
@@ -13,6 +14,7 @@ use crate::notify::Notifier;
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::OpenInFlags;
 use fuse_proto::request::{Extensions, SecurityContext};
+use std::cell::Cell;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
@@ -27,6 +29,9 @@ pub struct RequestContext<'a> {
     replay: Replay,
     /// The journal slot, and the note a predecessor left in it.
     journal: Option<(usize, Option<u64>)>,
+    /// What a layer last reported of the node a request acts on by name
+    /// (see [`RequestContext::node_attr`]).
+    node_attr: Cell<Option<FileAttr>>,
 }
 
 impl<'a> RequestContext<'a> {
@@ -46,6 +51,7 @@ impl<'a> RequestContext<'a> {
             open_in: OpenInFlags::empty(),
             replay: Replay::Fresh,
             journal: None,
+            node_attr: Cell::new(None),
         }
     }
 
@@ -79,6 +85,25 @@ impl<'a> RequestContext<'a> {
         if let Some((i, _)) = self.journal {
             self.worker.set_journal_note(i, self.header.unique, note);
         }
+    }
+
+    /// The attributes last reported to the kernel for the node this request
+    /// acts on by name, as the path layer passes them to a SETATTR, LINK,
+    /// SETXATTR or REMOVEXATTR method (`None` elsewhere): the node that the
+    /// kernel checked the request against under `default_permissions`.
+    /// A method acting on a name that may have been replaced behind the
+    /// mount's back, for a caller it cannot check itself (one the kernel
+    /// does not name, [`Caller::is_unmapped`]), acts only on a node of this
+    /// `st_ino` ([`FileAttr::ino`]) and owner: the kernel's check was then
+    /// the check of that very node.
+    pub fn node_attr(&self) -> Option<FileAttr> {
+        self.node_attr.get()
+    }
+
+    /// Sets what [`RequestContext::node_attr`] answers (the path layer,
+    /// around the by-name methods it calls).
+    pub(crate) fn set_node_attr(&self, attr: Option<FileAttr>) {
+        self.node_attr.set(attr);
     }
 
     /// How the request reaches the filesystem, and its journal slot with

@@ -34,7 +34,12 @@
 //!
 //! Permission checks: mount with `default_permissions` (the kernel checks),
 //! or check in the methods against [`RequestContext::caller`]; the layer
-//! answers ACCESS with `ENOSYS` (the kernel then grants it).
+//! answers ACCESS with `ENOSYS` (the kernel then grants it). A by-name
+//! SETATTR, LINK, SETXATTR or REMOVEXATTR sees in
+//! [`RequestContext::node_attr`] the node's attributes as last reported,
+//! those the kernel checked: a method that re-checks a name against the
+//! node (it may have been replaced in the source) compares with them where
+//! the caller is unnamed (idmapped mounts, `Caller::is_unmapped`).
 //!
 //! Set-ID bits: the layer asks for `HANDLE_KILLPRIV_V2` and clears them
 //! itself where the VFS would (a flagged WRITE, truncate, chown or
@@ -941,6 +946,12 @@ impl<F: PathFilesystem> PathFs<F> {
             .unwrap_or(ino.0)
     }
 
+    /// Gives `ctx` the last attributes of `ino`, the node the kernel
+    /// checked a by-name request against ([`RequestContext::node_attr`]).
+    fn show_node(&self, ctx: &RequestContext<'_>, ino: Inode) {
+        ctx.set_node_attr(self.shared.table.get(ino).and_then(|n| *lock(&n.last)));
+    }
+
     /// Keeps `attr` as the last attributes of `ino`.
     fn remember(&self, ino: Inode, attr: &FileAttr) {
         if let Some(node) = self.shared.table.get(ino) {
@@ -1194,6 +1205,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let _tree = self.shared.tree.read();
         let path = self.path(ino);
         let file = self.file_for(ino, req.fh, path.is_ok());
+        self.show_node(ctx, ino);
         let r = match (&path, &file) {
             (Err(e), None) => Err(*e),
             _ => {
@@ -1368,6 +1380,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         let r = (|| {
             let from = self.path(ino)?;
             let to = self.child_path(newparent, newname)?;
+            self.show_node(ctx, ino);
             let mut attr = match self.made_already(ctx, &to) {
                 Some(a) => a,
                 None => self.shared.fs.link(ctx, &from, &to)?,
@@ -1666,6 +1679,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
         reply: ReplyEmpty,
     ) {
         let _tree = self.shared.tree.read();
+        self.show_node(ctx, ino);
         let r = self.path(ino).and_then(|p| {
             let fs = &self.shared.fs;
             match fs.setxattr(ctx, &p, name, req.value, req.flags) {
@@ -1687,6 +1701,7 @@ impl<F: PathFilesystem> Filesystem for PathFs<F> {
 
     fn removexattr(&self, ctx: &RequestContext<'_>, ino: Inode, name: &CStr, reply: ReplyEmpty) {
         let _tree = self.shared.tree.read();
+        self.show_node(ctx, ino);
         let r = self
             .path(ino)
             .and_then(|p| match self.shared.fs.removexattr(ctx, &p, name) {
