@@ -391,4 +391,68 @@ mod tests {
         assert!(pending.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
         assert!(pending.list.lock().unwrap().targets.is_empty());
     }
+
+    /// An INTERRUPT during a must-finish section is held: the request is
+    /// not marked and its callback does not run until the last section
+    /// ends, then both happen once.
+    #[test]
+    fn an_interrupt_in_a_section_is_delivered_once_when_the_last_ends() {
+        let tables = [InflightTable::new()];
+        let pending = PendingInterrupts::default();
+        let slot = tables[0].register(42);
+        let runs = std::sync::Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        tables[0].on_interrupt(
+            &slot,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
+        assert!(tables[0].begin_section(&slot, 42));
+        assert!(tables[0].begin_section(&slot, 42));
+        assert!(pending.interrupt(&tables, 42), "found, not remembered for later");
+        assert!(pending.interrupt(&tables, 42), "a second INTERRUPT is held too");
+        tables[0].end_section(&slot, 42);
+        assert!(!tables[0].is_interrupted(&slot));
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        tables[0].end_section(&slot, 42);
+        assert!(tables[0].is_interrupted(&slot));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // An unbalanced end (a guard past its request) changes nothing.
+        tables[0].end_section(&slot, 42);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            !tables[0].begin_section(&slot, 42),
+            "interrupted before the section"
+        );
+    }
+
+    /// A guard kept past its request's answer leaves the next request of
+    /// the slot alone, and a released slot forgets its sections.
+    #[test]
+    fn a_section_ends_with_its_request() {
+        let tables = [InflightTable::new()];
+        let pending = PendingInterrupts::default();
+        let first = tables[0].register(42);
+        assert!(tables[0].begin_section(&first, 42));
+        let _others: Vec<Slot> = (0..SLOTS_PER_WORKER as u64 - 1)
+            .map(|i| tables[0].register(1000 + 2 * i))
+            .collect();
+        tables[0].release(&first);
+        let next = tables[0].register(44);
+        assert_eq!(next, first, "the slot is reused");
+        assert!(tables[0].begin_section(&next, 44));
+        tables[0].end_section(&next, 42);
+        assert!(pending.interrupt(&tables, 44));
+        assert!(
+            !tables[0].is_interrupted(&next),
+            "the old guard closed none of 44's"
+        );
+        tables[0].end_section(&next, 44);
+        assert!(tables[0].is_interrupted(&next));
+        assert!(
+            !tables[0].begin_section(&next, 42),
+            "a stale request opens nothing"
+        );
+    }
 }
