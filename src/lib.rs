@@ -154,10 +154,10 @@ pub mod session {
 pub use fuse_session::{
     AccessMode, CopyFileRangeRequest, CreateRequest, DirAdd, DirPlusAdd, Entry, Errno, FallocateRequest,
     FileAttr, FileHandle, FileKind, Filesystem, FopenFlags, InitConfig, InitFlags, Inode, IoctlRequest, Lock,
-    LockOwner, LockRequest, LseekRequest, MknodRequest, MountOptions, OpenFlags, PollHandle, PollRequest,
-    ReadRequest, Recovery, ReleaseRequest, RenameFlags, RenameRequest, RequestContext, RunningSession,
-    Session, SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest, Statfs,
-    StatxRequest, TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
+    LockOwner, LockRequest, LseekRequest, MknodRequest, MountOptions, MustFinish, OpenFlags, PollHandle,
+    PollRequest, ReadRequest, Recovery, ReleaseRequest, RenameFlags, RenameRequest, RequestContext,
+    RunningSession, Session, SessionConfig, SessionError, SessionReport, SetattrRequest, SetxattrRequest,
+    Statfs, StatxRequest, TimeOrNow, WriteRequest, reply, serve, serve_with, spawn,
 };
 pub use fuse_session::{asyncfs, inodes, node, path};
 

@@ -4,7 +4,7 @@
 //! its kin do (an object store has no partial writes).
 //!
 //! ```sh
-//! objfs -o bucket=DIR[,keeper,max_object=BYTES,staging=N,nodes=N] MOUNTPOINT
+//! objfs -o bucket=DIR[,keeper,max_object=BYTES,staging=N,nodes=N,put_delay_ms=N] MOUNTPOINT
 //! ```
 //!
 //! - `bucket=DIR`: the bucket, here a local directory standing in for the
@@ -29,6 +29,13 @@
 //! written since the last upload (so close(2) reports an upload's error),
 //! and at RELEASE if what is staged still differs from the object (an
 //! open with `O_TRUNC` and no write: the object is emptied then).
+//!
+//! An upload at FLUSH is a must-finish section (`AsyncContext::must_finish`):
+//! a caller interrupted while it runs (Ctrl-C on a `cp`) waits for it and
+//! gets its true result, so close(2) never reports `EINTR` for an object
+//! that was sent. `-o put_delay_ms=N` makes every PUT take N ms longer, as a
+//! far store would; `-o cancellable_uploads` leaves the section out, to see
+//! the difference (the caller then gets `EINTR` while the PUT goes on).
 //!
 //! Under a keeper, a request the dead daemon may have carried out
 //! (`AsyncContext::replay`) is answered by its postcondition: a CREATE
@@ -78,6 +85,10 @@ struct ObjFs {
     /// the kept tables at start); sharded by name.
     names: [Mutex<HashMap<Vec<u8>, u64>>; SHARDS],
     started: SystemTime,
+    /// How long each PUT waits first (`put_delay_ms`).
+    put_delay: Duration,
+    /// Uploads at FLUSH are cancelled by an INTERRUPT (`cancellable_uploads`).
+    cancellable_uploads: bool,
 }
 
 fn shard(name: &[u8]) -> usize {
@@ -99,12 +110,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 
 }
 
 impl ObjFs {
-    fn new(bucket: Bucket, kept: Kept) -> ObjFs {
+    fn new(bucket: Bucket, kept: Kept, o: &Options) -> ObjFs {
         let fs = ObjFs {
             bucket: Arc::new(bucket),
             kept: Arc::new(kept),
             names: Default::default(),
             started: SystemTime::now(),
+            put_delay: o.put_delay,
+            cancellable_uploads: o.cancellable_uploads,
         };
         for (id, name) in fs.kept.nodes() {
             fs.names[shard(&name)].lock().unwrap().insert(name, id);
@@ -180,8 +193,12 @@ impl ObjFs {
         let st = self.kept.staged(fh).ok_or(Errno::EBADF)?;
         let name = self.kept.name(st.node).ok_or(Errno::ESTALE)?;
         let data = self.kept.read(fh, 0, u32::MAX).ok_or(Errno::EBADF)?;
-        let bucket = self.bucket.clone();
-        blocking(move || bucket.put(&name, &data)).await?;
+        let (bucket, delay) = (self.bucket.clone(), self.put_delay);
+        blocking(move || {
+            std::thread::sleep(delay);
+            bucket.put(&name, &data)
+        })
+        .await?;
         self.kept.clear_flags(fh, WRITTEN | DIRTY);
         Ok(())
     }
@@ -360,9 +377,19 @@ impl AsyncFilesystem for ObjFs {
         Ok(data.len() as u32)
     }
 
-    async fn flush(&self, _: &AsyncContext, _: Inode, fh: FileHandle, _: LockOwner) -> Result<(), Errno> {
+    async fn flush(&self, ctx: &AsyncContext, _: Inode, fh: FileHandle, _: LockOwner) -> Result<(), Errno> {
         match self.kept.staged(fh.0) {
-            Some(st) if st.flags & WRITTEN != 0 => self.upload(fh.0).await,
+            Some(st) if st.flags & WRITTEN != 0 => {
+                // Once the PUT is under way, the caller is told how it
+                // ended, interrupted or not: an EINTR would report a
+                // written file as failed. (RELEASE needs no section: the
+                // kernel never interrupts it.)
+                let _sent_whole = match self.cancellable_uploads {
+                    false => Some(ctx.must_finish()?),
+                    true => None,
+                };
+                self.upload(fh.0).await
+            }
             _ => Ok(()),
         }
     }
@@ -475,10 +502,13 @@ struct Options {
     bucket: PathBuf,
     keeper: bool,
     sizes: Sizes,
+    put_delay: Duration,
+    cancellable_uploads: bool,
 }
 
 fn options(list: &[String]) -> Result<Options, cli::UsageError> {
-    let (mut bucket, mut keeper) = (None, false);
+    let (mut bucket, mut keeper, mut cancellable_uploads) = (None, false, false);
+    let mut put_delay = Duration::ZERO;
     let mut sizes = Sizes {
         nodes: 65536,
         staging: 16,
@@ -488,6 +518,10 @@ fn options(list: &[String]) -> Result<Options, cli::UsageError> {
         let bad = || cli::UsageError(format!("unknown or invalid option `{opt}`"));
         if opt == "keeper" {
             keeper = true;
+            continue;
+        }
+        if opt == "cancellable_uploads" {
+            cancellable_uploads = true;
             continue;
         }
         let (key, value) = opt.split_once('=').ok_or_else(bad)?;
@@ -503,6 +537,7 @@ fn options(list: &[String]) -> Result<Options, cli::UsageError> {
             "nodes" => sizes.nodes = n()?,
             "staging" => sizes.staging = n()?,
             "max_object" => sizes.max_object = n()?,
+            "put_delay_ms" => put_delay = Duration::from_millis(n()? as u64),
             _ => return Err(bad()),
         }
     }
@@ -511,18 +546,27 @@ fn options(list: &[String]) -> Result<Options, cli::UsageError> {
         bucket,
         keeper,
         sizes,
+        put_delay,
+        cancellable_uploads,
     })
 }
 
 /// The option list a keeper's child gets: the same tables and bucket.
 fn child_options(o: &Options) -> String {
-    format!(
+    let mut list = format!(
         "bucket={},nodes={},staging={},max_object={}",
         o.bucket.display(),
         o.sizes.nodes,
         o.sizes.staging,
         o.sizes.max_object
-    )
+    );
+    if !o.put_delay.is_zero() {
+        list.push_str(&format!(",put_delay_ms={}", o.put_delay.as_millis()));
+    }
+    if o.cancellable_uploads {
+        list.push_str(",cancellable_uploads");
+    }
+    list
 }
 
 fn runtime() -> io::Result<tokio::runtime::Runtime> {
@@ -538,7 +582,7 @@ fn restore(r: Restore<'_>, o: &Options) -> io::Result<AsyncFs<ObjFs, TokioSpawne
     let region = r.vault.region(KEPT_KEY, o.sizes.bytes())?;
     let kept = Kept::open(region, o.sizes, r.state.is_none())?;
     let rt = runtime()?;
-    let fs = ObjFs::new(Bucket::open(o.bucket.clone())?, kept);
+    let fs = ObjFs::new(Bucket::open(o.bucket.clone())?, kept, o);
     // The runtime lives as long as the process.
     let handle = rt.handle().clone();
     std::mem::forget(rt);
@@ -554,6 +598,10 @@ const COMMAND: cli::Command = cli::Command {
     -o max_object=BYTES   the largest object a write may make (default 16 MiB)
     -o staging=N          uploads staged at once (default 16)
     -o nodes=N            names the kernel may hold at once (default 65536)
+    -o put_delay_ms=N     make every upload N ms slower, as a far store would
+    -o cancellable_uploads
+                          let an interrupt cancel an upload at close (close(2) then
+                          says EINTR); by default the caller waits for its result
     -o keeper             keep the mount in this process and serve it from a child,
                           replaced when it dies (SIGUSR2: upgrade to the binary on disk);
                           staged uploads survive the child",
@@ -596,6 +644,7 @@ fn main() -> ExitCode {
         let fs = ObjFs::new(
             Bucket::open(o.bucket.clone())?,
             Kept::open(region, o.sizes, true)?,
+            &o,
         );
         let rt = runtime()?;
         let fs = AsyncFs::new(fs, TokioSpawner::new(rt.handle().clone()));

@@ -121,7 +121,7 @@ use wire::{buffer, payload, recv_pipe, signal, splice};
 
 pub use attr::{FileAttr, FileKind, Statfs};
 pub use backing::{BackingError, BackingFile};
-pub use context::RequestContext;
+pub use context::{MustFinish, RequestContext};
 pub use credentials::{ActingAs, Caller, ProcCredentials};
 pub use deferred::{RefuseReason, Refused, Wait};
 pub use filesystem::{Filesystem, Recovery};

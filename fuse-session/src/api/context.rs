@@ -11,6 +11,7 @@ use crate::interrupt::InterruptCallback;
 use crate::interrupt::Slot;
 use crate::journal::Replay;
 use crate::notify::Notifier;
+use fuse_proto::Errno;
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::OpenInFlags;
 use fuse_proto::request::{Extensions, SecurityContext};
@@ -214,9 +215,29 @@ impl<'a> RequestContext<'a> {
         &self.extensions
     }
 
-    /// Whether the kernel asked to interrupt this request.
+    /// Whether the kernel asked to interrupt this request (never while a
+    /// [`MustFinish`] section is open: see [`RequestContext::must_finish`]).
     pub fn is_interrupted(&self) -> bool {
         self.worker.is_interrupted(&self.slot)
+    }
+
+    /// Opens a section of this request that must finish: until the
+    /// returned guard is dropped, an INTERRUPT for the request is held, so
+    /// [`is_interrupted`](RequestContext::is_interrupted) stays false and
+    /// [`on_interrupt`](RequestContext::on_interrupt) callbacks do not run;
+    /// when the last open section ends, a held INTERRUPT is delivered as if
+    /// it came then. Answer the request before dropping the guard and its
+    /// true result goes out, whatever the caller's signals.
+    ///
+    /// `Err(EINTR)` if the request was interrupted before: it is then
+    /// interrupted as usual (answer `EINTR`, or finish anyway).
+    ///
+    /// Use it for what the caller must not be told failed once it is done
+    /// (an upload or commit at FLUSH or FSYNC; see [`MustFinish`] for which
+    /// requests the kernel interrupts at all). The guard can be kept past
+    /// the answer: it then does nothing.
+    pub fn must_finish(&self) -> Result<MustFinish, Errno> {
+        MustFinish::begin(self.worker, self.slot, self.header.unique)
     }
 
     /// Runs `cb` once if this request is interrupted while in flight (at once
@@ -293,5 +314,68 @@ impl<'a> RequestContext<'a> {
     /// Registers `file` as a kernel passthrough backing file.
     pub fn open_backing(&self, file: BorrowedFd<'_>) -> Result<BackingFile, BackingError> {
         self.worker.open_backing(file)
+    }
+}
+
+/// A section of one request that an INTERRUPT does not cut short, from
+/// [`RequestContext::must_finish`] or
+/// [`AsyncContext::must_finish`](crate::asyncfs::AsyncContext::must_finish);
+/// it ends when dropped.
+///
+/// # Which requests are cancelled by default, and why
+///
+/// The kernel sends INTERRUPT only for a request a signalled caller waits
+/// for: never for RELEASE, RELEASEDIR, FORGET or BATCH_FORGET (they are
+/// sent without a waiting caller) nor for the kernel's own requests
+/// (INIT, DESTROY, NOTIFY_REPLY). Every other request is interruptible:
+/// a sync handler sees [`RequestContext::is_interrupted`] and may answer
+/// `EINTR`, and an async future is dropped and answered `EINTR`. This is
+/// the default for FLUSH and FSYNC too, and no opcode is must-finish by
+/// default: whether the work already done can be dropped is the
+/// filesystem's knowledge, not the protocol's. A FLUSH that only reports
+/// errors, or an FSYNC of data that stays dirty and is written later, may
+/// well give up on Ctrl-C (the caller retries or sees `EINTR`, which
+/// close(2) and fsync(2) may return); a FLUSH that uploads an object the
+/// caller then believes lost must not. Such a filesystem opens a section
+/// around its upload.
+///
+/// While a section is open an INTERRUPT is held; when the last section of
+/// the request ends it is delivered, so work after the section (and a
+/// future still pending then) is interrupted as usual. A request answered
+/// inside its section answers its true result. An INTERRUPT that came
+/// before the section makes [`RequestContext::must_finish`] return
+/// `EINTR`. When the session stops, async futures are dropped whether or
+/// not a section is open.
+#[must_use = "the section ends when the guard is dropped"]
+pub struct MustFinish {
+    worker: Arc<WorkerCore>,
+    slot: Slot,
+    unique: u64,
+}
+
+impl MustFinish {
+    pub(crate) fn begin(worker: &Arc<WorkerCore>, slot: Slot, unique: u64) -> Result<MustFinish, Errno> {
+        if !worker.begin_section(&slot, unique) {
+            return Err(Errno::EINTR);
+        }
+        Ok(MustFinish {
+            worker: worker.clone(),
+            slot,
+            unique,
+        })
+    }
+}
+
+impl Drop for MustFinish {
+    fn drop(&mut self) {
+        self.worker.end_section(&self.slot, self.unique);
+    }
+}
+
+impl std::fmt::Debug for MustFinish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MustFinish")
+            .field("unique", &self.unique)
+            .finish()
     }
 }

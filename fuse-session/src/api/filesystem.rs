@@ -321,6 +321,11 @@ pub trait Filesystem: Send + Sync + 'static {
     /// about whether data came: commit at a FLUSH only what was written
     /// (or truncated, `O_TRUNC` included) since the last commit, and
     /// expect more FLUSHes and writes after it, until RELEASE.
+    ///
+    /// FLUSH is interruptible like any request a caller waits for (a
+    /// signalled `close` makes the kernel send INTERRUPT); open a
+    /// [`RequestContext::must_finish`] section around a commit the caller
+    /// must see the true result of (see [`MustFinish`](crate::MustFinish)).
     fn flush(
         &self,
         ctx: &RequestContext<'_>,

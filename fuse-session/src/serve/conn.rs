@@ -137,6 +137,14 @@ impl WorkerCore {
         self.table().on_interrupt(slot, cb)
     }
 
+    pub(crate) fn begin_section(&self, slot: &Slot, unique: u64) -> bool {
+        self.table().begin_section(slot, unique)
+    }
+
+    pub(crate) fn end_section(&self, slot: &Slot, unique: u64) {
+        self.table().end_section(slot, unique)
+    }
+
     /// Registers `file` as a passthrough backing file on this worker's
     /// channel, if INIT granted passthrough.
     pub(crate) fn open_backing(

@@ -13,6 +13,13 @@
 //! target is not (yet) registered is answered `EAGAIN`, which makes the
 //! kernel send it again, and is remembered so that the target is marked
 //! interrupted if it arrives later.
+//!
+//! A slot also counts the request's must-finish sections
+//! ([`crate::MustFinish`]): an INTERRUPT that finds one open is held in the
+//! slot, neither marking the request nor running its callback, and is
+//! delivered when the last section ends (then the request is interrupted as
+//! any other). Opening, closing and delivering take the slot's own lock, so
+//! an INTERRUPT is delivered once whatever it races with.
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +34,16 @@ pub type InterruptCallback = Box<dyn FnOnce() + Send>;
 struct SlotState {
     unique: AtomicU64,
     interrupted: AtomicBool,
-    callback: Mutex<Option<InterruptCallback>>,
+    /// The callback, and the must-finish sections open and whether an
+    /// INTERRUPT waits for them to end; all three under one lock.
+    callback: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    callback: Option<InterruptCallback>,
+    sections: u32,
+    interrupt_waits: bool,
 }
 
 /// One worker's table.
@@ -118,6 +134,7 @@ impl InflightTable {
         };
         match index.and_then(|i| Some((i, self.slot(i)?))) {
             Some((i, s)) => {
+                // `release` left no callback or section behind.
                 s.interrupted.store(false, Ordering::Relaxed);
                 s.unique.store(unique, Ordering::Release);
                 Slot(Some(i))
@@ -131,8 +148,8 @@ impl InflightTable {
             return;
         };
         s.unique.store(0, Ordering::Release);
-        if let Ok(mut cb) = s.callback.lock() {
-            cb.take();
+        if let Ok(mut h) = s.callback.lock() {
+            *h = Held::default();
         }
         if (i as usize) < SLOTS_PER_WORKER {
             let _ = self.free_tx.try_send(i);
@@ -161,7 +178,44 @@ impl InflightTable {
             drop(guard);
             cb();
         } else {
-            *guard = Some(cb);
+            guard.callback = Some(cb);
+        }
+    }
+
+    /// Opens a must-finish section for request `unique`, unless it was
+    /// interrupted already (or is no longer in this slot): then `false`.
+    pub(crate) fn begin_section(&self, slot: &Slot, unique: u64) -> bool {
+        let Some(s) = slot.0.and_then(|i| self.slot(i)) else {
+            // Not registered: it cannot be interrupted either.
+            return true;
+        };
+        let mut h = s.callback.lock().unwrap_or_else(|e| e.into_inner());
+        if s.unique.load(Ordering::Acquire) != unique || s.interrupted.load(Ordering::Acquire) {
+            return false;
+        }
+        h.sections += 1;
+        true
+    }
+
+    /// Closes a section [`InflightTable::begin_section`] opened; the last
+    /// one delivers an INTERRUPT that came meanwhile.
+    pub(crate) fn end_section(&self, slot: &Slot, unique: u64) {
+        let Some(s) = slot.0.and_then(|i| self.slot(i)) else {
+            return;
+        };
+        let mut h = s.callback.lock().unwrap_or_else(|e| e.into_inner());
+        if s.unique.load(Ordering::Acquire) != unique || h.sections == 0 {
+            return; // answered already: the slot was released
+        }
+        h.sections -= 1;
+        if h.sections > 0 || !std::mem::take(&mut h.interrupt_waits) {
+            return;
+        }
+        s.interrupted.store(true, Ordering::Release);
+        let cb = h.callback.take();
+        drop(h);
+        if let Some(cb) = cb {
+            cb();
         }
     }
 
@@ -170,8 +224,15 @@ impl InflightTable {
         let chunks = self.chunks.iter().map_while(|c| c.get());
         for s in self.slots.iter().chain(chunks.flatten()) {
             if s.unique.load(Ordering::Acquire) == unique {
+                let mut h = s.callback.lock().unwrap_or_else(|e| e.into_inner());
+                if h.sections > 0 {
+                    // Delivered when the last section ends.
+                    h.interrupt_waits = true;
+                    return true;
+                }
                 s.interrupted.store(true, Ordering::Release);
-                let cb = s.callback.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let cb = h.callback.take();
+                drop(h);
                 if let Some(cb) = cb {
                     cb();
                 }
@@ -329,5 +390,69 @@ mod tests {
         assert!(tables[0].is_interrupted(&target));
         assert!(pending.buckets.iter().all(|b| b.load(Ordering::Relaxed) == 0));
         assert!(pending.list.lock().unwrap().targets.is_empty());
+    }
+
+    /// An INTERRUPT during a must-finish section is held: the request is
+    /// not marked and its callback does not run until the last section
+    /// ends, then both happen once.
+    #[test]
+    fn an_interrupt_in_a_section_is_delivered_once_when_the_last_ends() {
+        let tables = [InflightTable::new()];
+        let pending = PendingInterrupts::default();
+        let slot = tables[0].register(42);
+        let runs = std::sync::Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        tables[0].on_interrupt(
+            &slot,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
+        assert!(tables[0].begin_section(&slot, 42));
+        assert!(tables[0].begin_section(&slot, 42));
+        assert!(pending.interrupt(&tables, 42), "found, not remembered for later");
+        assert!(pending.interrupt(&tables, 42), "a second INTERRUPT is held too");
+        tables[0].end_section(&slot, 42);
+        assert!(!tables[0].is_interrupted(&slot));
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        tables[0].end_section(&slot, 42);
+        assert!(tables[0].is_interrupted(&slot));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // An unbalanced end (a guard past its request) changes nothing.
+        tables[0].end_section(&slot, 42);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            !tables[0].begin_section(&slot, 42),
+            "interrupted before the section"
+        );
+    }
+
+    /// A guard kept past its request's answer leaves the next request of
+    /// the slot alone, and a released slot forgets its sections.
+    #[test]
+    fn a_section_ends_with_its_request() {
+        let tables = [InflightTable::new()];
+        let pending = PendingInterrupts::default();
+        let first = tables[0].register(42);
+        assert!(tables[0].begin_section(&first, 42));
+        let _others: Vec<Slot> = (0..SLOTS_PER_WORKER as u64 - 1)
+            .map(|i| tables[0].register(1000 + 2 * i))
+            .collect();
+        tables[0].release(&first);
+        let next = tables[0].register(44);
+        assert_eq!(next, first, "the slot is reused");
+        assert!(tables[0].begin_section(&next, 44));
+        tables[0].end_section(&next, 42);
+        assert!(pending.interrupt(&tables, 44));
+        assert!(
+            !tables[0].is_interrupted(&next),
+            "the old guard closed none of 44's"
+        );
+        tables[0].end_section(&next, 44);
+        assert!(tables[0].is_interrupted(&next));
+        assert!(
+            !tables[0].begin_section(&next, 42),
+            "a stale request opens nothing"
+        );
     }
 }

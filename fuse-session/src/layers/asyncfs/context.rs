@@ -5,12 +5,13 @@
 
 use crate::backing::{BackingError, BackingFile};
 use crate::conn::WorkerCore;
-use crate::context::RequestContext;
+use crate::context::{MustFinish, RequestContext};
 use crate::credentials::Caller;
 use crate::init::Negotiated;
 use crate::interrupt::Slot;
 use crate::journal::Replay;
 use crate::notify::Notifier;
+use fuse_proto::Errno;
 use fuse_proto::abi::InHeader;
 use fuse_proto::flags::OpenInFlags;
 use std::os::fd::BorrowedFd;
@@ -132,6 +133,27 @@ impl AsyncContext {
     /// this only between the INTERRUPT and its next poll.
     pub fn is_interrupted(&self) -> bool {
         self.worker.is_interrupted(&self.slot)
+    }
+
+    /// Opens a section of this request's future that an INTERRUPT does not
+    /// cancel, as [`RequestContext::must_finish`] does for a sync handler:
+    /// while the guard lives, an INTERRUPT neither drops the future nor
+    /// answers `EINTR`; it is delivered when the last section ends, so a
+    /// future that returns with the guard still alive (or in the poll
+    /// that drops it) answers its true result, and one still pending
+    /// after the section is dropped and answered `EINTR` as usual.
+    /// `Err(EINTR)` if the request was interrupted before (the future is
+    /// then dropped at its next `.await` that waits). See
+    /// [`MustFinish`] for which requests are cancellable.
+    ///
+    /// ```ignore
+    /// async fn flush(&self, ctx: &AsyncContext, ino: Inode, fh: FileHandle, _: u64) -> Result<(), Errno> {
+    ///     let _upload = ctx.must_finish()?;
+    ///     self.upload(ino, fh).await // Ctrl-C now waits for it
+    /// }
+    /// ```
+    pub fn must_finish(&self) -> Result<MustFinish, Errno> {
+        MustFinish::begin(&self.worker, self.slot, self.header.unique)
     }
 
     /// The session's notifier.

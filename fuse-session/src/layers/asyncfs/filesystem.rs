@@ -236,7 +236,8 @@ pub trait AsyncFilesystem: Send + Sync + 'static {
     /// FLUSH: each `close(2)` of a descriptor of the open file (several
     /// per open, the first possibly before any data; commit only what was
     /// written since the last commit): as the sync trait's
-    /// [`flush`](crate::Filesystem::flush) says.
+    /// [`flush`](crate::Filesystem::flush) says. Cancelled by an INTERRUPT
+    /// unless it runs in an [`AsyncContext::must_finish`] section.
     fn flush(
         &self,
         ctx: &AsyncContext,

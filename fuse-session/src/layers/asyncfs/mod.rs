@@ -36,6 +36,14 @@
 //! session stops, every future still running is dropped (its request
 //! answered `EINTR`) before [`AsyncFilesystem::destroy`].
 //!
+//! Every other request, FLUSH and FSYNC included, is cancellable by
+//! default. A future whose work must not be reported failed once done (an
+//! upload at FLUSH, a commit at FSYNC) holds the guard of
+//! [`AsyncContext::must_finish`] around it: an INTERRUPT then waits for
+//! the section to end, and the request answers its true result (see
+//! [`MustFinish`](crate::MustFinish) for why none is must-finish by
+//! default).
+//!
 //! Every request in flight is interruptible: the in-flight table of the
 //! worker that read it grows for as many as it has at once (up to 65,536
 //! per worker, far above any `max_in_flight` in use; beyond that a request
