@@ -40,6 +40,9 @@ pub struct Args {
     /// `serial_o_direct`: turn off the session's `O_DIRECT` default
     /// (`SessionConfig::o_direct_parallel_writes`).
     pub serial_o_direct: bool,
+    /// Why kernel passthrough is off although the user did not turn it off
+    /// (`None`: on, or off by `no_passthrough`), for the log at start.
+    pub passthrough_off: Option<&'static str>,
     pub stats: Option<PathBuf>,
     pub debug: bool,
     /// Keep the mount in this process and serve it from a child that a
@@ -113,8 +116,16 @@ filesystem options (-o):
                        more than half of the session's waits, nor over io_uring half
                        of those a queue allows, so that other users can still wait)
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
-    passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
-                       not with writeback)
+    passthrough, no_passthrough
+                       kernel passthrough of regular files' reads and writes: the
+                       kernel reads and writes the source file itself, without the
+                       daemon. Default on where it can be: the kernel offers it, the
+                       daemon has CAP_SYS_ADMIN, and none of writeback, atomic_open,
+                       keeper, parallel_direct_writes, splice_write or cache=never
+                       is given (one log line at start says why it is off; an open
+                       the kernel refuses it, e.g. a source on overlayfs, is served
+                       by the daemon). passthrough asks for it and refuses the
+                       options it cannot be combined with
     parallel_direct_writes    open every file with DIRECT_IO | PARALLEL_DIRECT_WRITES
                        (O_DIRECT opens get both by default, buffered ones keep the
                        page cache)
@@ -197,6 +208,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut serial_o_direct = false;
     let mut no_default_permissions = false;
     let mut keeper = false;
+    // `passthrough` (Some(true)), `no_passthrough` (Some(false)), or neither.
+    let mut passthrough = None;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -249,7 +262,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "no_posix_lock" => fs.posix_lock = flag(false)?,
             "readdirplus" => fs.readdirplus = flag(true)?,
             "no_readdirplus" => fs.readdirplus = flag(false)?,
-            "passthrough" => fs.passthrough = flag(true)?,
+            "passthrough" => passthrough = Some(flag(true)?),
+            "no_passthrough" => passthrough = Some(!flag(true)?),
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
             "serial_o_direct" => serial_o_direct = flag(true)?,
             "inode_file_handles" => {
@@ -379,14 +393,25 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
-    if fs.passthrough && fs.writeback {
+    let mut passthrough_off = None;
+    match passthrough {
+        Some(on) => {
+            fs.passthrough = on;
+            fs.passthrough_forced = on;
+        }
+        None => {
+            passthrough_off = crate::passthrough::default_blocker(&fs, atomic_open, keeper, splice_write);
+            fs.passthrough = passthrough_off.is_none();
+        }
+    }
+    if fs.passthrough_forced && fs.writeback {
         return Err(
             "`passthrough` and `writeback` cannot be combined: the kernel refuses passthrough \
                     on a connection with the writeback cache (drop one of them)"
                 .into(),
         );
     }
-    if fs.passthrough && atomic_open {
+    if fs.passthrough_forced && atomic_open {
         return Err(
             "`passthrough` and `atomic_open` cannot be combined: the atomic-open extension's \
                     FOPEN_FILE_CREATED is the same bit as FOPEN_PASSTHROUGH"
@@ -427,6 +452,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         splice_write,
         splice_write_min,
         serial_o_direct,
+        passthrough_off,
         stats,
         debug,
         keeper,
@@ -515,6 +541,42 @@ mod tests {
         assert!(run(&["a", "b", "c"]).is_err());
         assert!(run(&["-x", "/m"]).is_err());
         assert!(run(&["-o", "uring=1", "/m"]).is_err());
+    }
+
+    #[test]
+    fn passthrough_is_the_default_unless_an_option_excludes_it() {
+        let a = run(&["/m"]).unwrap();
+        assert!(a.fs.passthrough && !a.fs.passthrough_forced && a.passthrough_off.is_none());
+        let a = run(&["-o", "no_passthrough", "/m"]).unwrap();
+        assert!(!a.fs.passthrough && !a.fs.passthrough_forced && a.passthrough_off.is_none());
+        let a = run(&["-o", "passthrough", "/m"]).unwrap();
+        assert!(a.fs.passthrough && a.fs.passthrough_forced);
+        let a = run(&["-o", "passthrough,no_passthrough", "/m"]).unwrap();
+        assert!(!a.fs.passthrough);
+        assert!(run(&["-o", "no_passthrough=1", "/m"]).is_err());
+        // What excludes it turns the default off, saying why, and is never
+        // refused for it; with `passthrough` it is.
+        for opt in [
+            "writeback",
+            "atomic_open",
+            "keeper",
+            "parallel_direct_writes",
+            "cache=never",
+            "splice_write",
+        ] {
+            let a = run(&["-o", opt, "/m"]).unwrap_or_else(|e| panic!("{opt}: {e}"));
+            assert!(!a.fs.passthrough, "{opt}");
+            let why = a.passthrough_off.unwrap_or_else(|| panic!("{opt}: no reason"));
+            assert!(why.starts_with(opt), "{opt}: {why}");
+            let a = run(&["-o", &format!("{opt},no_passthrough"), "/m"]).unwrap();
+            assert!(!a.fs.passthrough && a.passthrough_off.is_none(), "{opt}");
+        }
+        for opt in ["writeback", "atomic_open", "keeper"] {
+            assert!(
+                run(&["-o", &format!("{opt},passthrough"), "/m"]).is_err(),
+                "{opt}"
+            );
+        }
     }
 
     #[test]
