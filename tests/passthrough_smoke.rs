@@ -125,21 +125,28 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// With reads and writes served by the daemon.
 #[test]
 fn files_directories_links_and_attributes() {
+    files_directories_links_and_attributes_with("cache=auto,no_passthrough");
+}
+
+/// The same in the default mode: regular files in kernel passthrough.
+#[test]
+fn files_directories_links_and_attributes_in_passthrough_mode() {
     files_directories_links_and_attributes_with("cache=auto");
 }
 
 /// The same without file handles (one descriptor per inode).
 #[test]
 fn files_directories_links_and_attributes_without_file_handles() {
-    files_directories_links_and_attributes_with("cache=auto,inode_file_handles=never");
+    files_directories_links_and_attributes_with("cache=auto,inode_file_handles=never,no_passthrough");
 }
 
 /// The same with a one-descriptor cache: nearly every step reopens by handle.
 #[test]
 fn files_directories_links_and_attributes_with_a_tiny_fd_cache() {
-    files_directories_links_and_attributes_with("cache=auto,fd_cache=1");
+    files_directories_links_and_attributes_with("cache=auto,fd_cache=1,no_passthrough");
 }
 
 fn files_directories_links_and_attributes_with(opts: &str) {
@@ -237,9 +244,13 @@ fn files_directories_links_and_attributes_with(opts: &str) {
 
     let json = d.stop();
     for op in [
-        "CREATE", "WRITE", "READ", "MKDIR", "RENAME", "SYMLINK", "LINK", "SETATTR", "UNLINK", "RMDIR",
+        "CREATE", "MKDIR", "RENAME", "SYMLINK", "LINK", "SETATTR", "UNLINK", "RMDIR",
     ] {
         assert!(op_count(&json, op) > 0, "{op} never reached the daemon: {json}");
+    }
+    let served = opts.contains("no_passthrough");
+    for op in ["WRITE", "READ"] {
+        assert_eq!(op_count(&json, op) > 0, served, "{op} count with {opts}: {json}");
     }
 }
 
