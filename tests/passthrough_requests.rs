@@ -258,7 +258,8 @@ fn parallel_direct_writes_reach_the_daemon_concurrently() {
             failures.push(what);
         }
     }
-    let (serial, serial_problems) = direct_writes(Fs::Passthrough("threads=8,no_passthrough,serial_o_direct"));
+    let (serial, serial_problems) =
+        direct_writes(Fs::Passthrough("threads=8,no_passthrough,serial_o_direct"));
     let serial_max = serial.op("WRITE", "max_inflight");
     report.push_str(&format!(
         "passthrough_ll -o serial_o_direct: WRITE count {} errors {} max_inflight {serial_max}; problems {serial_problems:?}\n",
@@ -623,10 +624,7 @@ fn kernel_passthrough_reads_send_no_read_requests() {
     eprintln!("{report}");
     assert!(pt_ok, "wrong data through the passthrough mount\n{report}");
     assert!(default_ok, "wrong data through the default mount\n{report}");
-    assert!(
-        plain_ok,
-        "wrong data through the no_passthrough mount\n{report}"
-    );
+    assert!(plain_ok, "wrong data through the no_passthrough mount\n{report}");
     assert_eq!(
         default.op("READ", "count"),
         0,

@@ -121,8 +121,8 @@ filesystem options (-o):
                        kernel reads and writes the source file itself, without the
                        daemon. Default on where it can be: the kernel offers it, the
                        daemon has CAP_SYS_ADMIN, and none of writeback, atomic_open,
-                       keeper, parallel_direct_writes, splice_write or cache=never
-                       is given (one log line at start says why it is off; an open
+                       keeper, parallel_direct_writes, splice_write, cache=never or
+                       noatime is given (one log line at start says why it is off; an open
                        the kernel refuses it, e.g. a source on overlayfs, is served
                        by the daemon). passthrough asks for it and refuses the
                        options it cannot be combined with
@@ -563,6 +563,7 @@ mod tests {
             "parallel_direct_writes",
             "cache=never",
             "splice_write",
+            "noatime",
         ] {
             let a = run(&["-o", opt, "/m"]).unwrap_or_else(|e| panic!("{opt}: {e}"));
             assert!(!a.fs.passthrough, "{opt}");
