@@ -29,6 +29,9 @@ pub fn default_blocker(
         "parallel_direct_writes: DIRECT_IO on every open sends reads and writes to the daemon"
     } else if fs.cache == Cache::Never {
         "cache=never: every read and write is to reach the daemon (DIRECT_IO opens)"
+    } else if fs.noatime {
+        "noatime: the kernel opens its own backing files with the caller's flags, without \
+         O_NOATIME, so reads would move the source's access times"
     } else if splice_write {
         "splice_write: WRITE payloads are to reach the daemon, to be spliced"
     } else {
