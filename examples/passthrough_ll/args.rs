@@ -117,19 +117,21 @@ filesystem options (-o):
                        of those a queue allows, so that other users can still wait)
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
     passthrough, no_passthrough
-                       kernel passthrough of regular files' reads and writes: the
-                       kernel reads and writes the source file itself, without the
-                       daemon. Default on where it can be: the kernel offers it, the
-                       daemon has CAP_SYS_ADMIN, and none of writeback, atomic_open,
-                       keeper, parallel_direct_writes, splice_write, cache=never or
-                       noatime is given (one log line at start says why it is off; an open
-                       the kernel refuses it, e.g. a source on overlayfs, is served
-                       by the daemon). passthrough asks for it and refuses the
-                       options it cannot be combined with
+                       kernel passthrough of regular files: the kernel reads and
+                       writes the source file itself, O_DIRECT included, without the
+                       daemon. On by default where it can be: the kernel offers it,
+                       the daemon has CAP_SYS_ADMIN, and none of writeback,
+                       atomic_open, keeper, parallel_direct_writes, splice_write,
+                       cache=never or noatime is given (a log line at start says
+                       why it is off). An open the kernel refuses a backing file
+                       (e.g. a source on overlayfs) is served by the daemon.
+                       passthrough asks for it and refuses what it cannot be
+                       combined with; no_passthrough turns it off
     parallel_direct_writes    open every file with DIRECT_IO | PARALLEL_DIRECT_WRITES
-                       (O_DIRECT opens get both by default, buffered ones keep the
-                       page cache)
-    serial_o_direct    O_DIRECT opens without the session's DIRECT_IO |
+                       (O_DIRECT opens the daemon serves get both by default,
+                       buffered ones keep the page cache; in kernel passthrough
+                       mode the kernel does O_DIRECT on the source file itself)
+    serial_o_direct    O_DIRECT opens the daemon serves without the session's DIRECT_IO |
                        PARALLEL_DIRECT_WRITES: their writes to one file run one at a time
     splice, no_splice  answer reads of 32 KiB and more with splice(2) from the source
                        file, so their data does not pass through the daemon's memory

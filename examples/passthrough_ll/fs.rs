@@ -67,9 +67,10 @@ pub struct FsOptions {
     /// wait shares, handler shares) sees one user for them.
     pub idmap: bool,
     /// The mount is `noatime`: reads through it leave the source's atime
-    /// alone too (files opened `O_NOATIME` where allowed; in kernel
-    /// passthrough mode the kernel's own backing file reads, and the
-    /// source's mount decides).
+    /// alone too (files opened `O_NOATIME` where allowed). Not in kernel
+    /// passthrough mode, whose backing files the kernel opens with the
+    /// caller's flags (the source's mount decides), so `noatime` keeps the
+    /// default out of it (`passthrough.rs`).
     pub noatime: bool,
     /// Answer reads of buffered handles with `splice(2)` from the source file.
     pub splice: bool,
