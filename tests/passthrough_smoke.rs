@@ -671,6 +671,14 @@ fn file_workload(d: &Daemon, src: &Path) {
     unsafe { std::alloc::dealloc(buf.as_mut_ptr(), layout) };
 }
 
+/// [`file_workload`] on a daemon started with `opts` over `tm`'s source,
+/// logging what it decides; its statistics and log.
+fn run_file_workload(tm: &TempMountpoint, opts: &str) -> (String, String) {
+    let d = Daemon::start_logging(tm, opts, "passthrough_ll=info");
+    file_workload(&d, &tm.root().join("src"));
+    d.stop_with_log()
+}
+
 /// Without an option about it, passthrough_ll opens regular files in kernel
 /// passthrough mode: neither buffered nor `O_DIRECT` reads and writes reach
 /// the daemon (the kernel does O_DIRECT on the backing file itself), and
@@ -681,9 +689,7 @@ fn passthrough_is_the_default() {
         return;
     }
     let tm = TempMountpoint::new("pt-default");
-    let d = Daemon::start_logging(&tm, "cache=auto", "passthrough_ll=info");
-    file_workload(&d, &tm.root().join("src"));
-    let (json, log) = d.stop_with_log();
+    let (json, log) = run_file_workload(&tm, "cache=auto");
     assert!(log.contains("kernel passthrough on"), "{log}");
     assert!(!log.contains("kernel passthrough off"), "{log}");
     assert!(op_count(&json, "OPEN") >= 3, "{json}");
@@ -699,9 +705,7 @@ fn no_passthrough_serves_reads_and_writes_in_the_daemon() {
         return;
     }
     let tm = TempMountpoint::new("pt-nopt");
-    let d = Daemon::start_logging(&tm, "no_passthrough", "passthrough_ll=info");
-    file_workload(&d, &tm.root().join("src"));
-    let (json, log) = d.stop_with_log();
+    let (json, log) = run_file_workload(&tm, "no_passthrough");
     assert!(!log.contains("kernel passthrough on"), "{log}");
     assert!(op_count(&json, "READ") > 0, "{json}");
     assert!(op_count(&json, "WRITE") > 0, "{json}");
@@ -715,9 +719,7 @@ fn writeback_turns_the_default_off_saying_why() {
         return;
     }
     let tm = TempMountpoint::new("pt-wb");
-    let d = Daemon::start_logging(&tm, "writeback", "passthrough_ll=info");
-    file_workload(&d, &tm.root().join("src"));
-    let (json, log) = d.stop_with_log();
+    let (json, log) = run_file_workload(&tm, "writeback");
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("kernel passthrough")).collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("kernel passthrough off: writeback"), "{log}");
@@ -773,9 +775,7 @@ fn an_open_refused_its_backing_file_is_served_by_the_daemon() {
     let tm = TempMountpoint::new("pt-fallback");
     let src = tm.root().join("src");
     let _overlay = Overlay::mount(tm.root(), &src);
-    let d = Daemon::start_logging(&tm, "cache=auto", "passthrough_ll=info");
-    file_workload(&d, &src);
-    let (json, log) = d.stop_with_log();
+    let (json, log) = run_file_workload(&tm, "cache=auto");
     assert!(log.contains("kernel passthrough on"), "{log}");
     let fallbacks: Vec<&str> = log
         .lines()
