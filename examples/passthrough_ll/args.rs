@@ -402,7 +402,7 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             fs.passthrough_forced = on;
         }
         None => {
-            passthrough_off = crate::passthrough::default_blocker(&fs, atomic_open, keeper, splice_write);
+            passthrough_off = default_passthrough_blocker(&fs, atomic_open, keeper, splice_write);
             fs.passthrough = passthrough_off.is_none();
         }
     }
@@ -459,6 +459,36 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         debug,
         keeper,
     })))
+}
+
+/// Why kernel passthrough cannot be the default with these options, or
+/// `None` when it can. None of them is refused with passthrough off: the
+/// default gives way, where `-o passthrough` refuses what it cannot be
+/// combined with (checked in [`parse`]).
+fn default_passthrough_blocker(
+    fs: &FsOptions,
+    atomic_open: bool,
+    keeper: bool,
+    splice_write: bool,
+) -> Option<&'static str> {
+    Some(if fs.writeback {
+        "writeback: the kernel refuses passthrough on a connection with the writeback cache"
+    } else if atomic_open {
+        "atomic_open: the atomic-open extension's FOPEN_FILE_CREATED is the bit of FOPEN_PASSTHROUGH"
+    } else if keeper {
+        "keeper: the kernel's backing files are registered by the serving daemon and would not outlive it"
+    } else if fs.parallel_direct_writes {
+        "parallel_direct_writes: DIRECT_IO on every open sends reads and writes to the daemon"
+    } else if fs.cache == Cache::Never {
+        "cache=never: every read and write is to reach the daemon (DIRECT_IO opens)"
+    } else if fs.noatime {
+        "noatime: the kernel opens its own backing files with the caller's flags, without \
+         O_NOATIME, so reads would move the source's access times"
+    } else if splice_write {
+        "splice_write: WRITE payloads are to reach the daemon, to be spliced"
+    } else {
+        return None;
+    })
 }
 
 #[cfg(test)]

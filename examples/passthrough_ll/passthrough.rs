@@ -1,43 +1,12 @@
-//! When regular files are opened in kernel passthrough mode: on by default
-//! where it can be, and why not where it cannot. The command line's options
-//! ([`default_blocker`]) and the daemon's privileges ([`may_register`]) are
-//! looked at before mounting; the kernel's offer at INIT (`fs.rs`); and an
-//! open whose backing file cannot be had is served by the daemon, each
-//! reason logged once ([`Fallback`], [`Fallbacks`]).
+//! Whether regular files can be opened in kernel passthrough mode, the
+//! default where it can be: the daemon's privileges ([`may_register`]) are
+//! looked at before mounting (the options that exclude it, in `args.rs`;
+//! the kernel's offer, at INIT in `fs.rs`), and an open whose backing file
+//! cannot be had is served by the daemon, each reason logged once
+//! ([`Fallback`], [`Fallbacks`]).
 
-use crate::fs::{Cache, FsOptions};
 use fuse_wire::session::BackingError;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// Why kernel passthrough cannot be the default with these options, or
-/// `None` when it can. None of them is refused with passthrough off: the
-/// default gives way, where `-o passthrough` refuses what it cannot be
-/// combined with (`args.rs`).
-pub fn default_blocker(
-    fs: &FsOptions,
-    atomic_open: bool,
-    keeper: bool,
-    splice_write: bool,
-) -> Option<&'static str> {
-    Some(if fs.writeback {
-        "writeback: the kernel refuses passthrough on a connection with the writeback cache"
-    } else if atomic_open {
-        "atomic_open: the atomic-open extension's FOPEN_FILE_CREATED is the bit of FOPEN_PASSTHROUGH"
-    } else if keeper {
-        "keeper: the kernel's backing files are registered by the serving daemon and would not outlive it"
-    } else if fs.parallel_direct_writes {
-        "parallel_direct_writes: DIRECT_IO on every open sends reads and writes to the daemon"
-    } else if fs.cache == Cache::Never {
-        "cache=never: every read and write is to reach the daemon (DIRECT_IO opens)"
-    } else if fs.noatime {
-        "noatime: the kernel opens its own backing files with the caller's flags, without \
-         O_NOATIME, so reads would move the source's access times"
-    } else if splice_write {
-        "splice_write: WRITE payloads are to reach the daemon, to be spliced"
-    } else {
-        return None;
-    })
-}
 
 /// `CAP_SYS_ADMIN`'s bit in a capability set.
 const CAP_SYS_ADMIN: u32 = 21;
