@@ -726,6 +726,59 @@ fn writeback_turns_the_default_off_saying_why() {
     assert!(op_count(&json, "READ") > 0, "{json}");
 }
 
+/// A daemon without `CAP_SYS_ADMIN` (dropped by `setpriv`, util-linux)
+/// cannot register backing files: its default is off, saying why before it
+/// mounts. Without the capability the mount itself goes through
+/// fusermount3, which may refuse a root caller stripped of it; the log line
+/// comes first either way, and a mount that succeeds is stopped.
+#[test]
+fn without_cap_sys_admin_the_default_is_off_saying_why() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        common::skip("setpriv (util-linux) is not installed");
+        return;
+    }
+    let tm = TempMountpoint::new("pt-nocap");
+    let src = tm.root().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut child = Command::new("setpriv")
+        .args([
+            "--inh-caps=-sys_admin",
+            "--ambient-caps=-sys_admin",
+            "--bounding-set=-sys_admin",
+        ])
+        .arg(common::example_binary("passthrough_ll"))
+        .arg(&src)
+        .arg(tm.path())
+        .env("RUST_LOG", "passthrough_ll=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start passthrough_ll under setpriv");
+    let mut err = child.stderr.take().expect("stderr");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !common::fuse_mounted_at(tm.path()) && child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "neither mounted nor exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if common::fuse_mounted_at(tm.path()) {
+        common::terminate_daemon(child, tm.path());
+    } else {
+        child.wait().unwrap();
+    }
+    let mut log = String::new();
+    err.read_to_string(&mut log).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("kernel passthrough")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains("kernel passthrough off: the daemon lacks CAP_SYS_ADMIN"),
+        "{log}"
+    );
+}
+
 /// An overlay mount over `lower` (the files) at `at`, detached on drop.
 struct Overlay(PathBuf);
 
