@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept, Opens};
+use crate::handles::{Budget, DirStream, Direct, Handle, HandleTable, Kept, Open, Opens};
 use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, SHARDS};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
@@ -70,6 +70,9 @@ pub struct FsOptions {
     pub inode_file_handles: HandleMode,
     /// Most descriptors cached in file-handle mode (`fd_cache=`).
     pub fd_cache: usize,
+    /// Descriptors for open files (sized from the open-file limit at
+    /// start; see `openfds.rs`).
+    pub open_fds: usize,
     /// `max_write=` (`None`: the session's default, 1 MiB).
     pub max_write: Option<u32>,
     /// Under a keeper: how many nodes the kept table holds (`keeper_nodes=`).
@@ -95,6 +98,7 @@ impl Default for FsOptions {
             splice: true,
             inode_file_handles: HandleMode::Prefer,
             fd_cache: crate::fdcache::DEFAULT_CAPACITY,
+            open_fds: crate::openfds::DEFAULT_DESCRIPTORS,
             max_write: None,
             keeper_nodes: DEFAULT_KEEPER_NODES,
         }
@@ -270,8 +274,8 @@ impl PassthroughFs {
         Ok(Self {
             quiet_close_dev,
             inodes: InodeTable::new(root, opts.inode_file_handles, opts.fd_cache)?,
+            handles: HandleTable::new(Arc::new(Budget::new(opts.open_fds))),
             opts,
-            handles: HandleTable::new(),
             root: sys::geteuid() == 0,
             kept: false,
             passthrough_warned: AtomicBool::new(false),
@@ -315,7 +319,7 @@ impl PassthroughFs {
         let mut fs = Self::new(root, opts)?;
         fs.kept = true;
         fs.inodes = fs.inodes.keep_in(mirror, keep.clone(), anchors)?;
-        let mut handles = HandleTable::new();
+        let mut handles = HandleTable::new(Arc::new(Budget::new(fs.opts.open_fds)));
         let reopen = |inode: &Arc<InodeData>, flags: i32| {
             let fd = fs.inodes.fd(inode)?;
             // Opened already: nothing to create or truncate.
@@ -361,6 +365,43 @@ impl PassthroughFs {
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
         self.handles.get(fh.0).ok_or_else(|| err(libc::EBADF))
+    }
+
+    /// Open file `fh` with its descriptor, opened again if it was closed
+    /// while idle (see `openfds.rs`).
+    fn open_file(&self, fh: FileHandle) -> Res<Open> {
+        self.handles.open(fh.0, |h, flags| self.reopen(fh.0, h, flags))
+    }
+
+    /// Opens the source file of handle `fh` again with `flags` (those of
+    /// its open, less what creates or truncates), through its node: as the
+    /// daemon, since the caller's open was checked when it was made, as a
+    /// descriptor open on a plain directory stays usable after a chmod.
+    /// Checked to be the same inode; a failure is logged and answers the
+    /// request that needed the file with an error (`EIO` for an inode that
+    /// is gone), never with another file's data.
+    fn reopen(&self, fh: u64, h: &Handle, flags: i32) -> Res<OwnedFd> {
+        let r = (|| {
+            let _as_daemon = credentials::as_daemon();
+            let ifd = self.fd(&h.inode)?;
+            let fd = self.open_source(&proc_path(ifd.as_fd()), flags)?;
+            let st = sys::stat_fd(fd.as_fd())?;
+            if (st.st_dev, st.st_ino) != h.inode.key {
+                return Err(stale());
+            }
+            Ok(fd)
+        })();
+        r.map_err(|e| {
+            log::error!(
+                "open file {fh} (node {}): opening it again (its descriptor was closed while idle): {e}; \
+                 the request fails",
+                h.node
+            );
+            match e.raw_os_error() {
+                Some(libc::ESTALE) | Some(libc::ENOENT) | None => err(libc::EIO),
+                Some(_) => e,
+            }
+        })
     }
 
     fn entry(&self, parent: &InodeData, found: &Found, st: &libc::stat) -> Entry {
@@ -694,6 +735,7 @@ impl PassthroughFs {
         inode: Arc<InodeData>,
         fd: OwnedFd,
         flags: i32,
+        named: bool,
     ) -> Res<(FileHandle, FopenFlags, Option<BackingFile>)> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let (backing, served) = match self.use_passthrough(ctx, &inode) {
@@ -713,10 +755,13 @@ impl PassthroughFs {
         } else {
             None
         };
-        let mut handle = Handle::new(fd, inode, passthrough);
+        let mut handle = Handle::new(fd, inode, passthrough, ctx.uid());
         handle.direct = direct;
         handle.served = served;
         handle.append = self.kept && !self.opts.writeback && flags & libc::O_APPEND != 0;
+        if named {
+            handle = handle.reopen_with(self.source_flags(flags));
+        }
         let fh = self.handles.insert(handle, node, flags)?;
         Ok((FileHandle(fh), open_flags, backing))
     }
@@ -875,10 +920,11 @@ impl PassthroughFs {
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
-            return match self
-                .handles
-                .insert(Handle::new(fd, found.data.clone(), false), found.id, flags)
-            {
+            return match self.handles.insert(
+                Handle::new(fd, found.data.clone(), false, ctx.uid()),
+                found.id,
+                flags,
+            ) {
                 Ok(fh) => reply.opened(&entry, FileHandle(fh), FopenFlags::empty()),
                 Err(e) => {
                     self.inodes.forget(found.id, 1);
@@ -886,7 +932,7 @@ impl PassthroughFs {
                 }
             };
         }
-        match self.new_handle(ctx, found.id, found.data.clone(), fd, flags) {
+        match self.new_handle(ctx, found.id, found.data.clone(), fd, flags, st.st_nlink > 0) {
             Ok((fh, fl, None)) if created => reply.created(&entry, fh, fl),
             Ok((fh, fl, None)) => reply.opened(&entry, fh, fl),
             Ok((fh, fl, Some(b))) => reply.passthrough(&entry, fh, fl, &b, created),
@@ -901,7 +947,7 @@ impl PassthroughFs {
     fn set_times(
         &self,
         inode: &InodeData,
-        h: Option<&Handle>,
+        h: Option<&Open>,
         attr: &SetattrIn,
         valid: SetattrValid,
     ) -> Res<()> {
@@ -1002,7 +1048,7 @@ impl PassthroughFs {
         let ifd = self.fd(&inode)?;
         let valid = SetattrValid::from_bits_retain(attr.valid);
         let h = if valid.contains(SetattrValid::FH) {
-            Some(self.handle(FileHandle(attr.fh))?)
+            Some(self.open_file(FileHandle(attr.fh))?)
         } else {
             None
         };
@@ -1046,7 +1092,7 @@ impl PassthroughFs {
         if valid.intersects(
             SetattrValid::ATIME | SetattrValid::MTIME | SetattrValid::ATIME_NOW | SetattrValid::MTIME_NOW,
         ) {
-            self.set_times(&inode, h.as_deref(), attr, valid)?;
+            self.set_times(&inode, h.as_ref(), attr, valid)?;
         }
         if let Some(why) = kill {
             // The answer carries the new attributes.
@@ -1139,7 +1185,7 @@ impl PassthroughFs {
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
-        h: &Handle,
+        h: &Open,
         change: impl FnOnce() -> Res<T>,
     ) -> Res<T> {
         let had_setid = h.inode.kind == libc::S_IFREG
@@ -1155,7 +1201,7 @@ impl PassthroughFs {
     /// the inode of `h` (one per owner and inode, so that two descriptors
     /// of one process share its locks, as POSIX wants); made on first use
     /// if `create`, recording `pid` for F_GETLK.
-    fn lock_owner_fd(&self, h: &Handle, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
+    fn lock_owner_fd(&self, h: &Open, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
         let mut owners = h.inode.lock_owners();
         if let Some(o) = owners.get(&owner) {
             return Ok(Some(o.clone()));
@@ -1175,7 +1221,7 @@ impl PassthroughFs {
         } else {
             // Reopening a device or FIFO could have side effects: lock
             // through the handle's own open file description.
-            h.fd.try_clone()?
+            h.fd().try_clone_to_owned()?
         };
         let o = Arc::new(LockOwnerFd { fd, pid });
         owners.insert(owner, o.clone());
@@ -1251,7 +1297,7 @@ impl PassthroughFs {
         offset: u64,
         mut add: impl FnMut(&Arc<InodeData>, u64, i64, u8, &CStr) -> Res<bool>,
     ) -> Res<()> {
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         let _ = ino;
         let mut guard = h.dir();
         let stream = guard.get_or_insert_with(DirStream::new);
@@ -1417,7 +1463,7 @@ enum SetLk {
     /// A type flock cannot take.
     Invalid,
     /// A blocking flock with this operation.
-    WaitFlock(Arc<Handle>, i32),
+    WaitFlock(Open, i32),
     /// A blocking POSIX lock through this owner's descriptor.
     WaitPosix(Arc<LockOwnerFd>, libc::flock),
 }
@@ -1456,8 +1502,10 @@ impl PassthroughFs {
     ) -> Res<(Duration, FileAttr)> {
         let _as_caller = as_caller(ctx)?;
         log::debug!("getattr ino={ino} fh={fh:?}");
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => sys::stat_fd(h.fd())?,
+        // The open file's descriptor if it has one now (nothing to open
+        // again for a stat), else the node's.
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)).and_then(|h| h.current()) {
+            Some(fd) => sys::stat_fd(fd.as_fd())?,
             None => {
                 let inode = self.inode(ino)?;
                 let inode_fd = self.fd(&inode)?;
@@ -1572,7 +1620,19 @@ impl PassthroughFs {
     /// (see `InodeTable::keep_removed`). Fails, and the name stays, if the
     /// keeper cannot take it. With no file open at all it costs nothing; the
     /// result is for [`Self::after_removal`].
+    ///
+    /// Without a keeper too: the inode's descriptor is kept while files of
+    /// it are open (see `InodeData::pin_removed`), for an open file that
+    /// closed its own descriptor while idle is opened again through it.
     fn before_removal(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<Option<Removal>> {
+        if let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW)
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && let Some(data) = self.inodes.live_of((st.st_dev, st.st_ino))
+            && data.has_open_files()
+        {
+            let fd = self.fd(&data)?;
+            data.pin_removed(fd.as_fd());
+        }
         if !self.kept {
             return Ok(None);
         }
@@ -1630,7 +1690,9 @@ impl PassthroughFs {
             if h.node == 0 || HandleTable::is_deposited(&h) {
                 continue;
             }
-            if sys::stat_fd(h.fd()).is_ok_and(|st| st.st_nlink == 0) {
+            // One without its descriptor now was opened again by name.
+            let Some(fd) = h.current() else { continue };
+            if sys::stat_fd(fd.as_fd()).is_ok_and(|st| st.st_nlink == 0) {
                 let _ = self.keep_node(h.node, &h.inode);
             }
         }
@@ -1749,7 +1811,7 @@ impl PassthroughFs {
             // The session drops the kernel's cached mode before answering.
             self.kill_suidgid(ctx, &inode, Kill::Written, None)?;
         }
-        self.new_handle(ctx, ino.0, inode, fd, flags)
+        self.new_handle(ctx, ino.0, inode, fd, flags, true)
     }
 
     /// Acts as the caller (for as long as the guard lives), runs `log`
@@ -1759,10 +1821,10 @@ impl PassthroughFs {
         ctx: &RequestContext<'_>,
         fh: FileHandle,
         log: impl FnOnce(),
-    ) -> Res<(ActingAs, Arc<Handle>)> {
+    ) -> Res<(ActingAs, Open)> {
         let as_caller = as_caller(ctx)?;
         log();
-        Ok((as_caller, self.handle(fh)?))
+        Ok((as_caller, self.open_file(fh)?))
     }
 
     fn write_as_caller(
@@ -1780,7 +1842,7 @@ impl PassthroughFs {
         } = req;
         let _as_caller = as_caller(ctx)?;
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         // An appending write under a keeper: the end of the file is taken
         // and noted under the inode's lock, and written at positionally, so
         // that a successor given it again (the predecessor died before
@@ -1822,15 +1884,18 @@ impl PassthroughFs {
         // The caller closed a descriptor of this file: that drops its
         // process's POSIX locks on the file, whichever descriptor took them.
         self.drop_lock_owner(&h.inode, owner.0);
-        // Closing a duplicate reports delayed write errors (NFS and the like).
-        drop(h.fd.try_clone()?);
+        // Closing a duplicate reports delayed write errors (NFS and the
+        // like). A descriptor closed while idle reported them to nobody.
+        if let Some(fd) = h.current() {
+            drop(fd.try_clone()?);
+        }
         Ok(())
     }
 
     /// FSYNC and FSYNCDIR.
     fn fsync_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, datasync: bool) -> Res<()> {
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         sys::fsync(h.fd(), datasync)
     }
 
@@ -1849,7 +1914,7 @@ impl PassthroughFs {
         )?;
         drop(inode_fd);
         let fh = self.handles.insert(
-            Handle::new(fd, inode, false),
+            Handle::new(fd, inode, false, ctx.uid()),
             ino.0,
             libc::O_RDONLY | libc::O_DIRECTORY,
         )?;
@@ -2053,7 +2118,7 @@ impl PassthroughFs {
     fn getlk_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LockRequest) -> Res<Lock> {
         let LockRequest { owner, lock, .. } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         let mut fl = to_flock(&lock)?;
         // The owner's own locks never conflict with it: ask through its
         // descriptor, or through the handle's, which holds none.
@@ -2069,13 +2134,7 @@ impl PassthroughFs {
     }
 
     /// A SETLK or SETLKW on handle `h`, up to the wait if it must block.
-    fn setlk_step(
-        &self,
-        ctx: &RequestContext<'_>,
-        fh: FileHandle,
-        h: Arc<Handle>,
-        req: LockRequest,
-    ) -> Res<SetLk> {
+    fn setlk_step(&self, ctx: &RequestContext<'_>, fh: FileHandle, h: Open, req: LockRequest) -> Res<SetLk> {
         let LockRequest {
             owner,
             lock,
@@ -2093,9 +2152,11 @@ impl PassthroughFs {
                 op |= libc::LOCK_NB;
             }
             if op & libc::LOCK_UN == 0 {
-                // The lock belongs to this open file description: under a
-                // keeper a successor must get this very one, not a new open.
-                self.handles.deposit(fh.0, &h)?;
+                // The lock belongs to this open file description: it keeps
+                // its descriptor from now on (charged to its user), and
+                // under a keeper a successor must get this very one, not a
+                // new open.
+                self.handles.pin(fh.0, &h)?;
             }
             if sleep && op != libc::LOCK_UN {
                 return Ok(SetLk::WaitFlock(h, op));
@@ -2131,14 +2192,14 @@ impl PassthroughFs {
     ) -> Res<()> {
         let FallocateRequest { offset, length, mode } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         self.file_modified(ctx, ino, &h, || sys::fallocate(h.fd(), mode, offset, length))
     }
 
     fn lseek_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LseekRequest) -> Res<u64> {
         let LseekRequest { offset, whence } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         // The kernel passes the caller's off_t through as u64: reinterpret it
         // (a negative offset arrives as a huge value) and let the source
         // filesystem judge it, so the errno is the one it gives natively.
@@ -2156,8 +2217,8 @@ impl PassthroughFs {
             ..
         } = *req;
         let _as_caller = as_caller(ctx)?;
-        let hi = self.handle(fh_in)?;
-        let ho = self.handle(fh_out)?;
+        let hi = self.open_file(fh_in)?;
+        let ho = self.open_file(fh_out)?;
         let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
         let n = self.file_modified(ctx, req.ino_out, &ho, || {
             sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)
@@ -2177,8 +2238,8 @@ impl PassthroughFs {
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
         let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => sys::statx(h.fd(), at, mask)?,
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)).and_then(|h| h.current()) {
+            Some(fd) => sys::statx(fd.as_fd(), at, mask)?,
             None => {
                 let inode = self.inode(ino)?;
                 let inode_fd = self.fd(&inode)?;
@@ -2433,8 +2494,8 @@ impl Filesystem for PassthroughFs {
         } = req;
         log::debug!("release ino={ino} fh={fh}");
         if let Some(h) = self.handles.remove(fh.0) {
-            if flock_release {
-                let _ = sys::flock(h.fd(), libc::LOCK_UN);
+            if flock_release && let Some(fd) = h.current() {
+                let _ = sys::flock(fd.as_fd(), libc::LOCK_UN);
             }
             // A release that stands in for the FLUSH.
             if flush && let Some(owner) = lock_owner {
