@@ -617,6 +617,11 @@ const APPENDED: usize = 20;
 const TRUNCATED: usize = 20;
 /// Files of root's, listed and read while uid 65534 holds its files.
 const ROOTS: usize = 300;
+/// Directories uid 65534 tries to hold open (each keeps its descriptor):
+/// more than one user's share.
+const DIRS: usize = 200;
+/// Of its held files, removed through the mount while held (and idle).
+const REMOVED: std::ops::Range<usize> = 100..110;
 const NOBODY: u32 = 65534;
 
 /// Runs `f` on a new thread whose credentials (raw system calls: this
@@ -727,6 +732,11 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
     for i in 0..ROOTS {
         fs::write(mine.join(format!("r{i}")), format!("root's file {i}\n")).unwrap();
     }
+    for i in 0..DIRS {
+        let p = own.join(format!("d{i}"));
+        fs::create_dir(&p).unwrap();
+        give(&p);
+    }
 
     // flock: the daemon holds the locks (on its open file descriptions).
     let d = Daemon::start_with_limit(&tm, &src, "allow_other,flock", LOW_NOFILE);
@@ -775,6 +785,43 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
         (HELD, 0, &Vec::<String>::new()),
         "uid 65534 opening {HELD} files under a daemon limit of {LOW_NOFILE} descriptors: {held:?}"
     );
+
+    // Open directories keep their descriptors: uid 65534 gets EMFILE past
+    // its share of them, and only uid 65534.
+    d.doing("uid 65534 opening directories past its share");
+    let (dirs, dirs_held) = {
+        let mnt = mnt.clone();
+        as_nobody(move || {
+            let mut h = Held::default();
+            let mut dirs = Vec::new();
+            for i in 0..DIRS {
+                match fs::File::open(mnt.join(format!("own/d{i}"))) {
+                    Ok(f) => {
+                        h.ok += 1;
+                        dirs.push(f);
+                    }
+                    Err(e) => h.fail(format!("opendir d{i}"), &e),
+                }
+            }
+            (h, dirs)
+        })
+    };
+    assert!(
+        dirs.ok > 0 && dirs.emfile > 0 && dirs.ok + dirs.emfile == DIRS && dirs.other.is_empty(),
+        "uid 65534 opening {DIRS} directories: some within its share, EMFILE past it: {dirs:?}"
+    );
+
+    // Files removed through the mount while held (and closed while idle)
+    // still read.
+    d.doing("uid 65534 removing some of its held files");
+    {
+        let mnt = mnt.clone();
+        as_nobody(move || {
+            for i in REMOVED {
+                fs::remove_file(mnt.join(format!("own/f{i}"))).expect("uid 65534 removes its file");
+            }
+        });
+    }
 
     // Root lists its directory (ls -l) and opens and reads every file of it.
     d.doing("root's ls -l and reads while uid 65534 holds its files");
@@ -828,7 +875,7 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
         (HELD, 0, &Vec::<String>::new()),
         "uid 65534's held files read after root's work: {after:?}"
     );
-    drop(opened);
+    drop((opened, dirs_held));
     for i in 0..APPENDED {
         let mut want = own_bytes(i);
         want.extend_from_slice(b"appended\n");
@@ -844,8 +891,18 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
     let other = fs::File::open(d.p("own/lock")).unwrap();
     let e = flock(&other, libc::LOCK_EX | libc::LOCK_NB).expect_err("root took uid 65534's lock");
     assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK), "{e}");
+    // Its release (which the kernel sends after close returns) frees it.
+    d.doing("the lock of uid 65534 to go with its release");
     drop(locked);
-    flock(&other, libc::LOCK_EX | libc::LOCK_NB).expect("the lock is free once its holder closed");
+    loop {
+        match flock(&other, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("root's flock once uid 65534 closed: {e}"),
+        }
+    }
     drop(other);
     d.stop();
 }
