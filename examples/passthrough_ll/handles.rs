@@ -296,9 +296,10 @@ impl Handle {
         (fd, admit)
     }
 
-    /// Whether it is pinned (keeps its descriptor until released).
-    pub fn is_pinned(&self) -> bool {
-        self.slot().pinned
+    /// The node descriptor of an inode anchored by one (tests).
+    #[cfg(test)]
+    fn inode_fd_for_tests(&self) -> BorrowedFd<'_> {
+        self.inode.fd_of_anchor().expect("anchored by a descriptor")
     }
 
     pub fn dir(&self) -> MutexGuard<'_, Option<DirStream>> {
@@ -465,7 +466,7 @@ impl HandleTable {
                         h.deposited = AtomicBool::new(deposited);
                         h.node = r.node;
                         used[r.slot] = true;
-                        let handle = self.taken_up(h, deposited);
+                        let handle = self.taken_up(r.fh, h, deposited);
                         let e = Entry {
                             handle,
                             record: Some(r.slot as u32),
@@ -495,7 +496,7 @@ impl HandleTable {
                     h.append = key & APPEND_KEY != 0;
                     h.deposited = AtomicBool::new(true);
                     let e = Entry {
-                        handle: self.taken_up(h, true),
+                        handle: self.taken_up(fh, h, true),
                         record: None,
                     };
                     self.shard(fh).map.insert(fh, e);
@@ -514,28 +515,16 @@ impl HandleTable {
         next.above(max);
         self.kept = Some(kept);
         self.opens.store(self.len() as u64, Ordering::SeqCst);
-        // The rings, now that no shard is locked: the taken-up files that
-        // may close their descriptors go on them (evicting the oldest).
-        for (i, shard) in self.shards.iter().enumerate() {
-            let idle: Vec<Arc<Handle>> = {
-                let s = shard.lock().unwrap_or_else(|e| e.into_inner());
-                s.map
-                    .values()
-                    .filter(|e| !e.handle.is_pinned())
-                    .map(|e| e.handle.clone())
-                    .collect()
-            };
-            for h in idle {
-                h.slot().in_ring = true;
-                self.budget.admit(i, Arc::downgrade(&h));
-            }
-        }
     }
 
     /// A handle taken up from a predecessor, under this table's budget:
     /// pinned (charged to [`KEPT_UID`]) if its descriptor was deposited or
     /// it cannot be opened again.
-    fn taken_up(&self, mut h: Handle, deposited: bool) -> Arc<Handle> {
+    ///
+    /// One that is not goes on its ring at once (evicting the oldest), so
+    /// that taking up more files than the budget holds never has them all
+    /// open at once.
+    fn taken_up(&self, fh: u64, mut h: Handle, deposited: bool) -> Arc<Handle> {
         h.uid = KEPT_UID;
         h.budget = Some(self.budget.clone());
         let s = h.file.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -543,7 +532,9 @@ impl HandleTable {
             s.pinned = true;
             self.budget.force(KEPT_UID);
         }
-        Arc::new(h)
+        let h = Arc::new(h);
+        self.admit_new(fh, &h);
+        h
     }
 
     fn shard(&self, fh: u64) -> MutexGuard<'_, Shard> {
@@ -961,6 +952,80 @@ mod tests {
         assert_eq!(h.read_at(&mut tail, 8192 + 7).unwrap(), 100);
         assert_eq!(&tail[..], &data[..100]);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn idle_files_close_their_descriptors_and_pinned_ones_are_charged() {
+        let dir = std::env::temp_dir().join(format!("pt-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cpath = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // One file per ring keeps its descriptor; 2 pinned, 1 per user.
+        let t = HandleTable::new(Arc::new(Budget::with(16, 2, 1)));
+        let mut fhs = Vec::new();
+        for i in 0..40 {
+            let p = dir.join(format!("f{i}"));
+            std::fs::write(&p, format!("file {i}")).unwrap();
+            let pfd = sys::openat(sys::Dir::Cwd, &cpath(&p), libc::O_PATH, 0).unwrap();
+            let st = sys::stat_fd(pfd.as_fd()).unwrap();
+            let inode = Arc::new(InodeData::new(pfd, &st));
+            let fd = sys::openat(sys::Dir::Cwd, &cpath(&p), libc::O_RDWR, 0).unwrap();
+            let h = Handle::new(fd, inode, false, 1000).reopen_with(libc::O_RDWR | libc::O_TRUNC);
+            fhs.push(t.insert(h, i + 2, libc::O_RDWR).unwrap());
+        }
+        let open_now = |fh: u64| t.get(fh).unwrap().current().is_some();
+        assert!(
+            fhs.iter().filter(|&&fh| open_now(fh)).count() <= 16,
+            "at most one file per ring keeps its descriptor"
+        );
+        // An idle one opens again, with its flags less O_TRUNC, and reads
+        // its own bytes.
+        let first = fhs[0];
+        assert!(!open_now(first));
+        let reopened = std::cell::Cell::new(0);
+        let reopen = |h: &Handle, flags: i32| {
+            reopened.set(reopened.get() + 1);
+            assert_eq!(flags, libc::O_RDWR, "nothing that creates or truncates");
+            sys::openat(sys::Dir::Cwd, &sys::proc_path(h.inode_fd_for_tests()), flags, 0)
+        };
+        let o = t.open(first, reopen).unwrap();
+        let mut buf = [0u8; 16];
+        let n = o.read_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..n], b"file 0");
+        assert_eq!(reopened.get(), 1);
+        // With its descriptor now: no second reopen.
+        drop(t.open(first, reopen).unwrap());
+        assert_eq!(reopened.get(), 1);
+        // Pinned (a flock lock): charged to its user, kept across evictions.
+        t.pin(first, &o).unwrap();
+        sys::flock(o.fd(), libc::LOCK_EX).unwrap();
+        drop(o);
+        // The same user's second pin is past its share; another user's is not.
+        let second = t.open(fhs[1], reopen).unwrap();
+        let e = t.pin(fhs[1], &second).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOLCK));
+        let mut theirs = Handle::new(
+            second.fd().try_clone_to_owned().unwrap(),
+            second.inode.clone(),
+            false,
+            0,
+        );
+        theirs.reopen = None;
+        let fh = t.insert(theirs, 99, libc::O_RDWR).expect("another user's share");
+        drop(second);
+        // Everyone evicted again: the pinned file keeps its descriptor and its lock.
+        for &fh in &fhs[2..] {
+            drop(t.open(fh, reopen).unwrap());
+        }
+        assert!(open_now(first));
+        let other = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f0")), libc::O_RDONLY, 0).unwrap();
+        let busy = sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+        assert_eq!(busy.raw_os_error(), Some(libc::EWOULDBLOCK));
+        // Released: the charges go back.
+        drop(t.remove(first));
+        drop(t.remove(fh));
+        assert_eq!(t.budget.pinned(), 0);
+        sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -292,6 +292,15 @@ impl InodeData {
         }
     }
 
+    /// The descriptor an inode anchored by one holds (tests).
+    #[cfg(test)]
+    pub fn fd_of_anchor(&self) -> Option<BorrowedFd<'_>> {
+        match &self.anchor {
+            Anchor::Fd(fd) => Some(fd.as_fd()),
+            Anchor::Handle(_) => None,
+        }
+    }
+
     /// Whether the inode holds a descriptor now (tests).
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn holds_fd(&self) -> bool {
