@@ -280,6 +280,58 @@ fn check(d: &Daemon) {
     );
 }
 
+/// A name swapped in the source between the kernel's check and the
+/// daemon's act: the mapped owner of `d/mine` looks it up through the
+/// idmapped view (the kernel now holds its attributes), then the source's
+/// `d/mine` is replaced by a hard link to root's `d/roots`, then the owner
+/// chmods `d/mine`. The kernel checks the node it knows (the owner's) and
+/// sends a SETATTR with no caller named. `refused`: the daemon acts by
+/// name (pathfs), so it must refuse (`EPERM`); otherwise (passthrough_ll,
+/// which acts on the node it holds) the chmod is served on the owner's
+/// file. Either way root's file keeps its mode.
+fn check_swapped_name(d: &Daemon, refused: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let src = d.source.clone().expect("a mirroring filesystem has a source");
+    let sd = src.join("d");
+    fs::create_dir(&sd).expect("mkdir in the source");
+    set_owner(&sd, FS_BASE, FS_BASE);
+    fs::write(sd.join("mine"), b"mine").expect("write the owner's file");
+    set_owner(&sd.join("mine"), FS_BASE, FS_BASE);
+    fs::write(sd.join("roots"), b"roots").expect("write root's file");
+    fs::set_permissions(sd.join("roots"), fs::Permissions::from_mode(0o644)).expect("chmod");
+    let view = d.outside.join("idmapped");
+    fs::create_dir(&view).expect("mkdir the idmapped mountpoint");
+    let _m = IdmappedMount::new(&d.mnt, &view);
+    let mine = view.join("d/mine");
+    let (u, g) = (CALLER_BASE, CALLER_BASE);
+    let seen = as_user(u, g, &[g], || stat(&mine, false).map(|s| (s.st_uid, s.st_gid)));
+    assert_eq!(
+        seen,
+        Ok((u, g)),
+        "{}: the owner's file through the view",
+        d.label()
+    );
+    fs::hard_link(sd.join("roots"), sd.join("swap")).expect("link root's file");
+    fs::rename(sd.join("swap"), sd.join("mine")).expect("swap the name in the source");
+    let path = c(&mine);
+    let chmod = as_user(u, g, &[g], || {
+        // SAFETY: chmod(2) with a valid NUL-terminated path.
+        let r = unsafe { libc::chmod(path.as_ptr(), 0o666) };
+        chk(r as i64)
+    });
+    let roots_mode = stat(&sd.join("roots"), false).map(|s| s.st_mode & 0o7777);
+    let want = if refused { Err(libc::EPERM) } else { Ok(0) };
+    assert!(
+        chmod == want && roots_mode == Ok(0o644),
+        "{}: chmod of a name swapped for root's file: {:?} (want {:?}); root's file mode {:?}\ndaemon output:\n{}",
+        d.label(),
+        chmod.map_err(errno_name),
+        want.map_err(errno_name),
+        roots_mode.map(|m| format!("{m:o}")),
+        d.output_tail()
+    );
+}
+
 #[test]
 fn passthrough_ll_under_an_idmapped_mount() {
     if !common::require_mount_capability() {
@@ -287,6 +339,24 @@ fn passthrough_ll_under_an_idmapped_mount() {
     }
     let d = Daemon::start(Fs::Passthrough("default_permissions,idmap"));
     check(&d);
+}
+
+#[test]
+fn passthrough_ll_acts_on_the_node_the_kernel_checked_when_a_name_is_swapped() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let d = Daemon::start(Fs::Passthrough("default_permissions,idmap"));
+    check_swapped_name(&d, false);
+}
+
+#[test]
+fn pathfs_refuses_a_name_swapped_after_the_kernel_checked_it() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let d = Daemon::start(Fs::Pathfs("default_permissions,idmap"));
+    check_swapped_name(&d, true);
 }
 
 /// pathfs with `-o idmap`: creates as the mapped caller, chowns and
