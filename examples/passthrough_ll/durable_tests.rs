@@ -193,7 +193,7 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
         .insert(Handle::new(lfd, l.data.clone(), false, 0), l.id, libc::O_RDONLY)
         .unwrap();
     let held = h1.open(lh, |_, _| unreachable!("l has its descriptor")).unwrap();
-    h1.pin(lh, &held).unwrap();
+    let held = h1.pin(lh, held).unwrap();
     sys::flock(held.fd(), libc::LOCK_EX).unwrap();
     drop(held);
     let (k_id, u_id) = (k.id, u.id);

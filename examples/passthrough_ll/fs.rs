@@ -1630,8 +1630,10 @@ impl PassthroughFs {
             && let Some(data) = self.inodes.live_of((st.st_dev, st.st_ino))
             && data.has_open_files()
         {
-            let fd = self.fd(&data)?;
-            data.pin_removed(fd.as_fd());
+            // Not reachable now: nothing to keep (the removal goes on).
+            if let Ok(fd) = self.fd(&data) {
+                data.pin_removed(fd.as_fd());
+            }
         }
         if !self.kept {
             return Ok(None);
@@ -2151,13 +2153,14 @@ impl PassthroughFs {
             if !sleep {
                 op |= libc::LOCK_NB;
             }
-            if op & libc::LOCK_UN == 0 {
-                // The lock belongs to this open file description: it keeps
-                // its descriptor from now on (charged to its user), and
-                // under a keeper a successor must get this very one, not a
-                // new open.
-                self.handles.pin(fh.0, &h)?;
-            }
+            // The lock belongs to the open file description: it keeps its
+            // descriptor from now on (charged to its user), and under a
+            // keeper a successor must get this very one, not a new open.
+            let h = if op & libc::LOCK_UN == 0 {
+                self.handles.pin(fh.0, h)?
+            } else {
+                h
+            };
             if sleep && op != libc::LOCK_UN {
                 return Ok(SetLk::WaitFlock(h, op));
             }

@@ -667,10 +667,12 @@ impl HandleTable {
     /// Pins handle `fh` (`open`): its open file description now holds
     /// something a new open would not have (a `flock` lock). Charged to its
     /// user: `ENOLCK` past that user's share. Under a keeper the descriptor
-    /// is deposited with the vault too.
-    pub fn pin(&self, fh: u64, open: &Open) -> io::Result<()> {
+    /// is deposited with the vault too. Returns the handle with the
+    /// descriptor it keeps, on which the lock must be taken: `open`'s, or
+    /// the one a racing request opened again and pinned first.
+    pub fn pin(&self, fh: u64, open: Open) -> io::Result<Open> {
         let h = &open.handle;
-        {
+        let fd = {
             let mut s = h.slot();
             if !s.pinned {
                 if !self.budget.charge(h.uid) {
@@ -688,8 +690,14 @@ impl HandleTable {
                     s.fd = Some(open.fd.clone());
                 }
             }
-        }
-        self.deposit(fh, open)
+            s.fd.clone().unwrap_or_else(|| open.fd.clone())
+        };
+        let open = Open {
+            handle: open.handle,
+            fd,
+        };
+        self.deposit(fh, &open)?;
+        Ok(open)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
@@ -996,12 +1004,15 @@ mod tests {
         drop(t.open(first, reopen).unwrap());
         assert_eq!(reopened.get(), 1);
         // Pinned (a flock lock): charged to its user, kept across evictions.
-        t.pin(first, &o).unwrap();
+        let o = t.pin(first, o).unwrap();
         sys::flock(o.fd(), libc::LOCK_EX).unwrap();
         drop(o);
         // The same user's second pin is past its share; another user's is not.
         let second = t.open(fhs[1], reopen).unwrap();
-        let e = t.pin(fhs[1], &second).unwrap_err();
+        let e = t
+            .pin(fhs[1], t.open(fhs[1], reopen).unwrap())
+            .err()
+            .expect("past the share");
         assert_eq!(e.raw_os_error(), Some(libc::ENOLCK));
         let mut theirs = Handle::new(
             second.fd().try_clone_to_owned().unwrap(),
