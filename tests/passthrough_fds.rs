@@ -668,6 +668,25 @@ fn flock(f: &fs::File, op: i32) -> std::io::Result<()> {
     }
 }
 
+/// A whole-file read lock (`F_SETLK`, process-associated).
+fn posix_rdlock(f: &fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fl = libc::flock {
+        l_type: libc::F_RDLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl(2) F_SETLK on a descriptor this File owns, with a
+    // live flock struct.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn pread_all(f: &fs::File) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 256];
@@ -739,7 +758,8 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
     }
 
     // flock: the daemon holds the locks (on its open file descriptions).
-    let d = Daemon::start_with_limit(&tm, &src, "allow_other,flock", LOW_NOFILE);
+    // posix_lock: each lock owner's descriptor is charged like a pin.
+    let d = Daemon::start_with_limit(&tm, &src, "allow_other,flock,posix_lock", LOW_NOFILE);
     let mnt = d.mnt.clone();
     d.doing("uid 65534 opening and holding its files");
     let (held, locked, mut opened) = {
@@ -810,6 +830,21 @@ fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
         dirs.ok > 0 && dirs.emfile > 0 && dirs.ok + dirs.emfile == DIRS && dirs.other.is_empty(),
         "uid 65534 opening {DIRS} directories: some within its share, EMFILE past it: {dirs:?}"
     );
+
+    // Its share is full: its next POSIX lock (a lock owner's descriptor)
+    // fails, root's does not.
+    d.doing("POSIX locks of uid 65534 past its share, and of root");
+    let e = as_nobody({
+        let mnt = mnt.clone();
+        move || {
+            let f = fs::File::open(mnt.join("own/f1000")).unwrap();
+            posix_rdlock(&f).expect_err("uid 65534 locked past its share")
+        }
+    });
+    assert_eq!(e.raw_os_error(), Some(libc::ENOLCK), "{e}");
+    let f = fs::File::open(d.p("root/r0")).unwrap();
+    posix_rdlock(&f).expect("root's POSIX lock while uid 65534 holds its share");
+    drop(f);
 
     // Files removed through the mount while held (and closed while idle)
     // still read.

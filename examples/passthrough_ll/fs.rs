@@ -1200,8 +1200,14 @@ impl PassthroughFs {
     /// The descriptor that holds the POSIX locks of lock owner `owner` on
     /// the inode of `h` (one per owner and inode, so that two descriptors
     /// of one process share its locks, as POSIX wants); made on first use
-    /// if `create`, recording `pid` for F_GETLK.
-    fn lock_owner_fd(&self, h: &Open, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
+    /// if `create`, recording `pid` for F_GETLK, and charged to `uid`.
+    fn lock_owner_fd(
+        &self,
+        h: &Open,
+        owner: u64,
+        (pid, uid): (u32, u32),
+        create: bool,
+    ) -> Res<Option<Arc<LockOwnerFd>>> {
         let mut owners = h.inode.lock_owners();
         if let Some(o) = owners.get(&owner) {
             return Ok(Some(o.clone()));
@@ -1209,6 +1215,7 @@ impl PassthroughFs {
         if !create {
             return Ok(None);
         }
+        let charge = self.handles.charge(uid)?;
         let fd = if h.inode.kind == libc::S_IFREG {
             // Its own open file description, readable and writable so that
             // it can take either kind of lock (the kernel has checked the
@@ -1223,7 +1230,11 @@ impl PassthroughFs {
             // through the handle's own open file description.
             h.fd().try_clone_to_owned()?
         };
-        let o = Arc::new(LockOwnerFd { fd, pid });
+        let o = Arc::new(LockOwnerFd {
+            fd,
+            pid,
+            _charge: charge,
+        });
         owners.insert(owner, o.clone());
         Ok(Some(o))
     }
@@ -2169,7 +2180,7 @@ impl PassthroughFs {
             let fl = to_flock(&lock)?;
             let unlock = lock.typ == libc::F_UNLCK;
             let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
-            let o = match self.lock_owner_fd(&h, owner.0, pid, !unlock)? {
+            let o = match self.lock_owner_fd(&h, owner.0, (pid, ctx.uid()), !unlock)? {
                 Some(o) => o,
                 // Nothing locked by this owner: nothing to unlock.
                 None => return Ok(SetLk::Done(Ok(()))),

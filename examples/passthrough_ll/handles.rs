@@ -82,6 +82,10 @@ pub struct Handle {
 /// The budget of open files' descriptors, over handles.
 pub type Budget = OpenBudget<Handle>;
 
+/// A descriptor charged to a user beside the handles (see
+/// [`HandleTable::charge`]).
+pub type Charge = crate::openfds::Charge<Handle>;
+
 /// The descriptor state of a handle. Invariant: `fd` is set while the
 /// handle is on a ring (`in_ring`) or pinned, or while a request that
 /// reopened it has yet to put it on one; the inode is pinned (holds its
@@ -641,6 +645,18 @@ impl HandleTable {
             .get(fh)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         self.ready(fh, handle, reopen)
+    }
+
+    /// Charges a descriptor that is no handle's (a POSIX lock owner's) to
+    /// `uid`, until the result drops: `ENOLCK` past that user's share.
+    pub fn charge(&self, uid: u32) -> io::Result<Charge> {
+        self.budget.charge_held(uid).ok_or_else(|| {
+            log::info!(
+                "uid {uid}: {} descriptors that stay open (its share): answering ENOLCK",
+                self.budget.share()
+            );
+            io::Error::from_raw_os_error(libc::ENOLCK)
+        })
     }
 
     /// [`Self::open`] of a handle already found.

@@ -87,6 +87,8 @@ pub struct LockOwnerFd {
     pub fd: OwnedFd,
     /// The owning process, which F_GETLK reports.
     pub pid: u32,
+    /// Its descriptor's charge to the user whose request made it.
+    pub _charge: crate::handles::Charge,
 }
 
 /// How an inode is reached.

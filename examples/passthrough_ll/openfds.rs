@@ -14,7 +14,9 @@
 //! it. Each user may pin at most [`OpenBudget::share`] files, and all users
 //! together at most [`OpenBudget::pool`]; past their share a user's opens
 //! (and `flock`s) of such files fail with `EMFILE` (`ENOLCK`), never
-//! another user's.
+//! another user's. The descriptor of a POSIX lock owner (`-o posix_lock`,
+//! one per owner and inode) is charged the same way, to the user whose
+//! lock request made it (`ENOLCK` past the share).
 //!
 //! Only opens, evictions, pins and releases touch the rings and the
 //! charges; a request on a file that has its descriptor takes that file's
@@ -23,7 +25,7 @@
 use crate::fdcache::{Cached, FdCache, RINGS};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Shards of the per-user charges (by uid).
 const CHARGE_SHARDS: usize = 16;
@@ -140,6 +142,15 @@ impl<T: Cached> OpenBudget<T> {
         }
     }
 
+    /// [`Self::charge`] as a guard that gives the charge back on drop: for
+    /// a descriptor that is not an open file's (a POSIX lock owner's).
+    pub fn charge_held(self: &Arc<Self>, uid: u32) -> Option<Charge<T>> {
+        self.charge(uid).then(|| Charge {
+            budget: self.clone(),
+            uid,
+        })
+    }
+
     /// Pinned files of `uid` now (tests).
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn charged(&self, uid: u32) -> usize {
@@ -153,10 +164,21 @@ impl<T: Cached> OpenBudget<T> {
     }
 }
 
+/// One pinned descriptor charged to a user, given back on drop.
+pub struct Charge<T: Cached> {
+    budget: Arc<OpenBudget<T>>,
+    uid: u32,
+}
+
+impl<T: Cached> Drop for Charge<T> {
+    fn drop(&mut self) {
+        self.budget.uncharge(self.uid);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
     #[derive(Default)]
@@ -197,6 +219,12 @@ mod tests {
         assert_eq!((b.pinned(), b.charged(0)), (4, 0));
         // Nothing to give back: nothing changes.
         b.uncharge(0);
+        assert_eq!(b.pinned(), 4);
+        // A held charge goes back with its guard.
+        let b = Arc::new(b);
+        let c = b.charge_held(0).expect("within the share");
+        assert_eq!(b.pinned(), 5);
+        drop(c);
         assert_eq!(b.pinned(), 4);
     }
 
