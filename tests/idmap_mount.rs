@@ -299,6 +299,9 @@ fn check_swapped_name(d: &Daemon, refused: bool) {
     set_owner(&sd.join("mine"), FS_BASE, FS_BASE);
     fs::write(sd.join("roots"), b"roots").expect("write root's file");
     fs::set_permissions(sd.join("roots"), fs::Permissions::from_mode(0o644)).expect("chmod");
+    // Through the mount first: the kernel idmaps a mount only once INIT
+    // has granted ALLOW_IDMAP.
+    fs::metadata(d.mnt.join("d/roots")).expect("stat through the mount");
     let view = d.outside.join("idmapped");
     fs::create_dir(&view).expect("mkdir the idmapped mountpoint");
     let _m = IdmappedMount::new(&d.mnt, &view);
@@ -379,6 +382,9 @@ fn pathfs_without_idmap_refuses_to_be_idmapped() {
         return;
     }
     let d = Daemon::start(Fs::Pathfs("default_permissions"));
+    // INIT answered first, so that EINVAL is the kernel's answer to the
+    // filesystem's flags, not to a mount still waiting for INIT.
+    fs::metadata(&d.mnt).expect("stat through the mount");
     let view = d.outside.join("idmapped");
     fs::create_dir(&view).expect("mkdir the idmapped mountpoint");
     match IdmappedMount::make(&d.mnt, &view) {
