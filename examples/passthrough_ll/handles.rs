@@ -1,10 +1,13 @@
 //! Open files and directories: the handle table and directory streams.
 //!
-//! A handle owns the descriptor of one OPEN/OPENDIR/CREATE. Handles live in
-//! a sharded map keyed by the file handle number the kernel echoes back, so
-//! reads and writes on different files never meet on a lock, and reads and
-//! writes on the same file share nothing but the shard's brief lookup (the
-//! I/O itself is positional: `pread`/`pwrite`, no per-file lock).
+//! A handle is one OPEN/OPENDIR/CREATE, with its descriptor while it has
+//! one: an idle regular file closes it and opens the file again at its next
+//! request ([`HandleTable::open`]; the budget and what is pinned are
+//! `openfds.rs`'s). Handles live in a sharded map keyed by the file handle
+//! number the kernel echoes back, so reads and writes on different files
+//! never meet on a lock, and reads and writes on the same file share
+//! nothing but the shard's brief lookup and the handle's own descriptor
+//! slot (the I/O itself is positional: `pread`/`pwrite`).
 //!
 //! Under a keeper each handle has a record in the memory the keeper holds
 //! (its node and open flags; see `durable::OpenRecords`), written before
