@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from procs import (CLK_TCK, alive, child_pids, context_switches, cpu_seconds, raise_on_signals,  # noqa: F401
-                   supports_keeper, switches_between)
+                   supports_keeper, switches_between, takes_option)
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
@@ -91,26 +91,42 @@ TREE_FILES = 199
 # without file handles), so a many-inodes row larger than the open-file limit
 # is skipped for it (recorded in the result's `skipped`). `libfuse_again` is a
 # control: libfuse's example once more, divided by the first, so that every run
-# shows how far a ratio moves by chance alone on this machine.
+# shows how far a ratio moves by chance alone on this machine. `passthrough`:
+# regular files are opened in kernel passthrough mode (ours by default, as
+# root, where the kernel offers it), so the daemon sees no READ or WRITE; the
+# rows that measure how our daemon serves data pass `no_passthrough`.
 TARGETS = [
     dict(id="native", label="native tmpfs", kind="native", cache="–", base=None),
     dict(id="libfuse", label="libfuse", kind="libfuse", opts=[], cache="auto", base=None, fd_per_inode=True),
     dict(id="libfuse_never", label="libfuse never", kind="libfuse", opts=["cache=never"], cache="never", base=None,
          fd_per_inode=True),
-    dict(id="ours", label="ours", kind="ours", opts=[], cache="auto", base="libfuse"),
-    dict(id="ours_nofh", label="ours no fh", kind="ours", opts=["inode_file_handles=never"], cache="auto",
-         base="libfuse", fd_per_inode=True),
-    dict(id="ours_never", label="ours never", kind="ours", opts=["cache=never"], cache="never", base="libfuse_never"),
-    dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes"], cache="auto", base="libfuse"),
-    dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse"),
-    dict(id="ours_uring", label="ours io_uring", kind="ours", opts=["uring"], cache="auto", base="libfuse"),
+    # Our default: kernel passthrough where the kernel and privileges allow it.
+    dict(id="ours", label="ours", kind="ours", opts=[], cache="auto", base="libfuse", passthrough=True),
+    # The same with reads and writes served by the daemon.
+    dict(id="ours_served", label="ours no passthrough", kind="ours", opts=["no_passthrough"], cache="auto",
+         base="libfuse"),
+    dict(id="ours_nofh", label="ours no fh", kind="ours", opts=["inode_file_handles=never", "no_passthrough"],
+         cache="auto", base="libfuse", fd_per_inode=True),
+    dict(id="ours_never", label="ours never", kind="ours", opts=["cache=never", "no_passthrough"], cache="never",
+         base="libfuse_never"),
+    dict(id="ours_pdw", label="ours pdw", kind="ours", opts=["parallel_direct_writes", "no_passthrough"], cache="auto",
+         base="libfuse"),
+    # Asked for (`-o passthrough`): the default's mode, or a refusal where it
+    # cannot be had.
+    dict(id="ours_passthrough", label="ours passthrough", kind="ours", opts=["passthrough"], cache="auto", base="libfuse",
+         passthrough=True),
+    # The transport: with passthrough the data rows would not reach it.
+    dict(id="ours_uring", label="ours io_uring", kind="ours", opts=["uring", "no_passthrough"], cache="auto",
+         base="libfuse"),
     # Under a keeper (`-o keeper`): the process started keeps the mount and its
     # child serves, journaling every request whose effect is not idempotent
     # (docs/recovery.md). `cost_of`: the target whose rows it is divided by to
     # give the keeper's cost (report.py's keeper section). Measured are the
     # keeper and its child together.
-    dict(id="ours_keeper", label="ours keeper", kind="ours", opts=["keeper"], cache="auto", base="libfuse",
-         cost_of="ours", keeper=True),
+    # Under a keeper passthrough is off (its backing files would not outlive
+    # the child), so its cost is measured against the daemon without it.
+    dict(id="ours_keeper", label="ours keeper", kind="ours", opts=["keeper", "no_passthrough"], cache="auto",
+         base="libfuse", cost_of="ours_served", keeper=True),
     dict(id="libfuse_again", label="libfuse again", kind="libfuse", opts=[], cache="auto", base="libfuse",
          fd_per_inode=True, control=True),
     # libfuse 3.18.2's example (the current release), built from the shared
@@ -124,7 +140,8 @@ TARGETS = [
          base="libfuse318", fd_per_inode=True, control=True, optional=True),
     # Our O_DIRECT opens as before the session's default: the page cache's
     # direct path, writes to one file one at a time (`-o serial_o_direct`).
-    dict(id="ours_serial", label="ours serial O_DIRECT", kind="ours", opts=["serial_o_direct"], cache="auto",
+    dict(id="ours_serial", label="ours serial O_DIRECT", kind="ours", opts=["serial_o_direct", "no_passthrough"],
+         cache="auto",
          base="libfuse", optional=True),
 ]
 
@@ -1029,6 +1046,9 @@ def main() -> int:
     ours_keeper = bool(ours["binary"]) and supports_keeper(ours["binary"])
     if ours["binary"] and not ours_keeper and "ours_keeper" in wanted:
         log("our passthrough_ll has no -o keeper: the ours_keeper rows are left out")
+    # A build from before kernel passthrough was the default serves reads and
+    # writes itself unless told, and knows no `no_passthrough`.
+    ours_pt_default = bool(ours["binary"]) and takes_option(ours["binary"], "no_passthrough")
 
     targets = []
     for t in TARGETS:
@@ -1052,6 +1072,9 @@ def main() -> int:
                 t["status"] = "no -o keeper in this build"
             else:
                 t["cmd"] = [ours["binary"], "-f"]
+                if not ours_pt_default:
+                    t["opts"] = [o for o in t["opts"] if o != "no_passthrough"]
+                    t["passthrough"] = "passthrough" in t["opts"]
         targets.append(t)
     runnable = [t for t in targets if t["kind"] == "native" or "cmd" in t]
     # The io_uring target needs the kernel's knob on for the run; it is put

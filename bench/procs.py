@@ -91,8 +91,16 @@ def alive(pid: int) -> bool:
 def supports_keeper(binary: str) -> bool:
     """Whether an example's build takes -o keeper: its --help lists the
     option (a line `keeper ...` or `-o keeper ...`)."""
+    return takes_option(binary, "keeper")
+
+
+def takes_option(binary: str, name: str) -> bool:
+    """Whether an example's build takes `-o NAME`: its --help lists it at the
+    start of a line (`NAME ...`, `-o NAME ...`) or after another option's name
+    on it (`passthrough, NAME`)."""
     r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
-    return re.search(r"^\s+(-o\s+)?keeper\s", r.stdout + r.stderr, re.MULTILINE) is not None
+    pattern = rf"^\s+(-o\s+)?([\w=|]+,\s+)*{re.escape(name)}(,|\s)"
+    return re.search(pattern, r.stdout + r.stderr, re.MULTILINE) is not None
 
 
 def cpu_seconds(pid: int | list[int]) -> float | None:

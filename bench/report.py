@@ -22,6 +22,7 @@ COLORS = {
     "libfuse": "#1f77b4",
     "libfuse_never": "#9ecae1",
     "ours": "#d62728",
+    "ours_served": "#8c564b",
     "ours_never": "#ff9896",
     "ours_pdw": "#2ca02c",
     "ours_passthrough": "#9467bd",
@@ -86,6 +87,12 @@ def fmt_ratio(r: float | None) -> str:
 
 def unavailable(t: dict) -> str | None:
     return t.get("status")
+
+
+def passed_through(t: dict) -> bool:
+    """Whether the target opens regular files in kernel passthrough mode (older
+    results name it only in the options)."""
+    return bool(t.get("passthrough")) or "passthrough" in t.get("opts", [])
 
 
 # ---------------------------------------------------------------- tables
@@ -232,7 +239,7 @@ def cost_table(result: dict, key: str, scale: float, idle_row: bool, unit: str =
         return None
     # Not passthrough: the kernel serves its READs and WRITEs, so what is left
     # per request is another mix of requests, not a cheaper way to serve them.
-    pairs = [t for t in daemons if t.get("base") and per.get(t["base"]) and "passthrough" not in t.get("opts", [])]
+    pairs = [t for t in daemons if t.get("base") and per.get(t["base"]) and not passed_through(t)]
     header = ["workload"] + [t["label"] for t in daemons] + [f"{t['label']} ÷ {t['base'].replace('_', ' ')}"
                                                              for t in pairs]
     rows = []
@@ -316,7 +323,7 @@ def console_tables(result: dict) -> str:
         parts += [title, table or "(no pair measured in this run)", ""]
     keeper = keeper_cost(result, s)
     if keeper:
-        parts += ["The keeper's cost (ours keeper ÷ ours, > 1: the keeper is faster):", keeper, ""]
+        parts += ["The keeper's cost (ours keeper ÷ ours no passthrough, > 1: the keeper is faster):", keeper, ""]
     parts += ["FUSE daemon memory:", rss_table(result), ""]
     for title, table in (("Daemon CPU per request, µs (< 1 in the ÷ columns: ours spends less):",
                           cost_table(result, "cpu_s", 1e6, True)),
@@ -512,6 +519,8 @@ def doc(result: dict, images: list[str]) -> str:
             "that part by writing `5` to `/proc/PID/clear_refs`, so start-up and earlier workloads don't count.",
             "", rss_table(result), ""]
     cpu = cost_table(result, "cpu_s", 1e6, True)
+    pt = [t["label"] for t in result["targets"] if t["kind"] == "ours" and passed_through(t)]
+    no_ratio = (" and ".join(pt) + (" have" if len(pt) > 1 else " has")) if pt else "No target has"
     if cpu:
         out += ["## Cost per request", "",
                 "What each daemon spends per FUSE request, a figure that depends much less on the machine's "
@@ -524,8 +533,8 @@ def doc(result: dict, images: list[str]) -> str:
                 "handshake); bonnie++ as a whole. The CPU clock ticks "
                 f"{m.get('clk_tck', 100)} times a second, so a workload that keeps a daemon busy for less than "
                 "a second or so carries a few percent of quantisation (quick runs: much more). Median over rounds, in "
-                "microseconds. ours passthrough has no ratio: the kernel serves its reads and writes, so its "
-                "remaining requests are a different mix.", "",
+                f"microseconds. {no_ratio} no ratio: the kernel serves {'their' if len(pt) > 1 else 'its'} "
+                "reads and writes (kernel passthrough), so what is left is a different mix of requests.", "",
                 "The last row is not per request: the context switches per second of all the daemon's threads "
                 f"(`voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of `/proc/PID/task/*/status`) over "
                 f"{cfg.get('idle_seconds', '?')} s with the mount unused, after the round's workloads and "
@@ -609,6 +618,24 @@ def steal_summary(result: dict) -> str:
     return text
 
 
+def ours_targets_line(result: dict) -> str:
+    """What our targets are; a run from before kernel passthrough was our
+    default (its `ours` target not marked `passthrough`) is told as it ran."""
+    ours = next((t for t in result["targets"] if t["id"] == "ours"), {})
+    head = "- **ours**: our `passthrough_ll` example (`cargo build --release --example passthrough_ll`) with the same options"
+    tail = ("**ours never** with `-o cache=never`; **ours pdw** adds `-o parallel_direct_writes`; **ours io_uring** "
+            "adds `-o uring` (FUSE over io_uring, one ring per CPU; `bench/run` turns the kernel's `enable_uring` "
+            "knob on for the run and restores it after).")
+    if passed_through(ours):
+        return (f"{head}: its default, which opens regular files in kernel passthrough mode where the kernel and "
+                "privileges allow it (the kernel does reads and writes on the backing file); **ours no "
+                "passthrough** adds `-o no_passthrough` (the daemon serves reads and writes), and so do the rows "
+                "that measure how it serves them (no fh, never, pdw, io_uring, keeper); **ours passthrough** "
+                f"asks for passthrough with `-o passthrough`; {tail}")
+    return (f"{head} (in this run its default served reads and writes itself); **ours passthrough** adds "
+            f"`-o passthrough` (the kernel does reads and writes on the backing file); {tail}")
+
+
 def method(result: dict) -> list[str]:
     m, cfg = result["meta"], result["meta"]["config"]
     rt = cfg["runtime"]
@@ -626,11 +653,7 @@ def method(result: dict) -> list[str]:
         "**libfuse never** adds `-o cache=never` (no page cache: every read and write goes to the daemon); "
         "**libfuse again** is the same daemon as libfuse once more, a control: its ratio to libfuse shows how "
         "far a row moves by chance alone in this run.",
-        "- **ours**: our `passthrough_ll` example (`cargo build --release --example passthrough_ll`) with the "
-        "same options; **ours never** with `-o cache=never`; **ours pdw** adds `-o parallel_direct_writes`; "
-        "**ours passthrough** adds `-o passthrough` (the kernel does reads and writes on the backing file); "
-        "**ours io_uring** adds `-o uring` (FUSE over io_uring, one ring per CPU; `bench/run` turns the kernel's "
-        "`enable_uring` knob on for the run and restores it after).", "",
+        ours_targets_line(result), "",
         "Our `parallel_direct_writes` opens every file with `DIRECT_IO | PARALLEL_DIRECT_WRITES`, so its buffered "
         "data rows bypass the page cache like `cache=never` while its entry and attribute timeouts stay those of "
         "the default mode; its ratios divide by libfuse's default all the same, so read its data rows against "

@@ -27,6 +27,9 @@ mod handles;
 #[path = "../examples/passthrough_ll/inodes.rs"]
 mod inodes;
 #[allow(dead_code)]
+#[path = "../examples/passthrough_ll/passthrough.rs"]
+mod passthrough;
+#[allow(dead_code)]
 #[path = "../examples/passthrough_ll/fs.rs"]
 mod passthrough_fs;
 #[allow(dead_code)]
@@ -180,6 +183,24 @@ fn passthrough(dir: &Path, parallel_direct_writes: bool) -> passthrough_fs::Pass
     let opts = passthrough_fs::FsOptions {
         posix_lock: true,
         parallel_direct_writes,
+        ..passthrough_fs::FsOptions::default()
+    };
+    passthrough_fs::PassthroughFs::new(root, opts).expect("passthrough fs")
+}
+
+/// passthrough_ll over `dir` in kernel passthrough mode (its default where
+/// the options allow it), otherwise as [`passthrough`].
+fn passthrough_mode(dir: &Path) -> passthrough_fs::PassthroughFs {
+    use std::os::unix::fs::OpenOptionsExt;
+    let root: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+        .expect("open scratch")
+        .into();
+    let opts = passthrough_fs::FsOptions {
+        posix_lock: true,
+        passthrough: true,
         ..passthrough_fs::FsOptions::default()
     };
     passthrough_fs::PassthroughFs::new(root, opts).expect("passthrough fs")
@@ -418,4 +439,68 @@ fn passthrough_ll_parallel_direct_writes_option_still_covers_every_open() {
         PARALLEL,
         "buffered CREATE with the option",
     );
+}
+
+/// `fuse_init_out.flags2` and `max_stack_depth` of an INIT answer.
+fn passthrough_fields(init_reply: &[u8]) -> (u32, u32) {
+    assert_eq!(
+        init_reply.len(),
+        16 + 64,
+        "not a 7.45 INIT answer: {}",
+        hex(init_reply)
+    );
+    let at = |o: usize| u32::from_ne_bytes(init_reply[16 + o..16 + o + 4].try_into().unwrap());
+    (at(32), at(36))
+}
+
+/// passthrough_ll in passthrough mode asks for PASSTHROUGH with a stack
+/// depth of 1 where the kernel offers it, and for neither where it does not
+/// (its log says so). And an open whose backing file cannot be had (the
+/// fake channel has no /dev/fuse descriptor to register one on; a real
+/// kernel refuses for no CAP_SYS_ADMIN or a stacked source) is answered as
+/// the daemon serves it, byte for byte, never EIO: a buffered one with no
+/// flag, an `O_DIRECT` one with the session's DIRECT_IO |
+/// PARALLEL_DIRECT_WRITES.
+#[test]
+fn passthrough_ll_asks_for_passthrough_only_where_offered_and_serves_what_it_cannot_pass() {
+    let passthrough_bit = (InitFlags::PASSTHROUGH.bits() >> 32) as u32;
+    let dir = scratch();
+    let fake = Fake::start(Arc::new(passthrough_mode(dir.path())), SessionConfig::default());
+    let r = fake.init_ready(45, MMAP);
+    assert_eq!(
+        passthrough_fields(&r).1,
+        0,
+        "max_stack_depth without PASSTHROUGH offered"
+    );
+    assert_eq!(
+        passthrough_fields(&r).0 & passthrough_bit,
+        0,
+        "PASSTHROUGH not offered"
+    );
+    drop(fake);
+
+    let fake = Fake::start(Arc::new(passthrough_mode(dir.path())), SessionConfig::default());
+    let r = fake.init_ready(45, MMAP | InitFlags::PASSTHROUGH.bits());
+    let (flags2, depth) = passthrough_fields(&r);
+    assert_eq!(
+        (flags2 & passthrough_bit, depth),
+        (passthrough_bit, 1),
+        "{}",
+        hex(&r)
+    );
+    let k = Kernel {
+        fake,
+        unique: std::cell::Cell::new(10),
+    };
+    let f = k.lookup("f");
+    k.open(f, RW, 0, "buffered OPEN without a backing file");
+    k.open(f, DIRECT, PARALLEL, "O_DIRECT OPEN without a backing file");
+    k.create(
+        CREATE,
+        "c1",
+        RW | libc::O_CREAT,
+        0,
+        "buffered CREATE without a backing file",
+    );
+    k.fake.expect_silence("nothing more");
 }

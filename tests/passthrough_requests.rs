@@ -3,8 +3,8 @@
 //! per-opcode counts, errors and the most requests in flight at once, plus
 //! the inodes the kernel still held at exit):
 //!
-//! - `O_DIRECT` writes to one file reach passthrough_ll concurrently by
-//!   default (the session answers `O_DIRECT` opens `DIRECT_IO |
+//! - `O_DIRECT` writes to one file reach passthrough_ll concurrently
+//!   when it serves them (`no_passthrough`; the session answers `O_DIRECT` opens `DIRECT_IO |
 //!   PARALLEL_DIRECT_WRITES`) and with `-o parallel_direct_writes`, and
 //!   one at a time with
 //!   `-o serial_o_direct`; the data is right in every case, read back
@@ -18,7 +18,8 @@
 //!   falls back to LOOKUP + OPEN/CREATE and behaves like a plain directory;
 //! - after dropping the kernel's caches, every lookup was forgotten and no
 //!   `O_PATH` descriptor is left open;
-//! - `-o passthrough` serves reads without a single READ request.
+//! - `-o passthrough`, and the default where the kernel allows it, serve
+//!   reads without a single READ request; `-o no_passthrough` serves them.
 //!
 //! Needs root and `/dev/fuse` (skips loudly without, fails under `CI=true`).
 
@@ -229,7 +230,10 @@ fn parallel_direct_writes_reach_the_daemon_concurrently() {
     // Two workers inside WRITE at once in some run, for the default and the
     // option; never without the flag (serial_o_direct).
     let cases = [
-        ("passthrough_ll by default", Fs::Passthrough("threads=8")),
+        (
+            "passthrough_ll served by the daemon (the default but for passthrough)",
+            Fs::Passthrough("threads=8,no_passthrough"),
+        ),
         (
             "passthrough_ll -o parallel_direct_writes",
             Fs::Passthrough("threads=8,parallel_direct_writes"),
@@ -254,7 +258,8 @@ fn parallel_direct_writes_reach_the_daemon_concurrently() {
             failures.push(what);
         }
     }
-    let (serial, serial_problems) = direct_writes(Fs::Passthrough("threads=8,serial_o_direct"));
+    let (serial, serial_problems) =
+        direct_writes(Fs::Passthrough("threads=8,no_passthrough,serial_o_direct"));
     let serial_max = serial.op("WRITE", "max_inflight");
     report.push_str(&format!(
         "passthrough_ll -o serial_o_direct: WRITE count {} errors {} max_inflight {serial_max}; problems {serial_problems:?}\n",
@@ -606,19 +611,24 @@ fn kernel_passthrough_reads_send_no_read_requests() {
         return;
     }
     let (pt, pt_ok) = read_big("passthrough");
-    let (plain, plain_ok) = read_big("");
+    let (default, default_ok) = read_big("");
+    let (plain, plain_ok) = read_big("no_passthrough");
     let report = format!(
-        "passthrough: READ count {}, OPEN {}; without: READ count {}\n{}",
+        "passthrough: READ count {}, OPEN {}; by default: READ count {}; no_passthrough: READ count {}\n{}",
         pt.op("READ", "count"),
         pt.op("OPEN", "count"),
+        default.op("READ", "count"),
         plain.op("READ", "count"),
         pt.output_tail
     );
     eprintln!("{report}");
     assert!(pt_ok, "wrong data through the passthrough mount\n{report}");
-    assert!(
-        plain_ok,
-        "wrong data through the plain passthrough_ll mount\n{report}"
+    assert!(default_ok, "wrong data through the default mount\n{report}");
+    assert!(plain_ok, "wrong data through the no_passthrough mount\n{report}");
+    assert_eq!(
+        default.op("READ", "count"),
+        0,
+        "reads reached the daemon in the default mode\n{report}"
     );
     assert!(pt.op("OPEN", "count") > 0, "{report}");
     assert_eq!(

@@ -20,8 +20,11 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// passthrough_ll with the default options (cache=auto, no default_permissions).
+/// passthrough_ll with the default options (cache=auto, no default_permissions;
+/// regular files in kernel passthrough mode when the tests run as root).
 const PT: Fs = Fs::Passthrough("");
+/// passthrough_ll with reads and writes served by the daemon.
+const PT_NOPT: Fs = Fs::Passthrough("no_passthrough");
 /// passthrough_ll without the page cache (every read and write goes to the daemon).
 const PT_NEVER: Fs = Fs::Passthrough("cache=never");
 /// passthrough_ll with the kernel checking permissions.
@@ -496,7 +499,7 @@ fn truncate_and_ftruncate() {
     differential(
         "truncate",
         check_truncate,
-        &[PT, PT_NEVER, MEM, NODE, PATH, PATH_PT],
+        &[PT, PT_NOPT, PT_NEVER, MEM, NODE, PATH, PATH_PT],
     );
 }
 
@@ -584,7 +587,7 @@ fn attrs_as_root() {
     differential(
         "attrs_as_root",
         check_attrs_as_root,
-        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+        &[PT, PT_NOPT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
     );
 }
 
@@ -732,7 +735,7 @@ fn permissions_unprivileged_without_default_permissions() {
     differential(
         "permissions (no default_permissions)",
         check_attrs_unprivileged,
-        &[PT, MEM],
+        &[PT, PT_NOPT, MEM],
     );
 }
 
@@ -774,7 +777,11 @@ fn check_links(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn hard_links() {
-    differential("hard_links", check_links, &[PT, PT_NOFH, PT_FD1, MEM, NODE, PATH]);
+    differential(
+        "hard_links",
+        check_links,
+        &[PT, PT_NOPT, PT_NOFH, PT_FD1, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -904,7 +911,7 @@ fn symlinks_and_escapes() {
     differential(
         "symlinks",
         check_symlinks,
-        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+        &[PT, PT_NOPT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
     );
 }
 
@@ -997,7 +1004,7 @@ fn rename_and_renameat2() {
     differential(
         "rename",
         check_rename,
-        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+        &[PT, PT_NOPT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
     );
 }
 
@@ -1070,7 +1077,7 @@ fn mkdir_and_rmdir() {
     differential(
         "mkdir_rmdir",
         check_dirs,
-        &[PT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
+        &[PT, PT_NOPT, PT_NOFH, PT_FD1, PT_DP, MEM, NODE, PATH],
     );
 }
 
@@ -1186,7 +1193,7 @@ fn check_readdir_10k(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn readdir_10k_telldir_seekdir() {
-    differential("readdir_10k", check_readdir_10k, &[PT, MEM, NODE, PATH]);
+    differential("readdir_10k", check_readdir_10k, &[PT, PT_NOPT, MEM, NODE, PATH]);
 }
 
 /// `readdir(3)`'s `d_ino` is `stat`'s `st_ino`, for each entry but `..`
@@ -1245,7 +1252,11 @@ fn check_readdir_d_ino(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn readdir_d_ino_is_st_ino() {
-    differential("readdir_d_ino", check_readdir_d_ino, &[PT, MEM, NODE, PATH]);
+    differential(
+        "readdir_d_ino",
+        check_readdir_d_ino,
+        &[PT, PT_NOPT, MEM, NODE, PATH],
+    );
 }
 
 /// A caller with a umask of 0 creates a file (0666), a directory (0777)
@@ -1276,7 +1287,7 @@ fn umask_of_the_caller_only() {
     differential(
         "umask",
         check_umask_of_the_caller_only,
-        &[PT, MEM, NODE, PATH, PATH_PT],
+        &[PT, PT_NOPT, MEM, NODE, PATH, PATH_PT],
     );
 }
 
@@ -1708,7 +1719,13 @@ fn posix_locks_between_processes() {
     differential(
         "posix_locks",
         check_posix_locks,
-        &[PT, Fs::Passthrough("posix_lock"), MEM, Fs::Memfs("posix_lock")],
+        &[
+            PT,
+            PT_NOPT,
+            Fs::Passthrough("posix_lock"),
+            MEM,
+            Fs::Memfs("posix_lock"),
+        ],
     );
 }
 
@@ -1788,7 +1805,7 @@ fn flock_between_processes() {
     differential(
         "flock",
         check_flock,
-        &[PT, Fs::Passthrough("flock"), MEM, Fs::Memfs("flock")],
+        &[PT, PT_NOPT, Fs::Passthrough("flock"), MEM, Fs::Memfs("flock")],
     );
 }
 
@@ -1894,7 +1911,15 @@ fn mmap_shared_coherence() {
     differential(
         "mmap",
         check_mmap,
-        &[PT, Fs::Passthrough("cache=always"), MEM, NODE, PATH, PATH_PT],
+        &[
+            PT,
+            PT_NOPT,
+            Fs::Passthrough("cache=always"),
+            MEM,
+            NODE,
+            PATH,
+            PATH_PT,
+        ],
     );
 }
 
@@ -1922,7 +1947,7 @@ fn check_statfs(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn statfs_fields() {
-    differential("statfs", check_statfs, &[PT]);
+    differential("statfs", check_statfs, &[PT, PT_NOPT]);
 }
 
 // ---------------------------------------------------------------------------
@@ -1979,7 +2004,11 @@ fn check_fallocate(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn fallocate_modes() {
-    differential("fallocate", check_fallocate, &[PT, PT_NEVER, MEM, NODE, PATH]);
+    differential(
+        "fallocate",
+        check_fallocate,
+        &[PT, PT_NOPT, PT_NEVER, MEM, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -2022,7 +2051,11 @@ fn check_seek_data_hole(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn lseek_data_and_hole() {
-    differential("seek_data_hole", check_seek_data_hole, &[PT, PT_NEVER, PATH]);
+    differential(
+        "seek_data_hole",
+        check_seek_data_hole,
+        &[PT, PT_NOPT, PT_NEVER, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -2091,7 +2124,7 @@ fn copy_file_range_between_files() {
     differential(
         "copy_file_range",
         check_copy_file_range,
-        &[PT, PT_NEVER, MEM, NODE, PATH],
+        &[PT, PT_NOPT, PT_NEVER, MEM, NODE, PATH],
     );
 }
 
@@ -2132,7 +2165,9 @@ fn open_unlink_read() {
     differential(
         "open_unlink_read",
         check_open_unlink,
-        &[PT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM, NODE, PATH, PATH_PT],
+        &[
+            PT, PT_NOPT, PT_NOFH, PT_FD1, PT_NEVER, PT_SPLICE, MEM, NODE, PATH, PATH_PT,
+        ],
     );
 }
 
@@ -2162,7 +2197,11 @@ fn check_unlinked_times(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn unlink_keeps_mtime_and_moves_ctime() {
-    differential("unlinked_times", check_unlinked_times, &[PT, MEM, NODE, PATH]);
+    differential(
+        "unlinked_times",
+        check_unlinked_times,
+        &[PT, PT_NOPT, MEM, NODE, PATH],
+    );
 }
 
 /// Every operation that takes a name refuses one over 255 bytes with
@@ -2198,7 +2237,7 @@ fn check_long_names(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn names_over_255_bytes() {
-    differential("long_names", check_long_names, &[PT, MEM, NODE, PATH]);
+    differential("long_names", check_long_names, &[PT, PT_NOPT, MEM, NODE, PATH]);
 }
 
 // ---------------------------------------------------------------------------
@@ -2295,7 +2334,11 @@ fn check_ownership(ctx: &Ctx, log: &mut Log) {
 
 #[test]
 fn ownership_of_files_created_by_another_user() {
-    differential("ownership", check_ownership, &[PT, PT_DP, MEM_DP, NODE, PATH]);
+    differential(
+        "ownership",
+        check_ownership,
+        &[PT, PT_NOPT, PT_DP, MEM_DP, NODE, PATH],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -2306,7 +2349,8 @@ fn ownership_of_files_created_by_another_user() {
 /// (`relatime`) mount it moves an atime older than a day, as a read of the
 /// source itself does. Not in kernel passthrough mode: the kernel opens
 /// its own backing file with the caller's flags, so the source's mount
-/// decides (a limit of the kernel the daemon cannot lift).
+/// decides (a limit of the kernel the daemon cannot lift); so `noatime`
+/// keeps passthrough_ll's default out of kernel passthrough.
 #[test]
 fn noatime_mounts_leave_the_source_atime_alone() {
     if !common::require_mount_capability() {
@@ -2316,6 +2360,8 @@ fn noatime_mounts_leave_the_source_atime_alone() {
     for (fs, noatime) in [
         (Fs::Passthrough("noatime,cache=never"), true),
         (Fs::Passthrough("cache=never"), false),
+        // Kernel passthrough would move it: noatime turns its default off.
+        (Fs::Passthrough("noatime"), true),
         (Fs::Pathfs("noatime"), true),
         (Fs::Pathfs(""), false),
     ] {

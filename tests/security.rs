@@ -1828,8 +1828,12 @@ macro_rules! configs {
 }
 
 configs! {
+    // The default options: regular files in kernel passthrough mode.
     default_options: "", dp = false, own_pid_ns = false;
     default_options_dp: "", dp = true, own_pid_ns = false;
+    // The same with reads and writes served by the daemon.
+    no_passthrough: "no_passthrough", dp = false, own_pid_ns = false;
+    no_passthrough_dp: "no_passthrough", dp = true, own_pid_ns = false;
     writeback: "writeback", dp = false, own_pid_ns = false;
     writeback_dp: "writeback", dp = true, own_pid_ns = false;
     passthrough: "passthrough", dp = false, own_pid_ns = false;
@@ -1850,6 +1854,8 @@ configs! {
     splice_write_writeback: "writeback,splice_write,splice_write_min=1", dp = false, own_pid_ns = false;
     pidns_default_options: "", dp = false, own_pid_ns = true;
     pidns_default_options_dp: "", dp = true, own_pid_ns = true;
+    pidns_no_passthrough: "no_passthrough", dp = false, own_pid_ns = true;
+    pidns_no_passthrough_dp: "no_passthrough", dp = true, own_pid_ns = true;
     pidns_writeback: "writeback", dp = false, own_pid_ns = true;
     pidns_writeback_dp: "writeback", dp = true, own_pid_ns = true;
     pidns_passthrough: "passthrough", dp = false, own_pid_ns = true;

@@ -40,6 +40,9 @@ pub struct Args {
     /// `serial_o_direct`: turn off the session's `O_DIRECT` default
     /// (`SessionConfig::o_direct_parallel_writes`).
     pub serial_o_direct: bool,
+    /// Why kernel passthrough is off although the user did not turn it off
+    /// (`None`: on, or off by `no_passthrough`), for the log at start.
+    pub passthrough_off: Option<&'static str>,
     pub stats: Option<PathBuf>,
     pub debug: bool,
     /// Keep the mount in this process and serve it from a child that a
@@ -113,12 +116,22 @@ filesystem options (-o):
                        more than half of the session's waits, nor over io_uring half
                        of those a queue allows, so that other users can still wait)
     clone_fd, no_clone_fd     one /dev/fuse fd per worker (default on)
-    passthrough        kernel passthrough of reads and writes (needs CAP_SYS_ADMIN;
-                       not with writeback)
+    passthrough, no_passthrough
+                       kernel passthrough of regular files: the kernel reads and
+                       writes the source file itself, O_DIRECT included, without the
+                       daemon. On by default where it can be: the kernel offers it,
+                       the daemon has CAP_SYS_ADMIN, and none of writeback,
+                       atomic_open, keeper, parallel_direct_writes, splice_write,
+                       cache=never or noatime is given (a log line at start says
+                       why it is off). An open the kernel refuses a backing file
+                       (e.g. a source on overlayfs) is served by the daemon.
+                       passthrough asks for it and refuses what it cannot be
+                       combined with; no_passthrough turns it off
     parallel_direct_writes    open every file with DIRECT_IO | PARALLEL_DIRECT_WRITES
-                       (O_DIRECT opens get both by default, buffered ones keep the
-                       page cache)
-    serial_o_direct    O_DIRECT opens without the session's DIRECT_IO |
+                       (O_DIRECT opens the daemon serves get both by default,
+                       buffered ones keep the page cache; in kernel passthrough
+                       mode the kernel does O_DIRECT on the source file itself)
+    serial_o_direct    O_DIRECT opens the daemon serves without the session's DIRECT_IO |
                        PARALLEL_DIRECT_WRITES: their writes to one file run one at a time
     splice, no_splice  answer reads of 32 KiB and more with splice(2) from the source
                        file, so their data does not pass through the daemon's memory
@@ -197,6 +210,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
     let mut serial_o_direct = false;
     let mut no_default_permissions = false;
     let mut keeper = false;
+    // `passthrough` (Some(true)), `no_passthrough` (Some(false)), or neither.
+    let mut passthrough = None;
     for o in &rest {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
@@ -249,7 +264,8 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
             "no_posix_lock" => fs.posix_lock = flag(false)?,
             "readdirplus" => fs.readdirplus = flag(true)?,
             "no_readdirplus" => fs.readdirplus = flag(false)?,
-            "passthrough" => fs.passthrough = flag(true)?,
+            "passthrough" => passthrough = Some(flag(true)?),
+            "no_passthrough" => passthrough = Some(!flag(true)?),
             "parallel_direct_writes" => fs.parallel_direct_writes = flag(true)?,
             "serial_o_direct" => serial_o_direct = flag(true)?,
             "inode_file_handles" => {
@@ -379,14 +395,25 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
                 .into(),
         );
     }
-    if fs.passthrough && fs.writeback {
+    let mut passthrough_off = None;
+    match passthrough {
+        Some(on) => {
+            fs.passthrough = on;
+            fs.passthrough_forced = on;
+        }
+        None => {
+            passthrough_off = default_passthrough_blocker(&fs, atomic_open, keeper, splice_write);
+            fs.passthrough = passthrough_off.is_none();
+        }
+    }
+    if fs.passthrough_forced && fs.writeback {
         return Err(
             "`passthrough` and `writeback` cannot be combined: the kernel refuses passthrough \
                     on a connection with the writeback cache (drop one of them)"
                 .into(),
         );
     }
-    if fs.passthrough && atomic_open {
+    if fs.passthrough_forced && atomic_open {
         return Err(
             "`passthrough` and `atomic_open` cannot be combined: the atomic-open extension's \
                     FOPEN_FILE_CREATED is the same bit as FOPEN_PASSTHROUGH"
@@ -427,10 +454,41 @@ pub fn parse(argv: &[String]) -> Result<Command, String> {
         splice_write,
         splice_write_min,
         serial_o_direct,
+        passthrough_off,
         stats,
         debug,
         keeper,
     })))
+}
+
+/// Why kernel passthrough cannot be the default with these options, or
+/// `None` when it can. None of them is refused with passthrough off: the
+/// default gives way, where `-o passthrough` refuses what it cannot be
+/// combined with (checked in [`parse`]).
+fn default_passthrough_blocker(
+    fs: &FsOptions,
+    atomic_open: bool,
+    keeper: bool,
+    splice_write: bool,
+) -> Option<&'static str> {
+    Some(if fs.writeback {
+        "writeback: the kernel refuses passthrough on a connection with the writeback cache"
+    } else if atomic_open {
+        "atomic_open: the atomic-open extension's FOPEN_FILE_CREATED is the bit of FOPEN_PASSTHROUGH"
+    } else if keeper {
+        "keeper: the kernel's backing files are registered by the serving daemon and would not outlive it"
+    } else if fs.parallel_direct_writes {
+        "parallel_direct_writes: DIRECT_IO on every open sends reads and writes to the daemon"
+    } else if fs.cache == Cache::Never {
+        "cache=never: every read and write is to reach the daemon (DIRECT_IO opens)"
+    } else if fs.noatime {
+        "noatime: the kernel opens its own backing files with the caller's flags, without \
+         O_NOATIME, so reads would move the source's access times"
+    } else if splice_write {
+        "splice_write: WRITE payloads are to reach the daemon, to be spliced"
+    } else {
+        return None;
+    })
 }
 
 #[cfg(test)]
@@ -515,6 +573,43 @@ mod tests {
         assert!(run(&["a", "b", "c"]).is_err());
         assert!(run(&["-x", "/m"]).is_err());
         assert!(run(&["-o", "uring=1", "/m"]).is_err());
+    }
+
+    #[test]
+    fn passthrough_is_the_default_unless_an_option_excludes_it() {
+        let a = run(&["/m"]).unwrap();
+        assert!(a.fs.passthrough && !a.fs.passthrough_forced && a.passthrough_off.is_none());
+        let a = run(&["-o", "no_passthrough", "/m"]).unwrap();
+        assert!(!a.fs.passthrough && !a.fs.passthrough_forced && a.passthrough_off.is_none());
+        let a = run(&["-o", "passthrough", "/m"]).unwrap();
+        assert!(a.fs.passthrough && a.fs.passthrough_forced);
+        let a = run(&["-o", "passthrough,no_passthrough", "/m"]).unwrap();
+        assert!(!a.fs.passthrough);
+        assert!(run(&["-o", "no_passthrough=1", "/m"]).is_err());
+        // What excludes it turns the default off, saying why, and is never
+        // refused for it; with `passthrough` it is.
+        for opt in [
+            "writeback",
+            "atomic_open",
+            "keeper",
+            "parallel_direct_writes",
+            "cache=never",
+            "splice_write",
+            "noatime",
+        ] {
+            let a = run(&["-o", opt, "/m"]).unwrap_or_else(|e| panic!("{opt}: {e}"));
+            assert!(!a.fs.passthrough, "{opt}");
+            let why = a.passthrough_off.unwrap_or_else(|| panic!("{opt}: no reason"));
+            assert!(why.starts_with(opt), "{opt}: {why}");
+            let a = run(&["-o", &format!("{opt},no_passthrough"), "/m"]).unwrap();
+            assert!(!a.fs.passthrough && a.passthrough_off.is_none(), "{opt}");
+        }
+        for opt in ["writeback", "atomic_open", "keeper"] {
+            assert!(
+                run(&["-o", &format!("{opt},passthrough"), "/m"]).is_err(),
+                "{opt}"
+            );
+        }
     }
 
     #[test]

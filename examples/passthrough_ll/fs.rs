@@ -5,7 +5,8 @@
 
 use crate::durable::{self, Keep, Mirror, Words};
 use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept, Opens};
-use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, SHARDS};
+use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, Passthrough, SHARDS};
+use crate::passthrough::{Fallback, Fallbacks};
 use crate::sys::{self, Dir, EMPTY, proc_path};
 use fuse_wire::proto::abi::{Attr, EntryOut, Kstatfs, SetattrIn, Statx, SxTime};
 use fuse_wire::proto::flags::{FopenFlags, InitFlags, OpenInFlags, SetattrValid, SetxattrFlags, WriteFlags};
@@ -51,7 +52,13 @@ pub struct FsOptions {
     pub flock: bool,
     pub posix_lock: bool,
     pub readdirplus: bool,
+    /// Ask the kernel for passthrough and open regular files with a
+    /// backing file (on by default where the options allow it, see
+    /// `args.rs`).
     pub passthrough: bool,
+    /// The user asked for passthrough (`-o passthrough`): what keeps it
+    /// off is a warning, not a note.
+    pub passthrough_forced: bool,
     pub parallel_direct_writes: bool,
     pub default_permissions: bool,
     /// `-o idmap`: ask for `ALLOW_IDMAP`, so the mount can be idmapped.
@@ -60,9 +67,10 @@ pub struct FsOptions {
     /// wait shares, handler shares) sees one user for them.
     pub idmap: bool,
     /// The mount is `noatime`: reads through it leave the source's atime
-    /// alone too (files opened `O_NOATIME` where allowed; in kernel
-    /// passthrough mode the kernel's own backing file reads, and the
-    /// source's mount decides).
+    /// alone too (files opened `O_NOATIME` where allowed). Not in kernel
+    /// passthrough mode, whose backing files the kernel opens with the
+    /// caller's flags (the source's mount decides), so `noatime` keeps the
+    /// default out of it (`passthrough.rs`).
     pub noatime: bool,
     /// Answer reads of buffered handles with `splice(2)` from the source file.
     pub splice: bool,
@@ -88,6 +96,7 @@ impl Default for FsOptions {
             posix_lock: false,
             readdirplus: true,
             passthrough: false,
+            passthrough_forced: false,
             parallel_direct_writes: false,
             default_permissions: false,
             idmap: false,
@@ -126,6 +135,13 @@ pub struct PassthroughFs {
     /// Under a keeper (`-o keeper`): notes for the journal are written.
     kept: bool,
     passthrough_warned: AtomicBool,
+    /// Why opens are served by the daemon although passthrough is on, each
+    /// logged once (see [`Fallback`]).
+    fallbacks: Fallbacks,
+    /// The kernel refused a backing file for a reason that holds for the
+    /// whole connection (no CAP_SYS_ADMIN, not negotiated): later opens
+    /// do not ask again.
+    backing_refused: AtomicBool,
     /// The device of the source's root when its filesystem does nothing
     /// when a descriptor is closed (see [`quiet_close`]): files on it are
     /// opened without FLUSH, when nothing else needs one.
@@ -275,6 +291,8 @@ impl PassthroughFs {
             root: sys::geteuid() == 0,
             kept: false,
             passthrough_warned: AtomicBool::new(false),
+            fallbacks: Fallbacks::default(),
+            backing_refused: AtomicBool::new(false),
         })
     }
 
@@ -615,16 +633,37 @@ impl PassthroughFs {
 
     /// Whether opens of this inode go through a kernel backing file.
     fn use_passthrough(&self, ctx: &RequestContext<'_>, inode: &InodeData) -> bool {
-        if !self.opts.passthrough || inode.kind != libc::S_IFREG {
+        if !self.opts.passthrough
+            || inode.kind != libc::S_IFREG
+            || self.backing_refused.load(Ordering::Relaxed)
+        {
             return false;
         }
         if ctx.negotiated().flags.contains(InitFlags::PASSTHROUGH) {
             return true;
         }
-        if !self.passthrough_warned.swap(true, Ordering::Relaxed) {
+        // Not offered is said at INIT; this is a kernel that was offered
+        // it and refused it.
+        if self.opts.passthrough_forced && !self.passthrough_warned.swap(true, Ordering::Relaxed) {
             log::warn!("passthrough was requested but the kernel did not grant it; serving reads and writes");
         }
         false
+    }
+
+    /// An open of an inode with no passthrough open that cannot have a
+    /// backing file for `why`: it is served by the daemon (and so are the
+    /// inode's opens until the last such one is released), never failed.
+    fn fall_back(
+        &self,
+        pt: &mut Passthrough,
+        why: Fallback,
+        detail: &dyn std::fmt::Display,
+    ) -> Res<Option<BackingFile>> {
+        if self.fallbacks.first(why) {
+            log::warn!("passthrough: {detail}; such opens are served by the daemon (logged once)");
+        }
+        pt.served += 1;
+        Ok(None)
     }
 
     /// Takes a reference on the inode's backing file, registering it first
@@ -669,16 +708,37 @@ impl PassthroughFs {
             Ok(fd) => (fd, true, 0),
             Err(e) => {
                 let werr = e.raw_os_error().unwrap_or(libc::EACCES);
-                (self.open_source(&path, libc::O_RDONLY)?, false, werr)
+                match self.open_source(&path, libc::O_RDONLY) {
+                    Ok(fd) => (fd, false, werr),
+                    Err(e) => {
+                        return self.fall_back(
+                            &mut pt,
+                            Fallback::Reopen,
+                            &format_args!("reopening a file for its backing file: {e}"),
+                        );
+                    }
+                }
             }
         };
         if write && !writable {
-            return Err(err(write_errno));
+            // The caller may write through its own descriptor.
+            let e = io::Error::from_raw_os_error(write_errno);
+            return self.fall_back(
+                &mut pt,
+                Fallback::Reopen,
+                &format_args!("reopening a file for writing for its backing file: {e}"),
+            );
         }
-        let b = ctx.open_backing(fd.as_fd()).map_err(|e| {
-            log::error!("registering a passthrough backing file: {e}");
-            err(libc::EIO)
-        })?;
+        let b = match ctx.open_backing(fd.as_fd()) {
+            Ok(b) => b,
+            Err(e) => {
+                let why = Fallback::of(&e);
+                if why.is_connection_wide() {
+                    self.backing_refused.store(true, Ordering::Relaxed);
+                }
+                return self.fall_back(&mut pt, why, &format_args!("registering a backing file: {e}"));
+            }
+        };
         pt.backing = Some(b.clone());
         pt.opens = 1;
         pt.writable = writable;
@@ -705,7 +765,11 @@ impl PassthroughFs {
         };
         let passthrough = backing.is_some();
         let open_flags = self.file_open_flags(&inode, passthrough);
-        let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG {
+        // A passed-through O_DIRECT open without DIRECT_IO is the kernel's
+        // to serve: it reads and writes the backing file with O_DIRECT's
+        // iocb, so the daemon needs no O_DIRECT descriptor of its own.
+        let kernel_served = passthrough && !open_flags.contains(FopenFlags::DIRECT_IO);
+        let direct = if flags & libc::O_DIRECT != 0 && inode.kind == libc::S_IFREG && !kernel_served {
             // A reopen of what the caller has just opened (or created: its
             // mode may refuse a second open), so as the daemon.
             let _as_daemon = credentials::as_daemon();
@@ -2255,8 +2319,22 @@ impl Filesystem for PassthroughFs {
             config.want(InitFlags::HANDLE_KILLPRIV_V2);
         }
         if self.opts.passthrough {
-            config.want(InitFlags::PASSTHROUGH);
-            config.max_stack_depth = 1;
+            if config.offered().contains(InitFlags::PASSTHROUGH) {
+                config.want(InitFlags::PASSTHROUGH);
+                // This mount may itself be a lower layer of overlayfs; a
+                // source on a stacked filesystem falls back (`fall_back`).
+                config.max_stack_depth = 1;
+                log::info!("kernel passthrough on: regular files' reads and writes do not reach the daemon");
+            } else if self.opts.passthrough_forced {
+                self.passthrough_warned.store(true, Ordering::Relaxed);
+                log::warn!(
+                    "passthrough was requested but the kernel does not offer FUSE_PASSTHROUGH; serving reads and writes"
+                );
+            } else {
+                log::info!(
+                    "kernel passthrough off: the kernel does not offer FUSE_PASSTHROUGH (CONFIG_FUSE_PASSTHROUGH)"
+                );
+            }
         }
         if self.inodes.uses_file_handles() {
             // LOOKUP of "." answers for any node id whose slot still holds

@@ -30,6 +30,7 @@ mod handles;
 #[cfg(test)]
 mod inode_table_tests;
 mod inodes;
+mod passthrough;
 mod sys;
 
 use fs::PassthroughFs;
@@ -88,6 +89,17 @@ fn run() -> i32 {
 
     if args.keeper && link.is_none() {
         return keep(&args, argv);
+    }
+
+    // Kernel passthrough by default where it can be, saying why not.
+    if let Some(why) = args.passthrough_off {
+        log::info!("kernel passthrough off: {why}");
+    } else if args.fs.passthrough
+        && !args.fs.passthrough_forced
+        && let Err(why) = passthrough::may_register()
+    {
+        log::info!("kernel passthrough off: {why}");
+        args.fs.passthrough = false;
     }
 
     // Before any thread exists, so that every thread inherits the mask and
