@@ -27,6 +27,9 @@ mod handles;
 #[path = "../examples/passthrough_ll/inodes.rs"]
 mod inodes;
 #[allow(dead_code)]
+#[path = "../examples/passthrough_ll/openfds.rs"]
+mod openfds;
+#[allow(dead_code)]
 #[path = "../examples/passthrough_ll/passthrough.rs"]
 mod passthrough;
 #[allow(dead_code)]

@@ -607,3 +607,337 @@ fn mandatory_file_handles_refuse_a_source_without_them() {
     assert_eq!(names(&d.p("kernel")), names(Path::new("/proc/sys/kernel")));
     d.stop();
 }
+
+/// Files uid 65534 keeps open under [`LOW_NOFILE`]: about twice what the
+/// daemon could hold open at once.
+const HELD: usize = 2000;
+/// Of them, opened for appending (a reopen must keep `O_APPEND`).
+const APPENDED: usize = 20;
+/// Of them, opened with `O_TRUNC` and written (a reopen must not truncate).
+const TRUNCATED: usize = 20;
+/// Files of root's, listed and read while uid 65534 holds its files.
+const ROOTS: usize = 300;
+/// Directories uid 65534 tries to hold open (each keeps its descriptor):
+/// more than one user's share.
+const DIRS: usize = 200;
+/// Of its held files, removed through the mount while held (and idle).
+const REMOVED: std::ops::Range<usize> = 100..110;
+const NOBODY: u32 = 65534;
+
+/// Runs `f` on a new thread whose credentials (raw system calls: this
+/// thread only) are nobody's, without supplementary groups.
+fn as_nobody<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: raw credential system calls on this thread only, no
+        // memory passed but a null list of zero groups.
+        let ok = unsafe {
+            libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                && libc::syscall(libc::SYS_setresgid, NOBODY, NOBODY, NOBODY) == 0
+                && libc::syscall(libc::SYS_setresuid, NOBODY, NOBODY, NOBODY) == 0
+        };
+        assert!(ok, "becoming nobody: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("the thread of uid 65534")
+}
+
+/// Raises this process's soft open-file limit to its hard one (the test
+/// holds thousands of files open).
+fn raise_own_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is live and writable, then readable.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    lim.rlim_cur
+}
+
+fn flock(f: &fs::File, op: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this File owns.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A whole-file read lock (`F_SETLK`, process-associated).
+fn posix_rdlock(f: &fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fl = libc::flock {
+        l_type: libc::F_RDLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl(2) F_SETLK on a descriptor this File owns, with a
+    // live flock struct.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn pread_all(f: &fs::File) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 256];
+    let n = f.read_at(&mut buf, 0)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The bytes of uid 65534's file `i`.
+fn own_bytes(i: usize) -> Vec<u8> {
+    format!("file {i} of uid 65534\n").into_bytes()
+}
+
+/// What uid 65534's files did, counted by outcome.
+#[derive(Debug, Default, PartialEq)]
+struct Held {
+    ok: usize,
+    emfile: usize,
+    /// Other failures and wrong contents, the first few.
+    other: Vec<String>,
+}
+
+impl Held {
+    fn fail(&mut self, what: String, e: &std::io::Error) {
+        if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+            self.emfile += 1;
+        } else if self.other.len() < 10 {
+            self.other.push(format!("{what}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn one_users_open_files_leave_descriptors_for_everyone_under_a_limit_of_1024() {
+    if !common::require_mount_capability() {
+        return;
+    }
+    let own_limit = raise_own_nofile();
+    assert!(
+        own_limit > HELD as u64 + ROOTS as u64 + 200,
+        "this test holds {HELD} files open: its hard limit ({own_limit}) is too low"
+    );
+    let tm = TempMountpoint::new("pt-fds-held");
+    let src = tm.root().join("src");
+    let own = src.join("own");
+    let mine = src.join("root");
+    fs::create_dir_all(&own).unwrap();
+    fs::create_dir_all(&mine).unwrap();
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&mine, fs::Permissions::from_mode(0o700)).unwrap();
+    let give = |p: &Path| std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+    give(&own);
+    for i in 0..HELD {
+        let p = own.join(format!("f{i}"));
+        fs::write(&p, own_bytes(i)).unwrap();
+        give(&p);
+    }
+    let lock = own.join("lock");
+    fs::write(&lock, b"locked\n").unwrap();
+    give(&lock);
+    fs::set_permissions(&lock, fs::Permissions::from_mode(0o666)).unwrap();
+    for i in 0..ROOTS {
+        fs::write(mine.join(format!("r{i}")), format!("root's file {i}\n")).unwrap();
+    }
+    for i in 0..DIRS {
+        let p = own.join(format!("d{i}"));
+        fs::create_dir(&p).unwrap();
+        give(&p);
+    }
+
+    // flock: the daemon holds the locks (on its open file descriptions).
+    // posix_lock: each lock owner's descriptor is charged like a pin.
+    let d = Daemon::start_with_limit(&tm, &src, "allow_other,flock,posix_lock", LOW_NOFILE);
+    let mnt = d.mnt.clone();
+    d.doing("uid 65534 opening and holding its files");
+    let (held, locked, mut opened) = {
+        let mnt = mnt.clone();
+        as_nobody(move || {
+            let mut h = Held::default();
+            let locked = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(mnt.join("own/lock"))
+                .expect("uid 65534 opens own/lock");
+            flock(&locked, libc::LOCK_EX | libc::LOCK_NB).expect("uid 65534 locks own/lock");
+            let mut files = Vec::new();
+            for i in 0..HELD {
+                let p = mnt.join(format!("own/f{i}"));
+                let mut o = fs::OpenOptions::new();
+                if i < APPENDED {
+                    o.append(true);
+                } else if i < APPENDED + TRUNCATED {
+                    o.read(true).write(true).truncate(true);
+                } else {
+                    o.read(true);
+                }
+                match o.open(&p) {
+                    Ok(f) => {
+                        h.ok += 1;
+                        files.push((i, f));
+                    }
+                    Err(e) => h.fail(format!("open {}", p.display()), &e),
+                }
+            }
+            // The truncated ones get new bytes through their handle.
+            for (i, f) in &mut files {
+                if (APPENDED..APPENDED + TRUNCATED).contains(i) {
+                    f.write_all(format!("new {i}\n").as_bytes()).unwrap();
+                }
+            }
+            (h, locked, files)
+        })
+    };
+    assert_eq!(
+        (held.ok, held.emfile, &held.other),
+        (HELD, 0, &Vec::<String>::new()),
+        "uid 65534 opening {HELD} files under a daemon limit of {LOW_NOFILE} descriptors: {held:?}"
+    );
+
+    // Open directories keep their descriptors: uid 65534 gets EMFILE past
+    // its share of them, and only uid 65534.
+    d.doing("uid 65534 opening directories past its share");
+    let (dirs, dirs_held) = {
+        let mnt = mnt.clone();
+        as_nobody(move || {
+            let mut h = Held::default();
+            let mut dirs = Vec::new();
+            for i in 0..DIRS {
+                match fs::File::open(mnt.join(format!("own/d{i}"))) {
+                    Ok(f) => {
+                        h.ok += 1;
+                        dirs.push(f);
+                    }
+                    Err(e) => h.fail(format!("opendir d{i}"), &e),
+                }
+            }
+            (h, dirs)
+        })
+    };
+    assert!(
+        dirs.ok > 0 && dirs.emfile > 0 && dirs.ok + dirs.emfile == DIRS && dirs.other.is_empty(),
+        "uid 65534 opening {DIRS} directories: some within its share, EMFILE past it: {dirs:?}"
+    );
+
+    // Its share is full: its next POSIX lock (a lock owner's descriptor)
+    // fails, root's does not.
+    d.doing("POSIX locks of uid 65534 past its share, and of root");
+    let e = as_nobody({
+        let mnt = mnt.clone();
+        move || {
+            let f = fs::File::open(mnt.join("own/f1000")).unwrap();
+            posix_rdlock(&f).expect_err("uid 65534 locked past its share")
+        }
+    });
+    assert_eq!(e.raw_os_error(), Some(libc::ENOLCK), "{e}");
+    let f = fs::File::open(d.p("root/r0")).unwrap();
+    posix_rdlock(&f).expect("root's POSIX lock while uid 65534 holds its share");
+    drop(f);
+
+    // Files removed through the mount while held (and closed while idle)
+    // still read.
+    d.doing("uid 65534 removing some of its held files");
+    {
+        let mnt = mnt.clone();
+        as_nobody(move || {
+            for i in REMOVED {
+                fs::remove_file(mnt.join(format!("own/f{i}"))).expect("uid 65534 removes its file");
+            }
+        });
+    }
+
+    // Root lists its directory (ls -l) and opens and reads every file of it.
+    d.doing("root's ls -l and reads while uid 65534 holds its files");
+    let w = walk(&d, &d.p("root"));
+    assert_eq!((w.ok, w.emfile), (ROOTS, 0), "root's ls -l: {w:?}");
+    assert!(w.other.is_empty(), "root's ls -l: {w:?}");
+    for i in 0..ROOTS {
+        let p = d.p(&format!("root/r{i}"));
+        assert_eq!(
+            read(&p),
+            format!("root's file {i}\n"),
+            "root reads {}",
+            p.display()
+        );
+    }
+    assert!(
+        w.max_fds <= LOW_NOFILE as usize,
+        "the daemon held {} descriptors",
+        w.max_fds
+    );
+
+    // Every file of uid 65534 still reads (or takes) its own bytes.
+    d.doing("uid 65534 reading and appending to its held files");
+    let (after, opened) = as_nobody(move || {
+        let mut h = Held::default();
+        for (i, f) in &mut opened {
+            let i = *i;
+            let (r, want) = if i < APPENDED {
+                let r = f.write_all(b"appended\n").map(|()| Vec::new());
+                (r, Vec::new())
+            } else if i < APPENDED + TRUNCATED {
+                (pread_all(f), format!("new {i}\n").into_bytes())
+            } else {
+                (pread_all(f), own_bytes(i))
+            };
+            match r {
+                Ok(got) if got == want => h.ok += 1,
+                Ok(got) => {
+                    if h.other.len() < 10 {
+                        h.other
+                            .push(format!("f{i} read {:?}", String::from_utf8_lossy(&got)));
+                    }
+                }
+                Err(e) => h.fail(format!("f{i}"), &e),
+            }
+        }
+        (h, opened)
+    });
+    assert_eq!(
+        (after.ok, after.emfile, &after.other),
+        (HELD, 0, &Vec::<String>::new()),
+        "uid 65534's held files read after root's work: {after:?}"
+    );
+    drop((opened, dirs_held));
+    for i in 0..APPENDED {
+        let mut want = own_bytes(i);
+        want.extend_from_slice(b"appended\n");
+        assert_eq!(
+            fs::read(own.join(format!("f{i}"))).unwrap(),
+            want,
+            "appended file f{i}"
+        );
+    }
+
+    // The lock held across all that: root's attempt still conflicts.
+    d.doing("root's flock of the file uid 65534 locked");
+    let other = fs::File::open(d.p("own/lock")).unwrap();
+    let e = flock(&other, libc::LOCK_EX | libc::LOCK_NB).expect_err("root took uid 65534's lock");
+    assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK), "{e}");
+    // Its release (which the kernel sends after close returns) frees it.
+    d.doing("the lock of uid 65534 to go with its release");
+    drop(locked);
+    loop {
+        match flock(&other, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("root's flock once uid 65534 closed: {e}"),
+        }
+    }
+    drop(other);
+    d.stop();
+}

@@ -51,6 +51,9 @@ mod inodes;
 #[path = "../examples/memfs/fs.rs"]
 mod memfs_fs;
 #[allow(dead_code)]
+#[path = "../examples/passthrough_ll/openfds.rs"]
+mod openfds;
+#[allow(dead_code)]
 #[path = "../examples/passthrough_ll/passthrough.rs"]
 mod passthrough;
 #[allow(dead_code)]

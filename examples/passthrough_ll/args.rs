@@ -106,6 +106,12 @@ filesystem options (-o):
                        those of open files (default 4096, or half of what the open
                        file limit leaves after the daemon's threads; a cache that
                        does not fit the limit is refused at start)
+                       Open files take what the cache leaves of the limit: half
+                       of them keep their descriptor while used (idle ones close
+                       it and reopen on next use), the other half is for files
+                       that must keep it (flock-locked, directories, O_DIRECT,
+                       devices, unnamed), an eighth of those per user: past it
+                       that user's such opens get EMFILE (docs/security.md)
     threads=N          worker threads to start and keep (default: two per CPU)
     max_threads=N      most workers running handlers at once (default: max(4 x threads, 16))
     idle_timeout=SECS  how long a worker above threads stays idle before it ends (default 10)

@@ -7,7 +7,7 @@
 //! inodes, and serves the open files, an unlinked one included.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{Handle, HandleTable, Kept};
+use crate::handles::{Budget, Handle, HandleTable, Kept};
 use crate::inodes::{HandleMode, InodeData, InodeTable, SHARDS};
 use crate::sys;
 use std::collections::HashMap;
@@ -104,7 +104,7 @@ fn daemon(dir: &Path, words: &SharedWords, vault: &Arc<FakeVault>) -> Option<(In
         .into_iter()
         .filter(|(k, _)| *k < durable::FH_KEYS_END)
         .collect();
-    let mut h = HandleTable::new();
+    let mut h = HandleTable::new(Arc::new(Budget::new(1 << 12)));
     let reopen = |inode: &Arc<InodeData>, flags: i32| {
         let fd = t.fd(inode)?;
         sys::openat(
@@ -142,7 +142,7 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     // f open for reading and writing, then unlinked; d open as a directory.
     let ffd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f")), libc::O_RDWR, 0).unwrap();
     let fh = h1
-        .insert(Handle::new(ffd, f.data.clone(), false), f.id, libc::O_RDWR)
+        .insert(Handle::new(ffd, f.data.clone(), false, 0), f.id, libc::O_RDWR)
         .unwrap();
     let dfd = sys::openat(
         sys::Dir::Cwd,
@@ -153,21 +153,25 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     .unwrap();
     let dh = h1
         .insert(
-            Handle::new(dfd, d.data.clone(), false),
+            Handle::new(dfd, d.data.clone(), false, 0),
             d.id,
             libc::O_RDONLY | libc::O_DIRECTORY,
         )
         .unwrap();
     let closed = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("g")), libc::O_RDONLY, 0).unwrap();
     let gone_fh = h1
-        .insert(Handle::new(closed, g.data.clone(), false), g.id, libc::O_RDONLY)
+        .insert(
+            Handle::new(closed, g.data.clone(), false, 0),
+            g.id,
+            libc::O_RDONLY,
+        )
         .unwrap();
     assert!(h1.remove(gone_fh).is_some());
     // k open for writing only: recorded, nothing deposited.
     let k = look(&t1, "k");
     let kfd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("k")), libc::O_WRONLY, 0).unwrap();
     let kh = h1
-        .insert(Handle::new(kfd, k.data.clone(), false), k.id, libc::O_WRONLY)
+        .insert(Handle::new(kfd, k.data.clone(), false, 0), k.id, libc::O_WRONLY)
         .unwrap();
     assert!(vault.deposits().is_empty(), "opens are recorded, not deposited");
     // f keeps its descriptor with the vault before its last name goes, as
@@ -179,17 +183,17 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     let u = look(&t1, "u");
     let ufd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("u")), libc::O_RDONLY, 0).unwrap();
     let uh = h1
-        .insert(Handle::new(ufd, u.data.clone(), false), u.id, libc::O_RDONLY)
+        .insert(Handle::new(ufd, u.data.clone(), false, 0), u.id, libc::O_RDONLY)
         .unwrap();
     std::fs::remove_file(dir.join("u")).unwrap();
     // l holds a flock lock: its very open file description is deposited.
     let l = look(&t1, "l");
     let lfd = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("l")), libc::O_RDONLY, 0).unwrap();
     let lh = h1
-        .insert(Handle::new(lfd, l.data.clone(), false), l.id, libc::O_RDONLY)
+        .insert(Handle::new(lfd, l.data.clone(), false, 0), l.id, libc::O_RDONLY)
         .unwrap();
-    let held = h1.get(lh).unwrap();
-    h1.deposit(lh, &held).unwrap();
+    let held = h1.open(lh, |_, _| unreachable!("l has its descriptor")).unwrap();
+    let held = h1.pin(lh, held).unwrap();
     sys::flock(held.fd(), libc::LOCK_EX).unwrap();
     drop(held);
     let (k_id, u_id) = (k.id, u.id);
@@ -214,7 +218,8 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     let (g2, _) = t2.lookup_node(g_id).unwrap();
     assert_eq!((g2.id, g2.generation), (g_id, g_gen));
     // The unlinked open file: still the same node, readable and writable.
-    let hf = h2.get(fh).expect("the open file is taken up");
+    let no_reopen = |_: &Handle, _: i32| -> std::io::Result<OwnedFd> { unreachable!("taken up open") };
+    let hf = h2.open(fh, no_reopen).expect("the open file is taken up");
     assert_eq!(hf.inode.key, t2.get(f_id).unwrap().key);
     assert!(std::sync::Arc::ptr_eq(&hf.inode, &t2.get(f_id).unwrap()));
     assert_eq!(hf.write_at(b"F!", 1).unwrap(), 2);
@@ -226,7 +231,7 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     assert!(h2.get(dh).is_some(), "the open directory is taken up");
     assert!(h2.get(gone_fh).is_none(), "a released file stays released");
     // k is open again, for writing.
-    let hk = h2.get(kh).expect("the write-only file is taken up");
+    let hk = h2.open(kh, no_reopen).expect("the write-only file is taken up");
     assert!(Arc::ptr_eq(&hk.inode, &t2.get(k_id).unwrap()));
     assert_eq!(hk.write_at(b"K", 0).unwrap(), 1);
     assert_eq!(std::fs::read(dir.join("k")).unwrap(), b"K");
@@ -247,7 +252,11 @@ fn a_successor_takes_up_the_node_table_and_the_open_files() {
     // (a RELEASE sent again would close the new file).
     let again = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("g")), libc::O_RDONLY, 0).unwrap();
     let new_fh = h2
-        .insert(Handle::new(again, g2.data.clone(), false), g2.id, libc::O_RDONLY)
+        .insert(
+            Handle::new(again, g2.data.clone(), false, 0),
+            g2.id,
+            libc::O_RDONLY,
+        )
         .unwrap();
     assert!(
         new_fh > gone_fh && gone_fh > fh.max(dh),
@@ -299,7 +308,11 @@ fn of_two_live_nodes_of_one_key_the_successor_keeps_the_one_there() {
     assert_ne!(now.id, old.id);
     let file = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f")), libc::O_RDWR, 0).unwrap();
     let fh = h1
-        .insert(Handle::new(file, now.data.clone(), false), now.id, libc::O_RDWR)
+        .insert(
+            Handle::new(file, now.data.clone(), false, 0),
+            now.id,
+            libc::O_RDWR,
+        )
         .unwrap();
     drop((now.data, old.data));
     drop((t1, h1));

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Number of rings (a power of two).
-const RINGS: usize = 16;
+pub const RINGS: usize = 16;
 
 /// Default capacity (`-o fd_cache=`) where the open-file limit allows it.
 pub const DEFAULT_CAPACITY: usize = 4096;

@@ -4,7 +4,7 @@
 //! `..` leads outside the source directory.
 
 use crate::durable::{self, Keep, Mirror, Words};
-use crate::handles::{DirStream, Direct, Handle, HandleTable, Kept, Opens};
+use crate::handles::{Budget, DirStream, Direct, Handle, HandleTable, Kept, Open, Opens};
 use crate::inodes::{Found, HandleMode, InodeData, InodeFd, InodeTable, LockOwnerFd, Passthrough, SHARDS};
 use crate::passthrough::{Fallback, Fallbacks};
 use crate::sys::{self, Dir, EMPTY, proc_path};
@@ -78,6 +78,9 @@ pub struct FsOptions {
     pub inode_file_handles: HandleMode,
     /// Most descriptors cached in file-handle mode (`fd_cache=`).
     pub fd_cache: usize,
+    /// Descriptors for open files (sized from the open-file limit at
+    /// start; see `openfds.rs`).
+    pub open_fds: usize,
     /// `max_write=` (`None`: the session's default, 1 MiB).
     pub max_write: Option<u32>,
     /// Under a keeper: how many nodes the kept table holds (`keeper_nodes=`).
@@ -104,6 +107,7 @@ impl Default for FsOptions {
             splice: true,
             inode_file_handles: HandleMode::Prefer,
             fd_cache: crate::fdcache::DEFAULT_CAPACITY,
+            open_fds: crate::openfds::DEFAULT_DESCRIPTORS,
             max_write: None,
             keeper_nodes: DEFAULT_KEEPER_NODES,
         }
@@ -286,8 +290,8 @@ impl PassthroughFs {
         Ok(Self {
             quiet_close_dev,
             inodes: InodeTable::new(root, opts.inode_file_handles, opts.fd_cache)?,
+            handles: HandleTable::new(Arc::new(Budget::new(opts.open_fds))),
             opts,
-            handles: HandleTable::new(),
             root: sys::geteuid() == 0,
             kept: false,
             passthrough_warned: AtomicBool::new(false),
@@ -333,7 +337,7 @@ impl PassthroughFs {
         let mut fs = Self::new(root, opts)?;
         fs.kept = true;
         fs.inodes = fs.inodes.keep_in(mirror, keep.clone(), anchors)?;
-        let mut handles = HandleTable::new();
+        let mut handles = HandleTable::new(Arc::new(Budget::new(fs.opts.open_fds)));
         let reopen = |inode: &Arc<InodeData>, flags: i32| {
             let fd = fs.inodes.fd(inode)?;
             // Opened already: nothing to create or truncate.
@@ -379,6 +383,43 @@ impl PassthroughFs {
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
         self.handles.get(fh.0).ok_or_else(|| err(libc::EBADF))
+    }
+
+    /// Open file `fh` with its descriptor, opened again if it was closed
+    /// while idle (see `openfds.rs`).
+    fn open_file(&self, fh: FileHandle) -> Res<Open> {
+        self.handles.open(fh.0, |h, flags| self.reopen(fh.0, h, flags))
+    }
+
+    /// Opens the source file of handle `fh` again with `flags` (those of
+    /// its open, less what creates or truncates), through its node: as the
+    /// daemon, since the caller's open was checked when it was made, as a
+    /// descriptor open on a plain directory stays usable after a chmod.
+    /// Checked to be the same inode; a failure is logged and answers the
+    /// request that needed the file with an error (`EIO` for an inode that
+    /// is gone), never with another file's data.
+    fn reopen(&self, fh: u64, h: &Handle, flags: i32) -> Res<OwnedFd> {
+        let r = (|| {
+            let _as_daemon = credentials::as_daemon();
+            let ifd = self.fd(&h.inode)?;
+            let fd = self.open_source(&proc_path(ifd.as_fd()), flags)?;
+            let st = sys::stat_fd(fd.as_fd())?;
+            if (st.st_dev, st.st_ino) != h.inode.key {
+                return Err(stale());
+            }
+            Ok(fd)
+        })();
+        r.map_err(|e| {
+            log::error!(
+                "open file {fh} (node {}): opening it again (its descriptor was closed while idle): {e}; \
+                 the request fails",
+                h.node
+            );
+            match e.raw_os_error() {
+                Some(libc::ESTALE) | Some(libc::ENOENT) | None => err(libc::EIO),
+                Some(_) => e,
+            }
+        })
     }
 
     fn entry(&self, parent: &InodeData, found: &Found, st: &libc::stat) -> Entry {
@@ -754,6 +795,7 @@ impl PassthroughFs {
         inode: Arc<InodeData>,
         fd: OwnedFd,
         flags: i32,
+        named: bool,
     ) -> Res<(FileHandle, FopenFlags, Option<BackingFile>)> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let (backing, served) = match self.use_passthrough(ctx, &inode) {
@@ -777,10 +819,13 @@ impl PassthroughFs {
         } else {
             None
         };
-        let mut handle = Handle::new(fd, inode, passthrough);
+        let mut handle = Handle::new(fd, inode, passthrough, ctx.uid());
         handle.direct = direct;
         handle.served = served;
         handle.append = self.kept && !self.opts.writeback && flags & libc::O_APPEND != 0;
+        if named {
+            handle = handle.reopen_with(self.source_flags(flags));
+        }
         let fh = self.handles.insert(handle, node, flags)?;
         Ok((FileHandle(fh), open_flags, backing))
     }
@@ -939,10 +984,11 @@ impl PassthroughFs {
         let entry = self.entry(parent, &found, &st);
         if found.data.is_dir() {
             // An atomic open of an existing directory: a directory handle.
-            return match self
-                .handles
-                .insert(Handle::new(fd, found.data.clone(), false), found.id, flags)
-            {
+            return match self.handles.insert(
+                Handle::new(fd, found.data.clone(), false, ctx.uid()),
+                found.id,
+                flags,
+            ) {
                 Ok(fh) => reply.opened(&entry, FileHandle(fh), FopenFlags::empty()),
                 Err(e) => {
                     self.inodes.forget(found.id, 1);
@@ -950,7 +996,7 @@ impl PassthroughFs {
                 }
             };
         }
-        match self.new_handle(ctx, found.id, found.data.clone(), fd, flags) {
+        match self.new_handle(ctx, found.id, found.data.clone(), fd, flags, st.st_nlink > 0) {
             Ok((fh, fl, None)) if created => reply.created(&entry, fh, fl),
             Ok((fh, fl, None)) => reply.opened(&entry, fh, fl),
             Ok((fh, fl, Some(b))) => reply.passthrough(&entry, fh, fl, &b, created),
@@ -965,7 +1011,7 @@ impl PassthroughFs {
     fn set_times(
         &self,
         inode: &InodeData,
-        h: Option<&Handle>,
+        h: Option<&Open>,
         attr: &SetattrIn,
         valid: SetattrValid,
     ) -> Res<()> {
@@ -1066,7 +1112,7 @@ impl PassthroughFs {
         let ifd = self.fd(&inode)?;
         let valid = SetattrValid::from_bits_retain(attr.valid);
         let h = if valid.contains(SetattrValid::FH) {
-            Some(self.handle(FileHandle(attr.fh))?)
+            Some(self.open_file(FileHandle(attr.fh))?)
         } else {
             None
         };
@@ -1110,7 +1156,7 @@ impl PassthroughFs {
         if valid.intersects(
             SetattrValid::ATIME | SetattrValid::MTIME | SetattrValid::ATIME_NOW | SetattrValid::MTIME_NOW,
         ) {
-            self.set_times(&inode, h.as_deref(), attr, valid)?;
+            self.set_times(&inode, h.as_ref(), attr, valid)?;
         }
         if let Some(why) = kill {
             // The answer carries the new attributes.
@@ -1203,7 +1249,7 @@ impl PassthroughFs {
         &self,
         ctx: &RequestContext<'_>,
         ino: Inode,
-        h: &Handle,
+        h: &Open,
         change: impl FnOnce() -> Res<T>,
     ) -> Res<T> {
         let had_setid = h.inode.kind == libc::S_IFREG
@@ -1218,8 +1264,14 @@ impl PassthroughFs {
     /// The descriptor that holds the POSIX locks of lock owner `owner` on
     /// the inode of `h` (one per owner and inode, so that two descriptors
     /// of one process share its locks, as POSIX wants); made on first use
-    /// if `create`, recording `pid` for F_GETLK.
-    fn lock_owner_fd(&self, h: &Handle, owner: u64, pid: u32, create: bool) -> Res<Option<Arc<LockOwnerFd>>> {
+    /// if `create`, recording `pid` for F_GETLK, and charged to `uid`.
+    fn lock_owner_fd(
+        &self,
+        h: &Open,
+        owner: u64,
+        (pid, uid): (u32, u32),
+        create: bool,
+    ) -> Res<Option<Arc<LockOwnerFd>>> {
         let mut owners = h.inode.lock_owners();
         if let Some(o) = owners.get(&owner) {
             return Ok(Some(o.clone()));
@@ -1227,6 +1279,7 @@ impl PassthroughFs {
         if !create {
             return Ok(None);
         }
+        let charge = self.handles.charge(uid)?;
         let fd = if h.inode.kind == libc::S_IFREG {
             // Its own open file description, readable and writable so that
             // it can take either kind of lock (the kernel has checked the
@@ -1239,9 +1292,13 @@ impl PassthroughFs {
         } else {
             // Reopening a device or FIFO could have side effects: lock
             // through the handle's own open file description.
-            h.fd.try_clone()?
+            h.fd().try_clone_to_owned()?
         };
-        let o = Arc::new(LockOwnerFd { fd, pid });
+        let o = Arc::new(LockOwnerFd {
+            fd,
+            pid,
+            _charge: charge,
+        });
         owners.insert(owner, o.clone());
         Ok(Some(o))
     }
@@ -1315,7 +1372,7 @@ impl PassthroughFs {
         offset: u64,
         mut add: impl FnMut(&Arc<InodeData>, u64, i64, u8, &CStr) -> Res<bool>,
     ) -> Res<()> {
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         let _ = ino;
         let mut guard = h.dir();
         let stream = guard.get_or_insert_with(DirStream::new);
@@ -1481,7 +1538,7 @@ enum SetLk {
     /// A type flock cannot take.
     Invalid,
     /// A blocking flock with this operation.
-    WaitFlock(Arc<Handle>, i32),
+    WaitFlock(Open, i32),
     /// A blocking POSIX lock through this owner's descriptor.
     WaitPosix(Arc<LockOwnerFd>, libc::flock),
 }
@@ -1520,8 +1577,10 @@ impl PassthroughFs {
     ) -> Res<(Duration, FileAttr)> {
         let _as_caller = as_caller(ctx)?;
         log::debug!("getattr ino={ino} fh={fh:?}");
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => sys::stat_fd(h.fd())?,
+        // The open file's descriptor if it has one now (nothing to open
+        // again for a stat), else the node's.
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)).and_then(|h| h.current()) {
+            Some(fd) => sys::stat_fd(fd.as_fd())?,
             None => {
                 let inode = self.inode(ino)?;
                 let inode_fd = self.fd(&inode)?;
@@ -1636,7 +1695,21 @@ impl PassthroughFs {
     /// (see `InodeTable::keep_removed`). Fails, and the name stays, if the
     /// keeper cannot take it. With no file open at all it costs nothing; the
     /// result is for [`Self::after_removal`].
+    ///
+    /// Without a keeper too: the inode's descriptor is kept while files of
+    /// it are open (see `InodeData::pin_removed`), for an open file that
+    /// closed its own descriptor while idle is opened again through it.
     fn before_removal(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<Option<Removal>> {
+        if let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW)
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && let Some(data) = self.inodes.live_of((st.st_dev, st.st_ino))
+            && data.has_open_files()
+        {
+            // Not reachable now: nothing to keep (the removal goes on).
+            if let Ok(fd) = self.fd(&data) {
+                data.pin_removed(fd.as_fd());
+            }
+        }
         if !self.kept {
             return Ok(None);
         }
@@ -1694,7 +1767,9 @@ impl PassthroughFs {
             if h.node == 0 || HandleTable::is_deposited(&h) {
                 continue;
             }
-            if sys::stat_fd(h.fd()).is_ok_and(|st| st.st_nlink == 0) {
+            // One without its descriptor now was opened again by name.
+            let Some(fd) = h.current() else { continue };
+            if sys::stat_fd(fd.as_fd()).is_ok_and(|st| st.st_nlink == 0) {
                 let _ = self.keep_node(h.node, &h.inode);
             }
         }
@@ -1813,7 +1888,7 @@ impl PassthroughFs {
             // The session drops the kernel's cached mode before answering.
             self.kill_suidgid(ctx, &inode, Kill::Written, None)?;
         }
-        self.new_handle(ctx, ino.0, inode, fd, flags)
+        self.new_handle(ctx, ino.0, inode, fd, flags, true)
     }
 
     /// Acts as the caller (for as long as the guard lives), runs `log`
@@ -1823,10 +1898,10 @@ impl PassthroughFs {
         ctx: &RequestContext<'_>,
         fh: FileHandle,
         log: impl FnOnce(),
-    ) -> Res<(ActingAs, Arc<Handle>)> {
+    ) -> Res<(ActingAs, Open)> {
         let as_caller = as_caller(ctx)?;
         log();
-        Ok((as_caller, self.handle(fh)?))
+        Ok((as_caller, self.open_file(fh)?))
     }
 
     fn write_as_caller(
@@ -1844,7 +1919,7 @@ impl PassthroughFs {
         } = req;
         let _as_caller = as_caller(ctx)?;
         log::debug!("write ino={ino} fh={fh} off={offset} size={}", data.len());
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         // An appending write under a keeper: the end of the file is taken
         // and noted under the inode's lock, and written at positionally, so
         // that a successor given it again (the predecessor died before
@@ -1886,15 +1961,18 @@ impl PassthroughFs {
         // The caller closed a descriptor of this file: that drops its
         // process's POSIX locks on the file, whichever descriptor took them.
         self.drop_lock_owner(&h.inode, owner.0);
-        // Closing a duplicate reports delayed write errors (NFS and the like).
-        drop(h.fd.try_clone()?);
+        // Closing a duplicate reports delayed write errors (NFS and the
+        // like). A descriptor closed while idle reported them to nobody.
+        if let Some(fd) = h.current() {
+            drop(fd.try_clone()?);
+        }
         Ok(())
     }
 
     /// FSYNC and FSYNCDIR.
     fn fsync_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, datasync: bool) -> Res<()> {
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         sys::fsync(h.fd(), datasync)
     }
 
@@ -1913,7 +1991,7 @@ impl PassthroughFs {
         )?;
         drop(inode_fd);
         let fh = self.handles.insert(
-            Handle::new(fd, inode, false),
+            Handle::new(fd, inode, false, ctx.uid()),
             ino.0,
             libc::O_RDONLY | libc::O_DIRECTORY,
         )?;
@@ -2117,7 +2195,7 @@ impl PassthroughFs {
     fn getlk_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LockRequest) -> Res<Lock> {
         let LockRequest { owner, lock, .. } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         let mut fl = to_flock(&lock)?;
         // The owner's own locks never conflict with it: ask through its
         // descriptor, or through the handle's, which holds none.
@@ -2133,13 +2211,7 @@ impl PassthroughFs {
     }
 
     /// A SETLK or SETLKW on handle `h`, up to the wait if it must block.
-    fn setlk_step(
-        &self,
-        ctx: &RequestContext<'_>,
-        fh: FileHandle,
-        h: Arc<Handle>,
-        req: LockRequest,
-    ) -> Res<SetLk> {
+    fn setlk_step(&self, ctx: &RequestContext<'_>, fh: FileHandle, h: Open, req: LockRequest) -> Res<SetLk> {
         let LockRequest {
             owner,
             lock,
@@ -2156,11 +2228,14 @@ impl PassthroughFs {
             if !sleep {
                 op |= libc::LOCK_NB;
             }
-            if op & libc::LOCK_UN == 0 {
-                // The lock belongs to this open file description: under a
-                // keeper a successor must get this very one, not a new open.
-                self.handles.deposit(fh.0, &h)?;
-            }
+            // The lock belongs to the open file description: it keeps its
+            // descriptor from now on (charged to its user), and under a
+            // keeper a successor must get this very one, not a new open.
+            let h = if op & libc::LOCK_UN == 0 {
+                self.handles.pin(fh.0, h)?
+            } else {
+                h
+            };
             if sleep && op != libc::LOCK_UN {
                 return Ok(SetLk::WaitFlock(h, op));
             }
@@ -2169,7 +2244,7 @@ impl PassthroughFs {
             let fl = to_flock(&lock)?;
             let unlock = lock.typ == libc::F_UNLCK;
             let pid = if lock.pid != 0 { lock.pid } else { ctx.pid() };
-            let o = match self.lock_owner_fd(&h, owner.0, pid, !unlock)? {
+            let o = match self.lock_owner_fd(&h, owner.0, (pid, ctx.uid()), !unlock)? {
                 Some(o) => o,
                 // Nothing locked by this owner: nothing to unlock.
                 None => return Ok(SetLk::Done(Ok(()))),
@@ -2195,14 +2270,14 @@ impl PassthroughFs {
     ) -> Res<()> {
         let FallocateRequest { offset, length, mode } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         self.file_modified(ctx, ino, &h, || sys::fallocate(h.fd(), mode, offset, length))
     }
 
     fn lseek_as_caller(&self, ctx: &RequestContext<'_>, fh: FileHandle, req: LseekRequest) -> Res<u64> {
         let LseekRequest { offset, whence } = req;
         let _as_caller = as_caller(ctx)?;
-        let h = self.handle(fh)?;
+        let h = self.open_file(fh)?;
         // The kernel passes the caller's off_t through as u64: reinterpret it
         // (a negative offset arrives as a huge value) and let the source
         // filesystem judge it, so the errno is the one it gives natively.
@@ -2220,8 +2295,8 @@ impl PassthroughFs {
             ..
         } = *req;
         let _as_caller = as_caller(ctx)?;
-        let hi = self.handle(fh_in)?;
-        let ho = self.handle(fh_out)?;
+        let hi = self.open_file(fh_in)?;
+        let ho = self.open_file(fh_out)?;
         let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
         let n = self.file_modified(ctx, req.ino_out, &ho, || {
             sys::copy_file_range(hi.fd(), off_in, ho.fd(), off_out, len, flags)
@@ -2241,8 +2316,8 @@ impl PassthroughFs {
         log::debug!("statx ino={ino} mask={mask:#x}");
         let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
         let at = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | sync;
-        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
-            Some(h) => sys::statx(h.fd(), at, mask)?,
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)).and_then(|h| h.current()) {
+            Some(fd) => sys::statx(fd.as_fd(), at, mask)?,
             None => {
                 let inode = self.inode(ino)?;
                 let inode_fd = self.fd(&inode)?;
@@ -2511,8 +2586,8 @@ impl Filesystem for PassthroughFs {
         } = req;
         log::debug!("release ino={ino} fh={fh}");
         if let Some(h) = self.handles.remove(fh.0) {
-            if flock_release {
-                let _ = sys::flock(h.fd(), libc::LOCK_UN);
+            if flock_release && let Some(fd) = h.current() {
+                let _ = sys::flock(fd.as_fd(), libc::LOCK_UN);
             }
             // A release that stands in for the FLUSH.
             if flush && let Some(owner) = lock_owner {

@@ -1,10 +1,13 @@
 //! Open files and directories: the handle table and directory streams.
 //!
-//! A handle owns the descriptor of one OPEN/OPENDIR/CREATE. Handles live in
-//! a sharded map keyed by the file handle number the kernel echoes back, so
-//! reads and writes on different files never meet on a lock, and reads and
-//! writes on the same file share nothing but the shard's brief lookup (the
-//! I/O itself is positional: `pread`/`pwrite`, no per-file lock).
+//! A handle is one OPEN/OPENDIR/CREATE, with its descriptor while it has
+//! one: an idle regular file closes it and opens the file again at its next
+//! request ([`HandleTable::open`]; the budget and what is pinned are
+//! `openfds.rs`'s). Handles live in a sharded map keyed by the file handle
+//! number the kernel echoes back, so reads and writes on different files
+//! never meet on a lock, and reads and writes on the same file share
+//! nothing but the shard's brief lookup and the handle's own descriptor
+//! slot (the I/O itself is positional: `pread`/`pwrite`).
 //!
 //! Under a keeper each handle has a record in the memory the keeper holds
 //! (its node and open flags; see `durable::OpenRecords`), written before
@@ -15,7 +18,9 @@
 //! vault instead, and the successor serves that very description.
 
 use crate::durable::{APPEND_KEY, FhCounter, Keep, Mirror, OPEN_PER_SHARD, OpenRecords};
+use crate::fdcache::Cached;
 use crate::inodes::{InodeData, InodeTable};
+use crate::openfds::OpenBudget;
 use crate::sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -45,7 +50,17 @@ struct Entry {
 
 /// One open file or directory.
 pub struct Handle {
-    pub fd: OwnedFd,
+    /// Its descriptor, while it has one (see `openfds.rs`).
+    file: Mutex<FileSlot>,
+    /// Used since its ring last looked (CLOCK's reference bit).
+    referenced: AtomicBool,
+    /// The source flags to open it again with, if it may be (a regular
+    /// file without `O_DIRECT`); `None`: it is pinned for its life.
+    reopen: Option<i32>,
+    /// Who opened it: a pin is charged to this user.
+    pub uid: u32,
+    /// The budget its pin is charged to, once in the table.
+    budget: Option<Arc<Budget>>,
     pub inode: Arc<InodeData>,
     /// Counted in the inode's passthrough opens (released on drop).
     pub passthrough: bool,
@@ -65,6 +80,82 @@ pub struct Handle {
     /// The node id it is an open file of (0: not known, a deposited file
     /// taken up from a predecessor without a record).
     pub node: u64,
+}
+
+/// The budget of open files' descriptors, over handles.
+pub type Budget = OpenBudget<Handle>;
+
+/// A descriptor charged to a user beside the handles (see
+/// [`HandleTable::charge`]).
+pub type Charge = crate::openfds::Charge<Handle>;
+
+/// The descriptor state of a handle. Invariant: `fd` is set while the
+/// handle is on a ring (`in_ring`) or pinned, or while a request that
+/// reopened it has yet to put it on one; the inode is pinned (holds its
+/// node descriptor) exactly while `fd` is set.
+struct FileSlot {
+    fd: Option<Arc<OwnedFd>>,
+    in_ring: bool,
+    /// Pinned: keeps its descriptor until released, charged to its user.
+    pinned: bool,
+}
+
+/// A handle with its descriptor, open for as long as this lives (an
+/// eviction meanwhile closes it only when the last user is done).
+pub struct Open {
+    pub handle: Arc<Handle>,
+    fd: Arc<OwnedFd>,
+}
+
+impl std::ops::Deref for Open {
+    type Target = Handle;
+
+    fn deref(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl Open {
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// `pread` at `offset`, meeting `O_DIRECT`'s alignment rules if the
+    /// handle has them.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let Some(d) = &self.direct else {
+            return sys::pread(self.fd(), buf, offset);
+        };
+        if !d.range_ok(offset, buf.len()) {
+            return sys::pread(d.buffered.as_fd(), buf, offset);
+        }
+        if d.mem_ok(buf.as_ptr()) {
+            return sys::pread(self.fd(), buf, offset);
+        }
+        with_bounce(buf.len(), d.mem_align, |b| {
+            let n = sys::pread(self.fd(), b, offset)?;
+            buf[..n].copy_from_slice(&b[..n]);
+            Ok(n)
+        })
+    }
+
+    /// `pwrite` at `offset`, meeting `O_DIRECT`'s alignment rules if the
+    /// handle has them.
+    pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<usize> {
+        let Some(d) = &self.direct else {
+            return sys::pwrite(self.fd(), data, offset);
+        };
+        if !d.range_ok(offset, data.len()) {
+            return sys::pwrite(d.buffered.as_fd(), data, offset);
+        }
+        if d.mem_ok(data.as_ptr()) {
+            return sys::pwrite(self.fd(), data, offset);
+        }
+        with_bounce(data.len(), d.mem_align, |b| {
+            b.copy_from_slice(data);
+            sys::pwrite(self.fd(), b, offset)
+        })
+    }
 }
 
 /// What an `O_DIRECT` handle needs besides its descriptor. The kernel copies
@@ -146,12 +237,22 @@ fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> T) -> T
 }
 
 impl Handle {
-    /// A handle of `inode` owning `fd`; the inode keeps a descriptor of
-    /// its own while the handle lives (see `InodeData::pin`).
-    pub fn new(fd: OwnedFd, inode: Arc<InodeData>, passthrough: bool) -> Self {
+    /// A handle of `inode` owning `fd`, opened by `uid`; pinned (see
+    /// [`Self::reopen_with`]). The inode keeps a descriptor of its own
+    /// while the handle's is open (see `InodeData::pin`).
+    pub fn new(fd: OwnedFd, inode: Arc<InodeData>, passthrough: bool, uid: u32) -> Self {
         inode.pin(fd.as_fd());
+        inode.opened();
         Self {
-            fd,
+            file: Mutex::new(FileSlot {
+                fd: Some(Arc::new(fd)),
+                in_ring: false,
+                pinned: false,
+            }),
+            referenced: AtomicBool::new(false),
+            reopen: None,
+            uid,
+            budget: None,
             inode,
             passthrough,
             served: false,
@@ -163,45 +264,49 @@ impl Handle {
         }
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// Lets the handle close its descriptor when idle and open the file
+    /// again with `flags` (source flags, nothing in them that creates or
+    /// truncates): for a regular file without `O_DIRECT`.
+    pub fn reopen_with(mut self, flags: i32) -> Self {
+        if self.inode.kind == libc::S_IFREG && self.direct.is_none() {
+            self.reopen = Some(flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_TMPFILE));
+        }
+        self
     }
 
-    /// `pread` at `offset`, meeting `O_DIRECT`'s alignment rules if the
-    /// handle has them.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let Some(d) = &self.direct else {
-            return sys::pread(self.fd(), buf, offset);
-        };
-        if !d.range_ok(offset, buf.len()) {
-            return sys::pread(d.buffered.as_fd(), buf, offset);
-        }
-        if d.mem_ok(buf.as_ptr()) {
-            return sys::pread(self.fd(), buf, offset);
-        }
-        with_bounce(buf.len(), d.mem_align, |b| {
-            let n = sys::pread(self.fd(), b, offset)?;
-            buf[..n].copy_from_slice(&b[..n]);
-            Ok(n)
-        })
+    fn slot(&self) -> MutexGuard<'_, FileSlot> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `pwrite` at `offset`, meeting `O_DIRECT`'s alignment rules if the
-    /// handle has them.
-    pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<usize> {
-        let Some(d) = &self.direct else {
-            return sys::pwrite(self.fd(), data, offset);
-        };
-        if !d.range_ok(offset, data.len()) {
-            return sys::pwrite(d.buffered.as_fd(), data, offset);
+    /// Its descriptor if it has one now, marked used.
+    pub fn current(&self) -> Option<Arc<OwnedFd>> {
+        let fd = self.slot().fd.clone();
+        if fd.is_some() && !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
         }
-        if d.mem_ok(data.as_ptr()) {
-            return sys::pwrite(self.fd(), data, offset);
+        fd
+    }
+
+    /// Puts `fd`, just opened again, in the slot, unless a racing request
+    /// did first (then that one); and whether it went on a ring, so the
+    /// caller must admit it there.
+    fn install(&self, fd: OwnedFd) -> (Arc<OwnedFd>, bool) {
+        let mut s = self.slot();
+        if let Some(f) = &s.fd {
+            return (f.clone(), false);
         }
-        with_bounce(data.len(), d.mem_align, |b| {
-            b.copy_from_slice(data);
-            sys::pwrite(self.fd(), b, offset)
-        })
+        self.inode.pin(fd.as_fd());
+        let fd = Arc::new(fd);
+        s.fd = Some(fd.clone());
+        let admit = !s.in_ring && !s.pinned;
+        s.in_ring |= admit;
+        (fd, admit)
+    }
+
+    /// The node descriptor of an inode anchored by one (tests).
+    #[cfg(test)]
+    fn inode_fd_for_tests(&self) -> BorrowedFd<'_> {
+        self.inode.fd_of_anchor().expect("anchored by a descriptor")
     }
 
     pub fn dir(&self) -> MutexGuard<'_, Option<DirStream>> {
@@ -209,9 +314,47 @@ impl Handle {
     }
 }
 
+impl Cached for Handle {
+    fn take_referenced(&self) -> bool {
+        self.referenced.load(Ordering::Relaxed) && self.referenced.swap(false, Ordering::Relaxed)
+    }
+
+    /// Off its ring: closes the descriptor (when the last request using it
+    /// is done), unless the handle is pinned or its file lost its last
+    /// name (a new open could not reach it: then it is pinned, charged to
+    /// its user past any share).
+    fn evict_fd(&self) {
+        let mut s = self.slot();
+        s.in_ring = false;
+        if s.pinned {
+            return;
+        }
+        let Some(fd) = s.fd.clone() else { return };
+        if sys::stat_fd(fd.as_fd()).is_ok_and(|st| st.st_nlink == 0) {
+            s.pinned = true;
+            if let Some(b) = &self.budget {
+                b.force(self.uid);
+            }
+            return;
+        }
+        s.fd = None;
+        drop(s);
+        self.inode.unpin();
+    }
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.inode.unpin();
+        let s = self.file.get_mut().unwrap_or_else(|e| e.into_inner());
+        if s.fd.take().is_some() {
+            self.inode.unpin();
+        }
+        if s.pinned
+            && let Some(b) = &self.budget
+        {
+            b.uncharge(self.uid);
+        }
+        self.inode.closed();
         if self.passthrough {
             let mut pt = self.inode.passthrough();
             pt.opens = pt.opens.saturating_sub(1);
@@ -240,7 +383,14 @@ pub struct HandleTable {
     /// Under a keeper: handles open now (low 32 bits) and handles opened
     /// ever (high 32 bits, wrapping), in one word (see [`Opens`]).
     opens: AtomicU64,
+    /// Which handles keep their descriptors.
+    budget: Arc<Budget>,
 }
+
+/// Whom the pins of files taken up from a predecessor are charged to (their
+/// openers are not known): a user of their own, so that they take no real
+/// user's share.
+pub const KEPT_UID: u32 = u32::MAX;
 
 /// What a keeper holds for the handle table.
 pub struct Kept {
@@ -268,12 +418,13 @@ impl Kept {
 pub type Reopen<'a> = dyn Fn(&Arc<InodeData>, i32) -> io::Result<OwnedFd> + 'a;
 
 impl HandleTable {
-    pub fn new() -> Self {
+    pub fn new(budget: Arc<Budget>) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             next: AtomicU64::new(1),
             kept: None,
             opens: AtomicU64::new(0),
+            budget,
         }
     }
 
@@ -311,7 +462,8 @@ impl HandleTable {
                         .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))
                         .and_then(|inode| {
                             let fd = reopen(&inode, r.flags)?;
-                            with_direct(Handle::new(fd, inode, false), r.flags, &source_flags)
+                            with_direct(Handle::new(fd, inode, false, KEPT_UID), r.flags, &source_flags)
+                                .map(|h| h.reopen_with(source_flags(r.flags)))
                         })
                         .map(|h| (h, false)),
                 };
@@ -321,8 +473,9 @@ impl HandleTable {
                         h.deposited = AtomicBool::new(deposited);
                         h.node = r.node;
                         used[r.slot] = true;
+                        let handle = self.taken_up(r.fh, h, deposited);
                         let e = Entry {
-                            handle: Arc::new(h),
+                            handle,
                             record: Some(r.slot as u32),
                         };
                         s.map.insert(r.fh, e);
@@ -350,7 +503,7 @@ impl HandleTable {
                     h.append = key & APPEND_KEY != 0;
                     h.deposited = AtomicBool::new(true);
                     let e = Entry {
-                        handle: Arc::new(h),
+                        handle: self.taken_up(fh, h, true),
                         record: None,
                     };
                     self.shard(fh).map.insert(fh, e);
@@ -371,6 +524,26 @@ impl HandleTable {
         self.opens.store(self.len() as u64, Ordering::SeqCst);
     }
 
+    /// A handle taken up from a predecessor, under this table's budget:
+    /// pinned (charged to [`KEPT_UID`]) if its descriptor was deposited or
+    /// it cannot be opened again.
+    ///
+    /// One that is not goes on its ring at once (evicting the oldest), so
+    /// that taking up more files than the budget holds never has them all
+    /// open at once.
+    fn taken_up(&self, fh: u64, mut h: Handle, deposited: bool) -> Arc<Handle> {
+        h.uid = KEPT_UID;
+        h.budget = Some(self.budget.clone());
+        let s = h.file.get_mut().unwrap_or_else(|e| e.into_inner());
+        if deposited || h.reopen.is_none() {
+            s.pinned = true;
+            self.budget.force(KEPT_UID);
+        }
+        let h = Arc::new(h);
+        self.admit_new(fh, &h);
+        h
+    }
+
     fn shard(&self, fh: u64) -> MutexGuard<'_, Shard> {
         self.shards[(fh % SHARDS as u64) as usize]
             .lock()
@@ -378,16 +551,24 @@ impl HandleTable {
     }
 
     /// Adds `h`, an open of node `node` with `flags` (as the kernel gave
-    /// them); under a keeper it is recorded (or deposited) first.
+    /// them); under a keeper it is recorded (or deposited) first. A handle
+    /// that cannot close its descriptor when idle (or is deposited) is
+    /// pinned, charged to its user: `EMFILE` past that user's share.
     pub fn insert(&self, mut h: Handle, node: u64, flags: i32) -> io::Result<u64> {
         h.node = node;
+        h.budget = Some(self.budget.clone());
+        if h.reopen.is_none() {
+            self.pin_new(&mut h)?;
+        }
         let Some(k) = &self.kept else {
             let fh = self.next.fetch_add(1, Ordering::Relaxed);
+            let handle = Arc::new(h);
             let e = Entry {
-                handle: Arc::new(h),
+                handle: handle.clone(),
                 record: None,
             };
             self.shard(fh).map.insert(fh, e);
+            self.admit_new(fh, &handle);
             return Ok(fh);
         };
         let fh = k.next.next();
@@ -400,19 +581,142 @@ impl HandleTable {
         match record {
             Some(slot) => k.records.set(shard_i, slot as usize, fh, node, flags, h.append),
             None => {
-                k.keep.deposit(deposit_key(fh, &h), h.fd()).inspect_err(|e| {
+                self.pin_new(&mut h)?;
+                let fd = h.slot().fd.clone();
+                let deposited = match &fd {
+                    Some(fd) => k.keep.deposit(deposit_key(fh, &h), fd.as_fd()),
+                    None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+                };
+                deposited.inspect_err(|e| {
                     log::error!("keeping the descriptor of a new open file with the keeper: {e}");
                 })?;
                 h.deposited.store(true, Ordering::Relaxed);
             }
         }
+        let handle = Arc::new(h);
         let e = Entry {
-            handle: Arc::new(h),
+            handle: handle.clone(),
             record,
         };
         s.map.insert(fh, e);
+        drop(s);
         self.opens.fetch_add(OPENED_ONE | 1, Ordering::SeqCst);
+        self.admit_new(fh, &handle);
         Ok(fh)
+    }
+
+    /// Pins the new handle `h`, charged to its user, if the share allows.
+    fn pin_new(&self, h: &mut Handle) -> io::Result<()> {
+        let s = h.file.get_mut().unwrap_or_else(|e| e.into_inner());
+        if s.pinned {
+            return Ok(());
+        }
+        if !self.budget.charge(h.uid) {
+            log::info!(
+                "uid {}: {} open files that keep their descriptors (its share; {} of all users): \
+                 answering EMFILE",
+                h.uid,
+                self.budget.share(),
+                self.budget.pinned()
+            );
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        s.pinned = true;
+        Ok(())
+    }
+
+    /// Puts a new unpinned handle on its ring.
+    fn admit_new(&self, fh: u64, h: &Arc<Handle>) {
+        let mut s = h.slot();
+        if s.pinned || s.in_ring || s.fd.is_none() {
+            return;
+        }
+        s.in_ring = true;
+        drop(s);
+        self.budget.admit(fh as usize, Arc::downgrade(h));
+    }
+
+    /// Handle `fh` with its descriptor: opened again with `reopen` (given
+    /// the handle and its flags) if it was closed while idle, and put back
+    /// on its ring.
+    pub fn open(
+        &self,
+        fh: u64,
+        reopen: impl FnOnce(&Handle, i32) -> io::Result<OwnedFd>,
+    ) -> io::Result<Open> {
+        let handle = self
+            .get(fh)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        self.ready(fh, handle, reopen)
+    }
+
+    /// Charges a descriptor that is no handle's (a POSIX lock owner's) to
+    /// `uid`, until the result drops: `ENOLCK` past that user's share.
+    pub fn charge(&self, uid: u32) -> io::Result<Charge> {
+        self.budget.charge_held(uid).ok_or_else(|| {
+            log::info!(
+                "uid {uid}: {} descriptors that stay open (its share): answering ENOLCK",
+                self.budget.share()
+            );
+            io::Error::from_raw_os_error(libc::ENOLCK)
+        })
+    }
+
+    /// [`Self::open`] of a handle already found.
+    pub fn ready(
+        &self,
+        fh: u64,
+        handle: Arc<Handle>,
+        reopen: impl FnOnce(&Handle, i32) -> io::Result<OwnedFd>,
+    ) -> io::Result<Open> {
+        if let Some(fd) = handle.current() {
+            return Ok(Open { handle, fd });
+        }
+        // Only a handle that may be opened again ever loses its descriptor.
+        let flags = handle
+            .reopen
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))?;
+        let (fd, admit) = handle.install(reopen(&handle, flags)?);
+        if admit {
+            self.budget.admit(fh as usize, Arc::downgrade(&handle));
+        }
+        Ok(Open { handle, fd })
+    }
+
+    /// Pins handle `fh` (`open`): its open file description now holds
+    /// something a new open would not have (a `flock` lock). Charged to its
+    /// user: `ENOLCK` past that user's share. Under a keeper the descriptor
+    /// is deposited with the vault too. Returns the handle with the
+    /// descriptor it keeps, on which the lock must be taken: `open`'s, or
+    /// the one a racing request opened again and pinned first.
+    pub fn pin(&self, fh: u64, open: Open) -> io::Result<Open> {
+        let h = &open.handle;
+        let fd = {
+            let mut s = h.slot();
+            if !s.pinned {
+                if !self.budget.charge(h.uid) {
+                    log::info!(
+                        "uid {}: {} open files that keep their descriptors (its share): answering ENOLCK",
+                        h.uid,
+                        self.budget.share()
+                    );
+                    return Err(io::Error::from_raw_os_error(libc::ENOLCK));
+                }
+                s.pinned = true;
+                if s.fd.is_none() {
+                    // Closed while idle since `open` was made: this one again.
+                    h.inode.pin(open.fd());
+                    s.fd = Some(open.fd.clone());
+                }
+            }
+            s.fd.clone().unwrap_or_else(|| open.fd.clone())
+        };
+        let open = Open {
+            handle: open.handle,
+            fd,
+        };
+        self.deposit(fh, &open)?;
+        Ok(open)
     }
 
     pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
@@ -426,8 +730,8 @@ impl HandleTable {
 
     /// Under a keeper: deposits handle `fh`'s descriptor with the vault
     /// (once), because its open file description now holds something a new
-    /// open would not have (a `flock` lock).
-    pub fn deposit(&self, fh: u64, h: &Handle) -> io::Result<()> {
+    /// open would not have (a `flock` lock); it is pinned already.
+    fn deposit(&self, fh: u64, h: &Open) -> io::Result<()> {
         let Some(k) = &self.kept else { return Ok(()) };
         if h.deposited.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -523,13 +827,16 @@ fn attach(
         log::error!("open directory {fh} of the predecessor: rewinding it: {e}");
     }
     let flags = sys::get_fl(fd.as_fd()).unwrap_or(libc::O_RDONLY);
-    with_direct(Handle::new(fd, inode, false), flags, source_flags)
+    with_direct(Handle::new(fd, inode, false, KEPT_UID), flags, source_flags)
 }
 
 /// `h`, with its `O_DIRECT` twin if `flags` ask for direct I/O.
 fn with_direct(mut h: Handle, flags: i32, source_flags: &impl Fn(i32) -> i32) -> io::Result<Handle> {
     if flags & libc::O_DIRECT != 0 && h.inode.kind == libc::S_IFREG {
-        h.direct = Some(Direct::new(h.fd(), source_flags(flags))?);
+        let fd = h
+            .current()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        h.direct = Some(Direct::new(fd.as_fd(), source_flags(flags))?);
     }
     Ok(h)
 }
@@ -653,8 +960,14 @@ mod tests {
         };
         let pfd = sys::openat(sys::Dir::Cwd, &c, libc::O_PATH, 0).unwrap();
         let st = sys::stat_fd(pfd.as_fd()).unwrap();
-        let mut h = Handle::new(fd, Arc::new(InodeData::new(pfd, &st)), false);
-        h.direct = Some(Direct::new(h.fd(), flags).unwrap());
+        let fd = Arc::new(fd);
+        let dup = fd.try_clone().unwrap();
+        let mut h = Handle::new(dup, Arc::new(InodeData::new(pfd, &st)), false, 0);
+        h.direct = Some(Direct::new(fd.as_fd(), flags).unwrap());
+        let h = Open {
+            handle: Arc::new(h),
+            fd,
+        };
         let data: Vec<u8> = (0..3 * 4096 + 1).map(|i| (i % 251) as u8).collect();
         // Aligned range from a misaligned address, then a misaligned range.
         assert_eq!(h.write_at(&data[1..8193], 0).unwrap(), 8192);
@@ -666,6 +979,83 @@ mod tests {
         assert_eq!(h.read_at(&mut tail, 8192 + 7).unwrap(), 100);
         assert_eq!(&tail[..], &data[..100]);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn idle_files_close_their_descriptors_and_pinned_ones_are_charged() {
+        let dir = std::env::temp_dir().join(format!("pt-budget-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cpath = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // One file per ring keeps its descriptor; 2 pinned, 1 per user.
+        let t = HandleTable::new(Arc::new(Budget::with(16, 2, 1)));
+        let mut fhs = Vec::new();
+        for i in 0..40 {
+            let p = dir.join(format!("f{i}"));
+            std::fs::write(&p, format!("file {i}")).unwrap();
+            let pfd = sys::openat(sys::Dir::Cwd, &cpath(&p), libc::O_PATH, 0).unwrap();
+            let st = sys::stat_fd(pfd.as_fd()).unwrap();
+            let inode = Arc::new(InodeData::new(pfd, &st));
+            let fd = sys::openat(sys::Dir::Cwd, &cpath(&p), libc::O_RDWR, 0).unwrap();
+            let h = Handle::new(fd, inode, false, 1000).reopen_with(libc::O_RDWR | libc::O_TRUNC);
+            fhs.push(t.insert(h, i + 2, libc::O_RDWR).unwrap());
+        }
+        let open_now = |fh: u64| t.get(fh).unwrap().current().is_some();
+        assert!(
+            fhs.iter().filter(|&&fh| open_now(fh)).count() <= 16,
+            "at most one file per ring keeps its descriptor"
+        );
+        // An idle one opens again, with its flags less O_TRUNC, and reads
+        // its own bytes.
+        let first = fhs[0];
+        assert!(!open_now(first));
+        let reopened = std::cell::Cell::new(0);
+        let reopen = |h: &Handle, flags: i32| {
+            reopened.set(reopened.get() + 1);
+            assert_eq!(flags, libc::O_RDWR, "nothing that creates or truncates");
+            sys::openat(sys::Dir::Cwd, &sys::proc_path(h.inode_fd_for_tests()), flags, 0)
+        };
+        let o = t.open(first, reopen).unwrap();
+        let mut buf = [0u8; 16];
+        let n = o.read_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..n], b"file 0");
+        assert_eq!(reopened.get(), 1);
+        // With its descriptor now: no second reopen.
+        drop(t.open(first, reopen).unwrap());
+        assert_eq!(reopened.get(), 1);
+        // Pinned (a flock lock): charged to its user, kept across evictions.
+        let o = t.pin(first, o).unwrap();
+        sys::flock(o.fd(), libc::LOCK_EX).unwrap();
+        drop(o);
+        // The same user's second pin is past its share; another user's is not.
+        let second = t.open(fhs[1], reopen).unwrap();
+        let e = t
+            .pin(fhs[1], t.open(fhs[1], reopen).unwrap())
+            .err()
+            .expect("past the share");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOLCK));
+        let mut theirs = Handle::new(
+            second.fd().try_clone_to_owned().unwrap(),
+            second.inode.clone(),
+            false,
+            0,
+        );
+        theirs.reopen = None;
+        let fh = t.insert(theirs, 99, libc::O_RDWR).expect("another user's share");
+        drop(second);
+        // Everyone evicted again: the pinned file keeps its descriptor and its lock.
+        for &fh in &fhs[2..] {
+            drop(t.open(fh, reopen).unwrap());
+        }
+        assert!(open_now(first));
+        let other = sys::openat(sys::Dir::Cwd, &cpath(&dir.join("f0")), libc::O_RDONLY, 0).unwrap();
+        let busy = sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+        assert_eq!(busy.raw_os_error(), Some(libc::EWOULDBLOCK));
+        // Released: the charges go back.
+        drop(t.remove(first));
+        drop(t.remove(fh));
+        assert_eq!(t.budget.pinned(), 0);
+        sys::flock(other.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct LockOwnerFd {
     pub fd: OwnedFd,
     /// The owning process, which F_GETLK reports.
     pub pid: u32,
+    /// Its descriptor's charge to the user whose request made it.
+    pub _charge: crate::handles::Charge,
 }
 
 /// How an inode is reached.
@@ -160,6 +162,11 @@ pub struct InodeData {
     /// Under a keeper: its descriptor is deposited with the vault (see
     /// [`InodeTable::keep_removed`]).
     deposited: AtomicBool,
+    /// Open files of this inode (handles alive, with a descriptor or not).
+    open_files: AtomicUsize,
+    /// Pinned because a name of it went while files of it were open (see
+    /// [`Self::pin_removed`]): until the last of them is released.
+    removed_pin: AtomicBool,
 }
 
 impl InodeData {
@@ -178,6 +185,44 @@ impl InodeData {
             search_all: AtomicU8::new(0),
             appends: Mutex::new(()),
             deposited: AtomicBool::new(false),
+            open_files: AtomicUsize::new(0),
+            removed_pin: AtomicBool::new(false),
+        }
+    }
+
+    /// One more open file of this inode (a handle made).
+    pub fn opened(&self) {
+        self.open_files.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One open file fewer (a handle dropped); the last one undoes
+    /// [`Self::pin_removed`].
+    pub fn closed(&self) {
+        if self.open_files.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.removed_pin.swap(false, Ordering::AcqRel)
+        {
+            self.unpin();
+        }
+    }
+
+    /// Whether files of this inode are open.
+    pub fn has_open_files(&self) -> bool {
+        self.open_files.load(Ordering::Acquire) > 0
+    }
+
+    /// A name of this inode is about to go while files of it are open:
+    /// keeps a descriptor of it (`fd`, or one opened from it) until the
+    /// last of them is released, so that an open file that closed its own
+    /// descriptor while idle is opened again through it even once the
+    /// inode has no name left (its file handle then no longer opens it).
+    pub fn pin_removed(&self, fd: BorrowedFd<'_>) {
+        if !self.has_open_files() || self.removed_pin.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.pin(fd);
+        // The last file closed meanwhile, and may have missed the flag.
+        if !self.has_open_files() && self.removed_pin.swap(false, Ordering::AcqRel) {
+            self.unpin();
         }
     }
 
@@ -246,6 +291,15 @@ impl InodeData {
                 a.referenced.load(Ordering::Relaxed) && a.referenced.swap(false, Ordering::Relaxed)
             }
             Anchor::Fd(_) => false,
+        }
+    }
+
+    /// The descriptor an inode anchored by one holds (tests).
+    #[cfg(test)]
+    pub fn fd_of_anchor(&self) -> Option<BorrowedFd<'_>> {
+        match &self.anchor {
+            Anchor::Fd(fd) => Some(fd.as_fd()),
+            Anchor::Handle(_) => None,
         }
     }
 
@@ -998,11 +1052,19 @@ impl InodeTable {
         let s = self.shard(shard_i);
         let slot = *s.by_key.get(&key)?;
         let e = s.slots[slot].live()?;
-        let open = match &e.data.anchor {
-            Anchor::Handle(a) => a.slot().pins > 0,
-            Anchor::Fd(_) => true,
-        };
-        open.then(|| (encode(shard_i, slot), e.data.clone()))
+        e.data
+            .has_open_files()
+            .then(|| (encode(shard_i, slot), e.data.clone()))
+    }
+
+    /// The live inode of source key `key`, if the table holds it.
+    pub fn live_of(&self, key: Key) -> Option<Arc<InodeData>> {
+        if key == self.root.key {
+            return Some(self.root.clone());
+        }
+        let s = self.shard(shard_of(key));
+        let slot = *s.by_key.get(&key)?;
+        s.slots[slot].live().map(|e| e.data.clone())
     }
 
     /// Under a keeper: deposits `fd`, a descriptor of node `id` (`data`),

@@ -30,6 +30,7 @@ mod handles;
 #[cfg(test)]
 mod inode_table_tests;
 mod inodes;
+mod openfds;
 mod passthrough;
 mod sys;
 
@@ -165,6 +166,28 @@ fn run() -> i32 {
                 left.saturating_sub(args.fs.fd_cache as u64)
             );
         }
+    }
+
+    // The open files' descriptors: what the session, the daemon's own
+    // files and the node descriptors leave (without file handles each
+    // live inode holds one, however many: half of what is left for them).
+    if let Some(limit) = nofile {
+        let left = limit.saturating_sub(config.max_descriptors() as u64 + fdcache::OWN_DESCRIPTORS);
+        let nodes = match args.fs.inode_file_handles {
+            HandleMode::Never => left / 2,
+            _ => args.fs.fd_cache as u64,
+        };
+        args.fs.open_fds = usize::try_from(left.saturating_sub(nodes)).unwrap_or(usize::MAX);
+    }
+    {
+        let b = openfds::OpenBudget::<handles::Handle>::new(args.fs.open_fds);
+        log::info!(
+            "open files: {} keep their descriptors while in use, {} more may be pinned (locked, \
+             directories, ...), {} of them by one user",
+            b.idle(),
+            b.pool(),
+            b.share()
+        );
     }
 
     if args.fs.passthrough && args.fs.cache == fs::Cache::Never {
