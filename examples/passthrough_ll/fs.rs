@@ -1700,7 +1700,16 @@ impl PassthroughFs {
     /// it are open (see `InodeData::pin_removed`), for an open file that
     /// closed its own descriptor while idle is opened again through it.
     fn before_removal(&self, dir: BorrowedFd<'_>, name: &CStr) -> Res<Option<Removal>> {
-        if let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW)
+        // Under a keeper one word says whether any file is open at all;
+        // without one nothing counts them, so the name is looked at always.
+        // Either way once: both uses below take the same answer.
+        let before = self.kept.then(|| self.handles.opens());
+        let st = if before.is_none_or(|b| b.any()) {
+            sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW).ok()
+        } else {
+            None
+        };
+        if let Some(st) = &st
             && st.st_mode & libc::S_IFMT == libc::S_IFREG
             && let Some(data) = self.inodes.live_of((st.st_dev, st.st_ino))
             && data.has_open_files()
@@ -1710,19 +1719,14 @@ impl PassthroughFs {
                 data.pin_removed(fd.as_fd());
             }
         }
-        if !self.kept {
+        let Some(before) = before else {
             return Ok(None);
-        }
-        let before = self.handles.opens();
-        let mut victim = None;
-        if before.any()
-            && let Ok(st) = sys::fstatat(Dir::Fd(dir), name, libc::AT_SYMLINK_NOFOLLOW)
+        };
+        let victim = st.map(|st| (st.st_dev, st.st_ino));
+        if let Some(key) = victim
+            && let Some((id, data)) = self.inodes.open_node_of(key)
         {
-            let key = (st.st_dev, st.st_ino);
-            if let Some((id, data)) = self.inodes.open_node_of(key) {
-                self.keep_node(id, &data)?;
-            }
-            victim = Some(key);
+            self.keep_node(id, &data)?;
         }
         Ok(Some(Removal { before, victim }))
     }

@@ -179,16 +179,11 @@ fn run() -> i32 {
         };
         args.fs.open_fds = usize::try_from(left.saturating_sub(nodes)).unwrap_or(usize::MAX);
     }
-    {
-        let b = openfds::OpenBudget::<handles::Handle>::new(args.fs.open_fds);
-        log::info!(
-            "open files: {} keep their descriptors while in use, {} more may be pinned (locked, \
-             directories, ...), {} of them by one user",
-            b.idle(),
-            b.pool(),
-            b.share()
-        );
-    }
+    let (idle, pool, share) = handles::Budget::sizes(args.fs.open_fds);
+    log::info!(
+        "open files: {idle} keep their descriptors while in use, {pool} more may be pinned (locked, \
+         directories, ...), {share} of them by one user"
+    );
 
     if args.fs.passthrough && args.fs.cache == fs::Cache::Never {
         log::warn!(

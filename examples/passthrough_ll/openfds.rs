@@ -58,11 +58,19 @@ impl<T: Cached> OpenBudget<T> {
     /// per ring), the rest for pinned files, [`PER_FILE`] per file either
     /// way; a user's share is an eighth ([`SHARES`]) of the pinned ones.
     pub fn new(descriptors: usize) -> Self {
+        let (idle, pool, share) = Self::sizes(descriptors);
+        Self::with(idle, pool, share)
+    }
+
+    /// What [`Self::new`] makes of `descriptors`: the files that keep
+    /// their descriptor while used, the pinned ones of all users, those
+    /// of one user.
+    pub fn sizes(descriptors: usize) -> (usize, usize, usize) {
         let files = descriptors / PER_FILE;
         // Whole rings (a ring holds as many as the others).
         let idle = (files / 2 / RINGS * RINGS).max(RINGS);
         let pool = (files - files / 2).max(SHARES);
-        Self::with(idle, pool, (pool / SHARES).max(1))
+        (idle, pool, (pool / SHARES).max(1))
     }
 
     /// `idle` files keeping their descriptor while used, `pool` pinned
@@ -75,16 +83,6 @@ impl<T: Cached> OpenBudget<T> {
             pool,
             share,
         }
-    }
-
-    /// The most open files that keep their descriptor without a pin.
-    pub fn idle(&self) -> usize {
-        self.ring.capacity()
-    }
-
-    /// The most pinned files of all users together.
-    pub fn pool(&self) -> usize {
-        self.pool
     }
 
     /// The most pinned files of one user.
@@ -230,13 +228,14 @@ mod tests {
 
     #[test]
     fn the_budget_splits_descriptors_between_used_and_pinned_files() {
-        let b: OpenBudget<File> = OpenBudget::new(1024);
         // 512 files: 256 that keep their descriptor while used (whole
-        // rings), 256 pinned, 32 of one user.
-        assert_eq!((b.idle(), b.pool(), b.share()), (256, 256, 32));
+        // rings), 256 pinned, 32 of one user; and the budget made of them.
+        assert_eq!(OpenBudget::<File>::sizes(1024), (256, 256, 32));
+        let b: OpenBudget<File> = OpenBudget::new(1024);
+        assert_eq!((b.ring.capacity(), b.pool, b.share()), (256, 256, 32));
         // The smallest budget still lets every user pin one file.
         let b: OpenBudget<File> = OpenBudget::new(0);
-        assert_eq!((b.pool(), b.share()), (SHARES, 1));
+        assert_eq!((b.ring.capacity(), b.pool, b.share()), (RINGS, SHARES, 1));
     }
 
     #[test]
